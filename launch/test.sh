@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds everything in build/ (Ninja, ccache, warnings as errors) and runs the whole test suite.
+# This is the README's test command; .ci/run runs it too.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+# Layering: the planner layers build without LibTorch, MPI, NCCL or CUDA (ARCHITECTURE.md), and
+# CBC/GLPK headers appear only in src/solver/backends/ (STYLE.md).
+planner_dirs=()
+for dir in src/core src/solver src/schedule src/partition; do
+  [[ -d $dir ]] && planner_dirs+=("$dir")
+done
+if [[ ${#planner_dirs[@]} -gt 0 ]] &&
+  grep -rnE '#include\s*[<"](torch/|ATen/|c10/|mpi\.h|nccl|cuda)' "${planner_dirs[@]}"; then
+  echo "test.sh: error: the planner layers (${planner_dirs[*]}) include LibTorch, MPI, NCCL" \
+    "or CUDA headers (listed above)" >&2
+  exit 1
+fi
+if grep -rnE '#include\s*[<"](coin/|coin-or/|Cbc[A-Z]|Clp[A-Z]|Osi[A-Z]|Coin[A-Z]|glpk\.h)' \
+  --exclude-dir=backends src; then
+  echo "test.sh: error: CBC/GLPK headers are included outside src/solver/backends/" \
+    "(listed above)" >&2
+  exit 1
+fi
+
+export CCACHE_DIR=${CCACHE_DIR:-$repo/.ccache}
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+generator=()
+# An existing build/ keeps the generator it was configured with.
+[[ -f build/CMakeCache.txt ]] || generator=(-G Ninja)
+
+cmake -S . -B build ${generator[@]+"${generator[@]}"} ${launcher[@]+"${launcher[@]}"} \
+  -DMADPIPE_WERROR=ON
+cmake --build build
+ctest --test-dir build --output-on-failure -j2

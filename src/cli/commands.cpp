@@ -1,0 +1,82 @@
+#include "cli/commands.hpp"
+
+#include "cli/compare_command.hpp"
+#include "cli/plan_command.hpp"
+#include "cli/simulate_command.hpp"
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <iostream>
+
+const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
+  static const std::vector<Command> table{
+      {"plan", "partition and schedule a model: profile + platform -> plan.json", plan_command},
+      {"simulate", "replay a plan for one training step: period and peak memory", simulate_command},
+      {"compare", "plan with every algorithm and tabulate period, memory and time",
+       compare_command},
+  };
+  return table;
+}
+
+static std::string command_names() {
+  std::string names;
+  for (const madpipe::cli::Command& command : madpipe::cli::commands())
+    names += std::string(names.empty() ? "" : ", ") + command.name;
+  return names;
+}
+
+static const madpipe::cli::Command& find_command(const std::string& name) {
+  for (const madpipe::cli::Command& command : madpipe::cli::commands())
+    if (name == command.name) return command;
+  madpipe::throw_invalid(
+      "", "",
+      "unknown command '" + name + "' (valid: " + command_names() + "); see 'madpipe --help'");
+}
+
+static void print_help() {
+  std::cout << "usage: madpipe COMMAND [options]\n"
+               "       madpipe help COMMAND | --help | --version\n\n"
+               "madpipe plans pipelined model-parallel training of a chain of layers on P GPUs:\n"
+               "which layers form a stage, which GPU runs it, and the periodic schedule.\n\n"
+               "commands:\n";
+  std::size_t width = 0;
+  for (const madpipe::cli::Command& command : madpipe::cli::commands())
+    width = std::max(width, std::string(command.name).size());
+  for (const madpipe::cli::Command& command : madpipe::cli::commands()) {
+    const std::string name = command.name;
+    std::cout << "  " << name << std::string(width - name.size() + 2, ' ') << command.summary
+              << '\n';
+  }
+  std::cout << "\nRun 'madpipe COMMAND --help' for the options of a command.\n"
+               "The runtime (`madpipe train`) is not part of this release yet.\n";
+}
+
+int madpipe::cli::run_madpipe(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    throw_invalid("", "",
+                  "no command given (commands: " + command_names() + "); see 'madpipe --help'");
+  }
+  const std::string& first = args.front();
+  if (first == "--help" || first == "-h") {
+    print_help();
+    return 0;
+  }
+  if (first == "--version") {
+    std::cout << "madpipe " << kVersion << '\n';
+    return 0;
+  }
+  if (first == "help") {
+    if (args.size() == 1) {
+      print_help();
+      return 0;
+    }
+    if (args.size() > 2) throw_invalid("", "", "'madpipe help' takes one command name");
+    return find_command(args[1]).run({"--help"});
+  }
+  if (!first.empty() && first.front() == '-') {
+    throw_invalid("", "",
+                  "unknown option '" + first + "' before the command (commands: " +
+                      command_names() + "; options: --help, --version)");
+  }
+  return find_command(first).run(std::vector<std::string>(args.begin() + 1, args.end()));
+}

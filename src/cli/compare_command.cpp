@@ -1,0 +1,189 @@
+#include "cli/compare_command.hpp"
+
+#include "cli/options.hpp"
+#include "cli/table.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "core/units.hpp"
+#include "schedule/validate.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <limits>
+
+#include <boost/program_options/value_semantic.hpp>
+
+namespace po = boost::program_options;
+
+static const madpipe::cli::CommandSyntax kSyntax{
+    "compare", "--profile FILE --gpus N --memory SIZE --bandwidth RATE [options]",
+    "Plans the model with each algorithm on the same platform and prints one row per algorithm:\n"
+    "normalized period, ratios to the best and to the lower bound, throughput, largest GPU\n"
+    "memory and planning time. An algorithm with no plan in memory shows \"does not fit\"."};
+
+// "madpipe,1f1b" in the given order, without repeats; "all": every algorithm.
+static std::vector<madpipe::partition::Algorithm> parse_algorithm_list(const std::string& text) {
+  if (text == "all") return madpipe::partition::all_algorithms();
+  std::vector<madpipe::partition::Algorithm> algorithms;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string name = text.substr(begin, comma - begin);
+    if (name.empty()) {
+      madpipe::throw_invalid("", "--algorithms",
+                             "empty name in '" + text + "' (expected e.g. madpipe,1f1b)");
+    }
+    const madpipe::partition::Algorithm algorithm =
+        madpipe::cli::parse_algorithm(name, "--algorithms");
+    if (std::find(algorithms.begin(), algorithms.end(), algorithm) == algorithms.end())
+      algorithms.push_back(algorithm);
+    begin = comma + 1;
+  }
+  return algorithms;
+}
+
+po::options_description madpipe::cli::compare_options_description(CompareOptions& options) {
+  po::options_description compare("Compare options", 100);
+  auto add_compare = compare.add_options();
+  add_compare("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
+              "madpipe.profile/1 JSON file of the model's layers");
+  add_compare("csv", po::bool_switch(&options.csv), "print CSV instead of a table");
+  add_compare("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
+  po::options_description planner = planner_options_description(options.planner);
+  auto add_planner = planner.add_options();
+  add_planner(
+      "algorithms",
+      po::value<std::string>()->value_name("LIST")->default_value("all")->notifier(
+          [&options](const std::string& text) { options.algorithms = parse_algorithm_list(text); }),
+      "comma-separated algorithms to compare, or all");
+  po::options_description all(100);
+  all.add(compare).add(platform_options_description(options.platform)).add(planner);
+  return all;
+}
+
+namespace {
+struct Row {
+  madpipe::partition::Algorithm algorithm;
+  bool feasible = false;
+  double period_ms = 0;
+  double throughput_per_s = 0;
+  std::int64_t max_memory_bytes = 0;
+  double planning_seconds = 0;
+};
+}  // namespace
+
+static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& platform,
+                    const madpipe::cli::PlannerSettings& settings,
+                    madpipe::partition::Algorithm algorithm) {
+  using namespace madpipe;
+  const partition::PlanResult result =
+      partition::make_plan(profile, platform, cli::to_planner_options(settings, algorithm));
+  Row row{algorithm};
+  row.planning_seconds = result.planning_seconds;
+  if (!result.feasible) return row;
+  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
+  if (!violations.empty()) {
+    throw Error(ErrorKind::Internal, "", violations.front().field,
+                violations.front().problem + " (the " + partition::to_string(algorithm) +
+                    " planner produced an invalid plan; please report it)");
+  }
+  const schedule::Predicted& predicted = result.plan.predicted;
+  row.feasible = true;
+  row.period_ms = predicted.period_ms;
+  row.throughput_per_s = predicted.throughput_per_s;
+  row.max_memory_bytes =
+      *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
+  return row;
+}
+
+static std::vector<madpipe::cli::Column> table_columns() {
+  using madpipe::cli::Align;
+  return {{"algorithm", Align::Left}, {"period (ms)"},    {"vs best"},     {"vs bound"},
+          {"throughput (/s)"},        {"max GPU memory"}, {"planning (s)"}};
+}
+
+static std::vector<std::string> table_row(const Row& row, double best, double lower_bound) {
+  using madpipe::cli::fixed;
+  const std::string name = madpipe::partition::to_string(row.algorithm);
+  const std::string seconds = fixed(row.planning_seconds, 2);
+  if (!row.feasible) return {name, "does not fit", "-", "-", "-", "-", seconds};
+  return {name,
+          fixed(row.period_ms, 2),
+          fixed(row.period_ms / best, 3),
+          fixed(row.period_ms / lower_bound, 3),
+          fixed(row.throughput_per_s, 2),
+          madpipe::format_bytes(static_cast<double>(row.max_memory_bytes)),
+          seconds};
+}
+
+static std::vector<madpipe::cli::Column> csv_columns() {
+  return {{"algorithm"},
+          {"status"},
+          {"period_ms"},
+          {"ratio_to_best"},
+          {"ratio_to_lower_bound"},
+          {"throughput_per_s"},
+          {"max_memory_bytes"},
+          {"planning_s"}};
+}
+
+static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound) {
+  using madpipe::cli::fixed;
+  const std::string name = madpipe::partition::to_string(row.algorithm);
+  const std::string seconds = fixed(row.planning_seconds, 3);
+  if (!row.feasible) return {name, "does not fit", "", "", "", "", "", seconds};
+  return {name,
+          "ok",
+          fixed(row.period_ms, 4),
+          fixed(row.period_ms / best, 4),
+          fixed(row.period_ms / lower_bound, 4),
+          fixed(row.throughput_per_s, 4),
+          std::to_string(row.max_memory_bytes),
+          seconds};
+}
+
+int madpipe::cli::run_compare(const CompareOptions& options) {
+  const Profile profile = read_profile(options.profile_path);
+  const Platform platform = to_platform(options.platform);
+  const double lower_bound = partition::lower_bound_period_ms(profile, platform);
+
+  std::vector<Row> rows;
+  for (partition::Algorithm algorithm : options.algorithms) {
+    rows.push_back(plan_one(profile, platform, options.planner, algorithm));
+    const Row& row = rows.back();
+    if (!options.quiet) {
+      std::cerr << "compare: " << partition::to_string(algorithm) << ": "
+                << (row.feasible ? format_ms(row.period_ms) + " per micro-batch"
+                                 : std::string("does not fit"))
+                << " (" << fixed(row.planning_seconds, 2) << " s)\n";
+    }
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (const Row& row : rows)
+    if (row.feasible) best = std::min(best, row.period_ms);
+
+  Table table;
+  table.columns = options.csv ? csv_columns() : table_columns();
+  for (const Row& row : rows)
+    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound)
+                                     : table_row(row, best, lower_bound));
+  if (options.csv) {
+    print_csv(table, std::cout);
+    return 0;
+  }
+  std::cout << "profile      " << profile.name << " (" << profile.layers.size() << " layers)\n"
+            << "platform     " << describe(platform) << '\n'
+            << "lower bound  " << format_ms(lower_bound) << " per micro-batch\n\n";
+  print_table(table, std::cout);
+  return 0;
+}
+
+int madpipe::cli::compare_command(const std::vector<std::string>& args) {
+  CompareOptions options;
+  const po::options_description description = compare_options_description(options);
+  if (!parse_options(args, kSyntax, description,
+                     {platform_config_section(), planner_config_section()})) {
+    return 0;
+  }
+  return run_compare(options);
+}

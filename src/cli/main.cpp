@@ -1,0 +1,27 @@
+// The `madpipe` command. This is the only `try` of the CLI: every error surfaces here.
+
+#include "cli/commands.hpp"
+#include "core/error.hpp"
+
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/errors.hpp>
+
+int main(int argc, char** argv) {
+  try {
+    return madpipe::cli::run_madpipe(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const madpipe::Error& e) {
+    const bool internal = e.kind() == madpipe::ErrorKind::Internal;
+    std::cerr << "madpipe: " << (internal ? "internal error: " : "error: ") << e.what() << '\n';
+    return 2;
+  } catch (const boost::program_options::error& e) {
+    std::cerr << "madpipe: error: " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "madpipe: internal error: " << e.what() << '\n';
+    return 2;
+  }
+}

@@ -1,0 +1,141 @@
+#include "cli/options.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <boost/program_options/parsers.hpp>
+#include <boost/program_options/variables_map.hpp>
+
+namespace po = boost::program_options;
+
+static constexpr unsigned kLineLength = 100;
+
+// Long options only, no abbreviations: "--mem" is not "--memory".
+static constexpr int kCommandLineStyle =
+    po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+static po::options_description generic_options(bool with_config) {
+  po::options_description generic("General options", kLineLength);
+  generic.add_options()("help,h", "print this help and exit");
+  if (with_config) {
+    generic.add_options()("config", po::value<std::string>()->value_name("FILE"),
+                          "read options from an INI file; the command line wins");
+  }
+  return generic;
+}
+
+std::vector<std::string> madpipe::cli::option_names(const po::options_description& group) {
+  std::vector<std::string> names;
+  for (const auto& option : group.options()) names.push_back(option->long_name());
+  return names;
+}
+
+std::string madpipe::cli::help_text(const CommandSyntax& syntax,
+                                    const po::options_description& options, bool with_config) {
+  po::options_description all(kLineLength);
+  all.add(options).add(generic_options(with_config));
+  std::ostringstream out;
+  out << "usage: madpipe " << syntax.name << ' ' << syntax.synopsis << "\n\n"
+      << syntax.summary << all;
+  if (with_config) {
+    out << "\nA --config file is an INI file: [platform] holds gpus, memory, bandwidth and\n"
+           "weight-copies, [planner] the planner options, one \"key = value\" a line.\n";
+  }
+  return out.str();
+}
+
+static const madpipe::cli::ConfigSection* find_section(
+    const std::vector<madpipe::cli::ConfigSection>& sections, const std::string& name) {
+  for (const auto& section : sections)
+    if (section.name == name) return &section;
+  return nullptr;
+}
+
+static std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+// Reads an INI file and turns "[section] key = value" into the option "key" of `options`, then
+// stores it: values already stored from the command line are kept.
+static void store_config_file(const std::string& path, const po::options_description& options,
+                              const std::vector<madpipe::cli::ConfigSection>& sections,
+                              po::variables_map& vm) {
+  std::ifstream in(path);
+  if (!in) {
+    throw madpipe::Error(madpipe::ErrorKind::Io, path, "",
+                         std::string("cannot open config file: ") + std::strerror(errno));
+  }
+  const po::options_description nothing;
+  const po::parsed_options parsed = po::parse_config_file(in, nothing, true);
+  po::parsed_options translated(&options);
+  std::vector<std::string> section_names;
+  for (const auto& section : sections) section_names.push_back("[" + section.name + "]");
+  for (const po::option& entry : parsed.options) {
+    const std::string& dotted = entry.string_key;
+    const std::size_t dot = dotted.find('.');
+    if (dot == std::string::npos) {
+      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, path, dotted,
+                           "key outside a section (sections: " + join(section_names) + ")");
+    }
+    const std::string section_name = dotted.substr(0, dot);
+    const std::string key = dotted.substr(dot + 1);
+    const madpipe::cli::ConfigSection* section = find_section(sections, section_name);
+    if (!section) continue;  // a section other subcommands read
+    if (std::find(section->keys.begin(), section->keys.end(), key) == section->keys.end()) {
+      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, path, "[" + section_name + "] " + key,
+                           "unknown key (known: " + join(section->keys) + ")");
+    }
+    if (!options.find_nothrow(key, false)) continue;  // a key of another subcommand
+    po::option option(key, entry.value);
+    option.original_tokens = {key};
+    option.original_tokens.insert(option.original_tokens.end(), entry.value.begin(),
+                                  entry.value.end());
+    translated.options.push_back(std::move(option));
+  }
+  po::store(translated, vm);
+}
+
+bool madpipe::cli::parse_options(const std::vector<std::string>& args, const CommandSyntax& syntax,
+                                 const po::options_description& options,
+                                 const std::vector<ConfigSection>& config_sections) {
+  const bool with_config = !config_sections.empty();
+  po::options_description all(kLineLength);
+  all.add(options).add(generic_options(with_config));
+  // Subcommands take no positional arguments; collect them to name the first in the error.
+  po::options_description hidden;
+  hidden.add_options()("unexpected-argument", po::value<std::vector<std::string>>());
+  po::options_description parsed_options(all);
+  parsed_options.add(hidden);
+  po::positional_options_description positionals;
+  positionals.add("unexpected-argument", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args)
+                .options(parsed_options)
+                .positional(positionals)
+                .style(kCommandLineStyle)
+                .run(),
+            vm);
+  if (vm.count("unexpected-argument")) {
+    const std::string& word = vm["unexpected-argument"].as<std::vector<std::string>>().front();
+    throw_invalid("", "",
+                  "unexpected argument '" + word + "' (options start with --; see 'madpipe " +
+                      syntax.name + " --help')");
+  }
+  if (vm.count("help")) {
+    std::cout << help_text(syntax, options, with_config);
+    return false;
+  }
+  if (with_config && vm.count("config")) {
+    store_config_file(vm["config"].as<std::string>(), all, config_sections, vm);
+  }
+  po::notify(vm);
+  return true;
+}

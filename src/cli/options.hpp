@@ -1,0 +1,43 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <boost/program_options/options_description.hpp>
+
+namespace madpipe::cli {
+
+namespace po = boost::program_options;
+
+// How a subcommand presents itself in its --help text.
+struct CommandSyntax {
+  std::string name;      // "plan"
+  std::string synopsis;  // "--profile FILE --gpus N --memory SIZE --bandwidth RATE [options]"
+  std::string summary;   // one paragraph
+};
+
+// An INI section of a --config file: "[platform] gpus = 4" sets the option "--gpus". `keys`
+// lists every key the section may hold, including keys that only other subcommands use (those
+// are ignored); any other key in the section is an error.
+struct ConfigSection {
+  std::string name;
+  std::vector<std::string> keys;
+};
+
+// The long names of the options of a group, for a ConfigSection.
+std::vector<std::string> option_names(const po::options_description& group);
+
+// Parses a subcommand's arguments into the variables bound by `options`, adding --help and, when
+// `config_sections` is not empty, --config FILE. The command line is stored first, then the
+// config file, so the command line wins; then one notify() runs the notifiers and the checks of
+// required options. Returns false when --help was given: the help text went to stdout and the
+// command must not run. Throws boost::program_options::error or madpipe::Error.
+bool parse_options(const std::vector<std::string>& args, const CommandSyntax& syntax,
+                   const po::options_description& options,
+                   const std::vector<ConfigSection>& config_sections = {});
+
+// The --help text of a subcommand.
+std::string help_text(const CommandSyntax& syntax, const po::options_description& options,
+                      bool with_config);
+
+}  // namespace madpipe::cli

@@ -1,0 +1,192 @@
+#include "cli/plan_command.hpp"
+
+#include "cli/options.hpp"
+#include "cli/table.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "core/units.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/validate.hpp"
+
+#include <algorithm>
+#include <iostream>
+
+#include <boost/program_options/value_semantic.hpp>
+
+namespace po = boost::program_options;
+
+static const madpipe::cli::CommandSyntax kSyntax{
+    "plan", "--profile FILE --gpus N --memory SIZE --bandwidth RATE [options]",
+    "Partitions the profiled chain into stages, places them on the GPUs and computes a periodic\n"
+    "schedule that fits in memory; prints a summary and writes the plan with --output."};
+
+po::options_description madpipe::cli::plan_options_description(PlanOptions& options) {
+  po::options_description plan("Plan options", 100);
+  auto add_plan = plan.add_options();
+  add_plan("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
+           "madpipe.profile/1 JSON file of the model's layers");
+  add_plan("output,o", po::value(&options.output_path)->value_name("FILE"),
+           "write the plan (madpipe.plan/1 JSON) to FILE");
+  add_plan("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
+  po::options_description planner = planner_options_description(options.planner);
+  auto add_planner = planner.add_options();
+  add_planner("algorithm",
+              po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
+                  [&options](const std::string& name) {
+                    options.algorithm = parse_algorithm(name, "--algorithm");
+                  }),
+              "madpipe, contiguous, 1f1b or gpipe");
+  po::options_description all(100);
+  all.add(plan).add(platform_options_description(options.platform)).add(planner);
+  return all;
+}
+
+static std::string layer_range(int first, int last) {
+  return first == last ? std::to_string(first)
+                       : std::to_string(first) + ".." + std::to_string(last);
+}
+
+static std::string layer_names(const madpipe::Profile& profile, int first, int last) {
+  const auto name = [&](int l) { return profile.layers[static_cast<std::size_t>(l)].name; };
+  return first == last ? name(first) : name(first) + ".." + name(last);
+}
+
+static std::string bytes(std::int64_t value) {
+  return madpipe::format_bytes(static_cast<double>(value));
+}
+
+static std::string stages_of_gpu(const std::vector<madpipe::schedule::Stage>& stages, int gpu) {
+  std::string list;
+  for (const auto& stage : stages)
+    if (stage.gpu == gpu) list += (list.empty() ? "" : ",") + std::to_string(stage.id);
+  return list.empty() ? "-" : list;
+}
+
+static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Profile& profile,
+                          double planning_seconds) {
+  using namespace madpipe;
+  using cli::Align;
+  const schedule::Pattern& pattern = plan.pattern;
+  const int num_stages = static_cast<int>(plan.stages.size());
+  std::cout << "profile      " << profile.name << " (" << profile.layers.size() << " layers"
+            << (profile.device.empty() ? "" : ", measured on " + profile.device) << ")\n"
+            << "platform     " << cli::describe(plan.platform) << '\n'
+            << "algorithm    " << plan.algorithm << ": " << num_stages << " stages, "
+            << (schedule::is_contiguous_allocation(plan.stages) ? "contiguous" : "non-contiguous")
+            << " allocation, " << pattern.k << "-periodic pattern\n\n";
+
+  const std::vector<int> in_flight = schedule::concurrent_activations(pattern, num_stages);
+  cli::Table stages{{{"stage"},
+                     {"layers", Align::Left},
+                     {"names", Align::Left},
+                     {"gpu"},
+                     {"F ms"},
+                     {"B ms"},
+                     {"weights"},
+                     {"stored"},
+                     {"in flight"}},
+                    {}};
+  for (const schedule::Stage& stage : plan.stages) {
+    stages.rows.push_back(
+        {std::to_string(stage.id), layer_range(stage.first_layer, stage.last_layer),
+         layer_names(profile, stage.first_layer, stage.last_layer), std::to_string(stage.gpu),
+         cli::fixed(stage.forward_ms, 2), cli::fixed(stage.backward_ms, 2),
+         bytes(stage.weight_bytes), bytes(stage.stored_bytes),
+         std::to_string(in_flight[static_cast<std::size_t>(stage.id)])});
+  }
+  cli::print_table(stages, std::cout);
+
+  const schedule::Predicted& predicted = plan.predicted;
+  std::cout << "\nperiod       " << format_ms(predicted.period_ms) << " per micro-batch";
+  if (pattern.k > 1) {
+    std::cout << " (pattern period " << format_ms(pattern.period_ms) << " for k = " << pattern.k
+              << " micro-batches)";
+  }
+  std::cout << "\nthroughput   " << cli::fixed(predicted.throughput_per_s, 2)
+            << " micro-batches/s\n"
+            << "lower bound  " << format_ms(predicted.lower_bound_period_ms)
+            << " per micro-batch; period / lower bound = "
+            << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n\n";
+
+  const std::vector<schedule::GpuMemory> memory =
+      schedule::evaluate_memory(plan.stages, pattern, plan.platform);
+  const double limit = static_cast<double>(plan.platform.memory_bytes);
+  cli::Table gpus{{{"gpu"},
+                   {"stages", Align::Left},
+                   {"memory"},
+                   {"of limit"},
+                   {"weights"},
+                   {"activations"},
+                   {"buffers"},
+                   {"workspace"}},
+                  {}};
+  for (int g = 0; g < plan.platform.gpus; ++g) {
+    const auto index = static_cast<std::size_t>(g);
+    const std::int64_t total = predicted.memory_bytes[index];
+    gpus.rows.push_back({std::to_string(g), stages_of_gpu(plan.stages, g), bytes(total),
+                         cli::fixed(100.0 * static_cast<double>(total) / limit, 0) + "%",
+                         bytes(memory[index].weights), bytes(memory[index].activations),
+                         bytes(memory[index].buffers), bytes(memory[index].workspace)});
+  }
+  cli::print_table(gpus, std::cout);
+  std::cout << "memory limit " << bytes(plan.platform.memory_bytes) << " per GPU\n"
+            << "planned in   " << cli::fixed(planning_seconds, 2) << " s\n";
+}
+
+// No plan fits: report the smallest memory per GPU that would, as the error.
+[[noreturn]] static void throw_infeasible(const madpipe::partition::PlanResult& result,
+                                          const madpipe::Profile& profile,
+                                          const madpipe::Platform& platform,
+                                          const madpipe::partition::PlannerOptions& options,
+                                          bool quiet) {
+  using namespace madpipe;
+  if (!quiet) std::cerr << "plan: " << result.reason << "; searching for the smallest memory\n";
+  const std::int64_t smallest = partition::smallest_feasible_memory(profile, platform, options);
+  const std::string with =
+      options.algorithm == partition::Algorithm::MadPipe
+          ? ""
+          : std::string(" with --algorithm ") + partition::to_string(options.algorithm);
+  if (smallest < 0) {
+    throw_invalid("", "",
+                  result.reason + "; madpipe finds no plan" + with + " with any memory per GPU");
+  }
+  throw_invalid("", "",
+                result.reason + "; the smallest memory per GPU for which madpipe finds a plan" +
+                    with + " is " + format_bytes(static_cast<double>(smallest)));
+}
+
+int madpipe::cli::run_plan(const PlanOptions& options) {
+  const Profile profile = read_profile(options.profile_path);
+  const Platform platform = to_platform(options.platform);
+  partition::PlannerOptions planner = to_planner_options(options.planner, options.algorithm);
+  if (!options.quiet) {
+    planner.progress = [](const std::string& line) { std::cerr << "plan: " << line << '\n'; };
+  }
+  const partition::PlanResult result = partition::make_plan(profile, platform, planner);
+  if (!result.feasible) throw_infeasible(result, profile, platform, planner, options.quiet);
+
+  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
+  if (!violations.empty()) {
+    const schedule::Violation& first = violations.front();
+    throw Error(ErrorKind::Internal, "", first.field,
+                first.problem + " (the planner produced an invalid plan, " +
+                    std::to_string(violations.size()) + " violation(s); please report it)");
+  }
+  print_summary(result.plan, profile, result.planning_seconds);
+  if (!options.output_path.empty()) {
+    schedule::write_plan(result.plan, options.output_path);
+    std::cout << "plan written to " << options.output_path << '\n';
+  }
+  return 0;
+}
+
+int madpipe::cli::plan_command(const std::vector<std::string>& args) {
+  PlanOptions options;
+  const po::options_description description = plan_options_description(options);
+  if (!parse_options(args, kSyntax, description,
+                     {platform_config_section(), planner_config_section()})) {
+    return 0;
+  }
+  return run_plan(options);
+}

@@ -1,0 +1,30 @@
+#pragma once
+
+#include "cli/options.hpp"
+#include "partition/planner.hpp"
+
+#include <string>
+
+#include <boost/program_options/options_description.hpp>
+
+namespace madpipe::cli {
+
+// Planner tuning shared by `plan` and `compare`; section [planner] of a --config file.
+struct PlannerSettings {
+  partition::Discretization discretization{};
+  int gpipe_micro_batches = 0;  // --micro-batches: GPipe step size; 0: number of GPUs
+  int max_k = 0;                // 0: number of GPUs
+};
+
+po::options_description planner_options_description(PlannerSettings& settings);
+// Includes "algorithm" (plan) and "algorithms" (compare).
+ConfigSection planner_config_section();
+partition::PlannerOptions to_planner_options(const PlannerSettings& settings,
+                                             partition::Algorithm algorithm);
+
+// Parses an algorithm name for the option `option`; the error lists the valid names.
+partition::Algorithm parse_algorithm(const std::string& name, const std::string& option);
+// "madpipe, contiguous, 1f1b, gpipe"
+std::string algorithm_names();
+
+}  // namespace madpipe::cli

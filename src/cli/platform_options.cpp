@@ -1,0 +1,68 @@
+#include "cli/platform_options.hpp"
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+#include <string>
+
+#include <boost/program_options/value_semantic.hpp>
+
+namespace po = boost::program_options;
+
+std::function<void(int)> madpipe::cli::at_least(int min, const std::string& option) {
+  return [min, option](int value) {
+    if (value < min) {
+      throw_invalid("", option,
+                    "must be >= " + std::to_string(min) + ", got " + std::to_string(value));
+    }
+  };
+}
+
+po::options_description madpipe::cli::platform_options_description(PlatformOptions& options) {
+  po::options_description group("Platform options ([platform] in a --config file)", 100);
+  auto add_group = group.add_options();
+  add_group("gpus",
+            po::value(&options.gpus)->value_name("N")->required()->notifier(at_least(1, "--gpus")),
+            "number of identical GPUs (P)");
+  add_group("memory",
+            po::value<std::string>()->value_name("SIZE")->required()->notifier(
+                [&options](const std::string& text) {
+                  options.memory_bytes = parse_bytes(text, "--memory");
+                  if (options.memory_bytes <= 0) throw_invalid("", "--memory", "must be > 0");
+                }),
+            "memory of each GPU (M), e.g. 16GiB, 80GB");
+  add_group("bandwidth",
+            po::value<std::string>()->value_name("RATE")->required()->notifier(
+                [&options](const std::string& text) {
+                  options.bandwidth_bytes_per_ms = parse_bandwidth(text, "--bandwidth");
+                }),
+            "bandwidth between any two GPUs (beta), e.g. 12GB/s, 100Gbit/s");
+  add_group("weight-copies",
+            po::value(&options.weight_copies)
+                ->value_name("C")
+                ->default_value(options.weight_copies)
+                ->notifier(at_least(1, "--weight-copies")),
+            "weight-sized copies per stage (weights, gradients, optimizer...)");
+  return group;
+}
+
+madpipe::cli::ConfigSection madpipe::cli::platform_config_section() {
+  PlatformOptions unused;
+  return ConfigSection{"platform", option_names(platform_options_description(unused))};
+}
+
+madpipe::Platform madpipe::cli::to_platform(const PlatformOptions& options) {
+  Platform platform;
+  platform.gpus = options.gpus;
+  platform.memory_bytes = options.memory_bytes;
+  platform.bandwidth_bytes_per_ms = options.bandwidth_bytes_per_ms;
+  platform.weight_copies = options.weight_copies;
+  return platform;
+}
+
+std::string madpipe::cli::describe(const Platform& platform) {
+  return std::to_string(platform.gpus) + (platform.gpus == 1 ? " GPU" : " GPUs") + " with " +
+         format_bytes(static_cast<double>(platform.memory_bytes)) + " each, links at " +
+         format_bandwidth(platform.bandwidth_bytes_per_ms) +
+         ", C = " + std::to_string(platform.weight_copies);
+}

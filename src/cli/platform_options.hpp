@@ -1,0 +1,32 @@
+#pragma once
+
+#include "cli/options.hpp"
+#include "core/platform.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <boost/program_options/options_description.hpp>
+
+namespace madpipe::cli {
+
+// --gpus, --memory, --bandwidth, --weight-copies; section [platform] of a --config file.
+struct PlatformOptions {
+  int gpus = 0;
+  std::int64_t memory_bytes = 0;      // from "16GiB"-style text
+  double bandwidth_bytes_per_ms = 0;  // from "12GB/s"-style text
+  int weight_copies = 3;
+};
+
+po::options_description platform_options_description(PlatformOptions& options);
+ConfigSection platform_config_section();
+Platform to_platform(const PlatformOptions& options);
+
+// "4 GPUs with 8.0 GiB each, links at 12.0 GB/s, C = 3"
+std::string describe(const Platform& platform);
+
+// Notifier that rejects an integer option below `min`, naming the option ("--gpus").
+std::function<void(int)> at_least(int min, const std::string& option);
+
+}  // namespace madpipe::cli

@@ -1,0 +1,52 @@
+#include "core/chain.hpp"
+
+#include <algorithm>
+
+madpipe::ChainCosts::ChainCosts(const Profile& profile) {
+  const std::size_t n = profile.layers.size();
+  forward_prefix_.assign(n + 1, 0.0);
+  backward_prefix_.assign(n + 1, 0.0);
+  weight_prefix_.assign(n + 1, 0);
+  stored_prefix_.assign(n + 1, 0);
+  output_bytes_.assign(n + 1, 0);
+  workspace_.assign(n, 0);
+  output_bytes_[0] = profile.input_bytes;
+  for (std::size_t l = 0; l < n; ++l) {
+    const Layer& layer = profile.layers[l];
+    forward_prefix_[l + 1] = forward_prefix_[l] + layer.forward_ms;
+    backward_prefix_[l + 1] = backward_prefix_[l] + layer.backward_ms;
+    weight_prefix_[l + 1] = weight_prefix_[l] + layer.weight_bytes;
+    stored_prefix_[l + 1] = stored_prefix_[l] + output_bytes_[l] + layer.saved_bytes;
+    output_bytes_[l + 1] = layer.output_bytes;
+    workspace_[l] = std::max(layer.forward_workspace_bytes, layer.backward_workspace_bytes);
+    max_layer_ms_ = std::max(max_layer_ms_, layer.forward_ms + layer.backward_ms);
+  }
+}
+
+double madpipe::ChainCosts::forward_ms(int first, int last) const noexcept {
+  return forward_prefix_[last + 1] - forward_prefix_[first];
+}
+
+double madpipe::ChainCosts::backward_ms(int first, int last) const noexcept {
+  return backward_prefix_[last + 1] - backward_prefix_[first];
+}
+
+double madpipe::ChainCosts::compute_ms(int first, int last) const noexcept {
+  return forward_ms(first, last) + backward_ms(first, last);
+}
+
+std::int64_t madpipe::ChainCosts::weight_bytes(int first, int last) const noexcept {
+  return weight_prefix_[last + 1] - weight_prefix_[first];
+}
+
+std::int64_t madpipe::ChainCosts::stored_bytes(int first, int last) const noexcept {
+  return stored_prefix_[last + 1] - stored_prefix_[first];
+}
+
+std::int64_t madpipe::ChainCosts::workspace_bytes(int first, int last) const noexcept {
+  return *std::max_element(workspace_.begin() + first, workspace_.begin() + last + 1);
+}
+
+std::int64_t madpipe::ChainCosts::activation_bytes(int layer) const noexcept {
+  return output_bytes_[layer + 1];
+}

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/profile.hpp"
+
+namespace madpipe {
+
+// Range sums over a profile's layers in O(1), the quantities of thesis Part III. Layers are
+// numbered from 0; a range [first, last] is inclusive.
+class ChainCosts {
+ public:
+  explicit ChainCosts(const Profile& profile);
+
+  int num_layers() const noexcept { return static_cast<int>(forward_prefix_.size()) - 1; }
+  double forward_ms(int first, int last) const noexcept;
+  double backward_ms(int first, int last) const noexcept;
+  double compute_ms(int first, int last) const noexcept;  // U(first, last)
+  std::int64_t weight_bytes(int first, int last) const noexcept;
+  // Memory one in-flight micro-batch occupies: inputs of the layers plus their saved_bytes.
+  std::int64_t stored_bytes(int first, int last) const noexcept;
+  // Largest transient workspace of any layer in the range.
+  std::int64_t workspace_bytes(int first, int last) const noexcept;
+  // a_l: output of layer l; a_{-1} is the network input.
+  std::int64_t activation_bytes(int layer) const noexcept;
+  double total_compute_ms() const noexcept { return compute_ms(0, num_layers() - 1); }
+  double max_layer_compute_ms() const noexcept { return max_layer_ms_; }
+
+ private:
+  std::vector<double> forward_prefix_, backward_prefix_;
+  std::vector<std::int64_t> weight_prefix_, stored_prefix_;
+  std::vector<std::int64_t> output_bytes_;  // index l+1 holds a_l; index 0 holds a_{-1}
+  std::vector<std::int64_t> workspace_;
+  double max_layer_ms_ = 0;
+};
+
+}  // namespace madpipe

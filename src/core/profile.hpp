@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace madpipe {
+
+// One layer of the chain, fields named as in madpipe.profile/1 (FORMATS.md).
+struct Layer {
+  std::string name;
+  double forward_ms = 0;   // u_F
+  double backward_ms = 0;  // u_B
+  std::int64_t weight_bytes = 0;
+  std::int64_t output_bytes = 0;  // a_l (delta_l has the same size)
+  std::int64_t saved_bytes = 0;   // kept from F until B besides input and output
+  std::int64_t forward_workspace_bytes = 0;
+  std::int64_t backward_workspace_bytes = 0;
+};
+
+struct Profile {
+  std::string name;
+  std::string device;
+  std::string dtype;
+  int batch = 0;
+  std::int64_t input_bytes = 0;  // a_0
+  std::vector<Layer> layers;
+};
+
+bool operator==(const Layer& a, const Layer& b);
+bool operator==(const Profile& a, const Profile& b);
+
+inline constexpr const char* kProfileFormat = "madpipe.profile/1";
+
+// Reads and validates a madpipe.profile/1 file. Every problem throws Error{InvalidInput} naming
+// the file, the JSON pointer of the field and the problem; I/O failures throw Error{Io}.
+Profile read_profile(const std::string& path);
+// Same, from parsed JSON; `file` is only used in messages.
+Profile profile_from_json(const nlohmann::json& j, const std::string& file = "");
+nlohmann::json profile_to_json(const Profile& profile);
+void write_profile(const Profile& profile, const std::string& path);
+
+// Size of the activation entering layer l (a_{l-1}): input_bytes for l = 0.
+std::int64_t input_bytes_of_layer(const Profile& profile, int layer);
+
+}  // namespace madpipe

@@ -1,0 +1,23 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace madpipe {
+
+// Parses a size: "16GiB", "500MB", "1.5GB", "4096" (bytes), "64KiB". SI prefixes (k, M, G, T)
+// are powers of 1000, binary ones (Ki, Mi, Gi, Ti) powers of 1024. Throws Error{InvalidInput}
+// naming `field` when the text is not a non-negative size.
+std::int64_t parse_bytes(std::string_view text, const std::string& field = "");
+
+// Parses a bandwidth: "12GB/s", "25Gbit/s", "900MiB/s", "100Gb/s"; a bare number is bytes per
+// second. Returns bytes per millisecond, the unit used everywhere in the planner.
+double parse_bandwidth(std::string_view text, const std::string& field = "");
+
+// Human-readable forms for summaries: "15.6 GiB", "12.0 GB/s", "41.7 ms".
+std::string format_bytes(double bytes);
+std::string format_bandwidth(double bytes_per_ms);
+std::string format_ms(double ms);
+
+}  // namespace madpipe

@@ -1,0 +1,29 @@
+#pragma once
+
+#include <vector>
+
+#include "core/chain.hpp"
+#include "schedule/stage.hpp"
+
+namespace madpipe::partition {
+
+// Stage boundaries and the GPU of each stage, before any schedule exists.
+struct Allocation {
+  std::vector<int> first_layers;  // ascending, starts at 0
+  std::vector<int> gpus;          // one per stage
+  double estimated_period_ms = 0;  // what the partitioner expected
+};
+
+bool operator==(const Allocation& a, const Allocation& b);
+
+std::vector<schedule::Stage> stages_of(const ChainCosts& costs, const Allocation& allocation);
+
+// Communication buffers of a stage [first, last] whose neighbours sit on other GPUs: the received
+// activation and sent gradient of its input, the sent activation and received gradient of its
+// output (thesis ch. 7.1.1).
+std::int64_t stage_buffer_bytes(const ChainCosts& costs, int first, int last);
+
+// C(l) of the thesis: time to send a_l and receive delta_l over one link.
+double link_ms(const ChainCosts& costs, int layer, const Platform& platform);
+
+}  // namespace madpipe::partition

@@ -1,0 +1,51 @@
+#include "partition/contiguous_dp.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_flight_partition(
+    const ChainCosts& costs, const Platform& platform, const std::function<int(int)>& in_flight) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const int L = costs.num_layers();
+  const int P = platform.gpus;
+  // best[q][i]: smallest max load for layers i..L-1 cut into exactly q stages; next[q][i]: the
+  // first layer of the second of those stages.
+  std::vector<std::vector<double>> best(P + 1, std::vector<double>(L + 1, kInf));
+  std::vector<std::vector<int>> next(P + 1, std::vector<int>(L + 1, -1));
+  best[0][L] = 0;
+  for (int q = 1; q <= P; ++q) {
+    const int nca = in_flight(q);
+    for (int i = L - 1; i >= 0; --i) {
+      for (int j = i; j < L; ++j) {  // stage i..j
+        const double load = costs.compute_ms(i, j);
+        if (load >= best[q][i]) break;
+        const double rest = best[q - 1][j + 1];
+        if (rest == kInf) continue;
+        const std::int64_t memory = platform.weight_copies * costs.weight_bytes(i, j) +
+                                    nca * costs.stored_bytes(i, j) +
+                                    stage_buffer_bytes(costs, i, j) + costs.workspace_bytes(i, j);
+        if (memory > platform.memory_bytes) continue;
+        const double link = j + 1 < L ? link_ms(costs, j, platform) : 0.0;
+        const double value = std::max({load, link, rest});
+        if (value < best[q][i]) {
+          best[q][i] = value;
+          next[q][i] = j + 1;
+        }
+      }
+    }
+  }
+  int best_q = -1;
+  for (int q = 1; q <= P; ++q)
+    if (best[q][0] < kInf && (best_q < 0 || best[q][0] < best[best_q][0])) best_q = q;
+  if (best_q < 0) return std::nullopt;
+  Allocation allocation;
+  allocation.estimated_period_ms = best[best_q][0];
+  int i = 0;
+  for (int q = best_q; q > 0; --q) {
+    allocation.first_layers.push_back(i);
+    allocation.gpus.push_back(best_q - q);
+    i = next[q][i];
+  }
+  return allocation;
+}

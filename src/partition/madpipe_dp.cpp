@@ -1,0 +1,351 @@
+#include "partition/madpipe_dp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "core/units.hpp"
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Open-addressing map from packed state to value: the DP visits a small part of its state space.
+class StateMemo {
+ public:
+  explicit StateMemo(std::size_t capacity_hint) { rehash(std::max<std::size_t>(1024, capacity_hint)); }
+
+  const float* find(std::uint64_t key) const {
+    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (keys_[i] == kEmpty) return nullptr;
+      if (keys_[i] == key) return &values_[i];
+    }
+  }
+
+  void insert(std::uint64_t key, float value) {
+    if (2 * (size_ + 1) > keys_.size()) rehash(2 * keys_.size());
+    std::size_t i = slot(key);
+    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+    if (keys_[i] == kEmpty) ++size_;
+    keys_[i] = key;
+    values_[i] = value;
+  }
+
+  std::size_t size() const { return size_; }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  std::size_t slot(std::uint64_t key) const {
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return static_cast<std::size_t>(key) & mask_;
+  }
+  void rehash(std::size_t capacity) {
+    std::vector<std::uint64_t> old_keys = std::move(keys_);
+    std::vector<float> old_values = std::move(values_);
+    keys_.assign(capacity, kEmpty);
+    values_.assign(capacity, 0.0f);
+    mask_ = capacity - 1;
+    size_ = 0;
+    for (std::size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != kEmpty) insert(old_keys[i], old_values[i]);
+  }
+
+  std::vector<std::uint64_t> keys_;
+  std::vector<float> values_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+struct State {
+  int j = 0;   // layers 0..j-1 remain
+  int p = 0;   // normal GPUs available
+  int ti = 0;  // special GPU load, grid index
+  int mi = 0;  // special GPU memory, grid index
+  int vi = 0;  // delay V, grid index
+};
+
+// Costs of the stage [first, last], precomputed once: the DP's inner loop only reads these.
+struct StageCost {
+  double load = 0;         // U(first, last)
+  double link_in = 0;      // C(first - 1), 0 for the first stage
+  double weights = 0;      // C * W
+  double stored = 0;       // bytes kept per micro-batch in flight
+  double buffers = 0;      // communication buffers
+  double workspace = 0;    // largest layer workspace
+};
+
+struct Choice {
+  int first_layer = -1;
+  bool special = false;
+  State child;
+};
+
+class Solver {
+ public:
+  Solver(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+         const madpipe::partition::Discretization& d, bool allow_special, double target,
+         double upper_bound)
+      : costs_(costs),
+        platform_(platform),
+        allow_special_(allow_special),
+        target_(target),
+        upper_bound_(upper_bound),
+        memo_(1 << 16) {
+    const int L = costs.num_layers();
+    double total_links = 0;
+    for (int l = 0; l + 1 < L; ++l) total_links += madpipe::partition::link_ms(costs, l, platform);
+    nt_ = allow_special ? std::max(2, d.time_steps) : 1;
+    nm_ = allow_special ? std::max(2, d.memory_steps) : 1;
+    nv_ = std::max(2, d.delay_steps);
+    const double t_range = costs.total_compute_ms();
+    dt_ = nt_ > 1 ? t_range / (nt_ - 1) : 1.0;
+    dm_ = nm_ > 1 ? static_cast<double>(platform.memory_bytes) / (nm_ - 1) : 1.0;
+    dv_ = (costs.total_compute_ms() + total_links) / (nv_ - 1);
+    if (dt_ <= 0) dt_ = 1.0;
+    if (dv_ <= 0) dv_ = 1.0;
+    if (dm_ <= 0) dm_ = 1.0;
+    inverse_dt_ = 1.0 / dt_;
+    inverse_dm_ = 1.0 / dm_;
+    inverse_dv_ = 1.0 / dv_;
+    normal_gpus_ = allow_special ? platform.gpus - 1 : platform.gpus;
+    inverse_target_ = 1.0 / target;
+    // stage_costs_[last * L + (last - first)]: for a fixed last layer, growing leftwards.
+    stage_costs_.resize(static_cast<std::size_t>(L) * L);
+    for (int last = 0; last < L; ++last) {
+      double workspace = 0;
+      for (int first = last; first >= 0; --first) {
+        StageCost& c = stage_costs_[static_cast<std::size_t>(last) * L + (last - first)];
+        c.load = costs.compute_ms(first, last);
+        c.link_in = first > 0 ? madpipe::partition::link_ms(costs, first - 1, platform) : 0.0;
+        c.weights = platform.weight_copies * static_cast<double>(costs.weight_bytes(first, last));
+        c.stored = static_cast<double>(costs.stored_bytes(first, last));
+        c.buffers = static_cast<double>(madpipe::partition::stage_buffer_bytes(costs, first, last));
+        workspace = std::max(workspace, static_cast<double>(costs.workspace_bytes(first, first)));
+        c.workspace = workspace;
+      }
+    }
+  }
+
+  State root() const { return State{costs_.num_layers(), normal_gpus_, 0, 0, 0}; }
+
+  double solve(const State& s) {
+    const double t = s.ti * dt_;
+    if (s.j == 0) return t;
+    const double lower = std::max(t, (prefix(s.j).load + t) / (s.p + 1));
+    if (lower >= upper_bound_) return kInf;
+    const std::uint64_t key = pack(s);
+    if (const float* hit = memo_.find(key)) return *hit;
+    const double value = evaluate(s, nullptr);
+    // Round up so that a memoised value is never optimistic.
+    float stored = static_cast<float>(value);
+    if (static_cast<double>(stored) < value) stored = std::nextafter(stored, INFINITY);
+    memo_.insert(key, stored);
+    return stored;
+  }
+
+  // Best choice at s (children come from the memo); value of the state.
+  double evaluate(const State& s, Choice* best_choice) {
+    ++states_;
+    const double t = s.ti * dt_;
+    const double m = s.mi * dm_;
+    const double V = s.vi * dv_;
+    const double M = static_cast<double>(platform_.memory_bytes);
+    const int L = costs_.num_layers();
+    const StageCost* row = &stage_costs_[static_cast<std::size_t>(s.j - 1) * L];
+    double best = kInf;
+    if (s.p == 0) {  // everything left goes to the special GPU, as one stage
+      if (!allow_special_) return kInf;
+      const StageCost& c = row[s.j - 1];
+      const int g = groups(V, c.load);
+      if (m + c.weights + (g - 1) * c.stored + c.buffers + c.workspace > M) return kInf;
+      if (best_choice) *best_choice = Choice{0, true, State{0, 0, s.ti, s.mi, s.vi}};
+      return t + c.load;
+    }
+    const double state_lower = std::max(t, (prefix(s.j).load + t) / (s.p + 1));
+    for (int i = s.j - 1; i >= 0; --i) {
+      if (best <= state_lower) break;  // nothing can beat a choice that reaches the bound
+      const StageCost& c = row[s.j - 1 - i];
+      const double bound = std::min(best, upper_bound_);
+      if (c.load >= bound) break;
+      if (c.link_in >= bound) continue;
+      const int g = groups(V, c.load);
+      // Weights and kept activations only grow as the stage grows leftwards.
+      if (c.weights + (g - 1) * c.stored > M) break;
+      const int vi = grid(oplus(oplus(V, c.load), c.link_in), inverse_dv_, nv_ - 1);
+      if (s.p >= 1 && c.weights + g * c.stored + c.buffers + c.workspace <= M) {
+        const State child{i, s.p - 1, s.ti, s.mi, vi};
+        const double value = std::max({c.load, c.link_in, solve(child)});
+        if (value < best) {
+          best = value;
+          if (best_choice) *best_choice = Choice{i, false, child};
+        }
+      }
+      const double special_load = t + c.load;
+      const double special_memory = m + c.weights + (g - 1) * c.stored + c.buffers;
+      if (allow_special_ && special_load < std::min(best, upper_bound_) &&
+          special_memory + c.workspace <= M) {
+        const int ti = static_cast<int>(special_load * inverse_dt_ + 0.5);
+        if (ti < nt_) {
+          const State child{i, s.p, ti, grid(special_memory, inverse_dm_, nm_ - 1), vi};
+          const double value = std::max({special_load, c.link_in, solve(child)});
+          if (value < best) {
+            best = value;
+            if (best_choice) *best_choice = Choice{i, true, child};
+          }
+        }
+      }
+    }
+    return best;
+  }
+
+  long long states() const { return states_; }
+
+ private:
+  std::uint64_t pack(const State& s) const {
+    std::uint64_t key = static_cast<std::uint64_t>(s.j);
+    key = key * (normal_gpus_ + 1) + s.p;
+    key = key * nt_ + s.ti;
+    key = key * nm_ + s.mi;
+    key = key * nv_ + s.vi;
+    return key;
+  }
+  static int grid(double value, double inverse_step, int max_index) {
+    return std::min(max_index, static_cast<int>(value * inverse_step + 0.5));
+  }
+  const StageCost& prefix(int j) const {  // the stage [0, j - 1]
+    return stage_costs_[static_cast<std::size_t>(j - 1) * costs_.num_layers() + (j - 1)];
+  }
+  int groups(double delay, double load) const {
+    return std::max(1, static_cast<int>(std::ceil((delay + load) * inverse_target_ - 1e-9)));
+  }
+  // x (+) y of ch. 7.1.2: stay in the group of x if x + y fits it, else start the next group.
+  double oplus(double x, double y) const {
+    const double gx = std::ceil(x * inverse_target_ - 1e-9);
+    const double gxy = std::ceil((x + y) * inverse_target_ - 1e-9);
+    return gx == gxy ? x + y : target_ * gx + y;
+  }
+
+  const madpipe::ChainCosts& costs_;
+  const madpipe::Platform& platform_;
+  bool allow_special_;
+  double target_;
+  double upper_bound_;
+  int nt_ = 1, nm_ = 1, nv_ = 2;
+  double dt_ = 1, dm_ = 1, dv_ = 1;
+  double inverse_dt_ = 1, inverse_dm_ = 1, inverse_dv_ = 1, inverse_target_ = 1;
+  std::vector<StageCost> stage_costs_;
+  int normal_gpus_ = 0;
+  StateMemo memo_;
+  long long states_ = 0;
+};
+}  // namespace
+
+madpipe::partition::DpResult madpipe::partition::madpipe_dp(
+    const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
+    bool allow_special, double target_ms, double upper_bound_ms) {
+  DpResult result;
+  if (costs.num_layers() == 0 || platform.gpus < 1) {
+    result.period_ms = kInf;
+    return result;
+  }
+  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms);
+  const State root = solver.root();
+  result.period_ms = solver.solve(root);
+  if (result.period_ms == kInf) {
+    result.states = solver.states();
+    return result;
+  }
+  // Walk the decisions back from the root: stages come out from the last to the first.
+  std::vector<std::pair<int, bool>> stages;  // (first layer, on the special GPU)
+  State s = root;
+  while (s.j > 0) {
+    Choice choice;
+    solver.evaluate(s, &choice);
+    if (choice.first_layer < 0) break;
+    stages.emplace_back(choice.first_layer, choice.special);
+    s = choice.child;
+  }
+  std::reverse(stages.begin(), stages.end());
+  int next_gpu = 0, special_gpu = -1;
+  for (const auto& [first, special] : stages) {
+    result.allocation.first_layers.push_back(first);
+    if (special) {
+      if (special_gpu < 0) special_gpu = next_gpu++;
+      result.allocation.gpus.push_back(special_gpu);
+    } else {
+      result.allocation.gpus.push_back(next_gpu++);
+    }
+  }
+  result.allocation.estimated_period_ms = result.period_ms;
+  result.states = solver.states();
+  return result;
+}
+
+// Algorithm 8; returns (achieved max(T, T^), allocation) pairs, best first.
+static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const madpipe::partition::Discretization& discretization, bool allow_special,
+    const std::function<void(const std::string&)>& progress, double upper_bound_ms) {
+  using namespace madpipe;
+  using namespace madpipe::partition;
+  const int L = costs.num_layers();
+  double total_links = 0;
+  for (int l = 0; l + 1 < L; ++l) total_links += link_ms(costs, l, platform);
+  double lb = std::max(costs.total_compute_ms() / platform.gpus, costs.max_layer_compute_ms());
+  double ub = std::min(costs.total_compute_ms() + total_links, upper_bound_ms);
+  if (ub < lb) ub = lb;
+  double target = lb;
+  std::vector<std::pair<double, Allocation>> found;
+  for (int iter = 0; iter < discretization.iterations; ++iter) {
+    // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
+    const DpResult run =
+        madpipe_dp(costs, platform, discretization, allow_special, target, ub * 1.0001);
+    const double achieved = std::max(run.period_ms, target);
+    if (progress) {
+      std::ostringstream line;
+      line << (allow_special ? "madpipe-dp" : "contiguous-dp") << " iteration " << iter + 1 << "/"
+           << discretization.iterations << ": target " << format_ms(target) << " -> period "
+           << (run.period_ms == kInf ? std::string("none") : format_ms(run.period_ms)) << " ("
+           << run.states << " states)";
+      progress(line.str());
+    }
+    if (run.period_ms < kInf) {
+      bool duplicate = false;
+      for (auto& [period, allocation] : found)
+        if (allocation == run.allocation) {
+          duplicate = true;
+          period = std::min(period, achieved);
+        }
+      if (!duplicate) found.emplace_back(achieved, run.allocation);
+    }
+    lb = std::max(lb, std::min(run.period_ms, target));
+    ub = std::min(ub, achieved);
+    if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
+    target = 0.5 * (lb + ub);
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  return found;
+}
+
+std::vector<madpipe::partition::Allocation> madpipe::partition::madpipe_allocations(
+    const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
+    bool allow_special, const std::function<void(const std::string&)>& progress,
+    double upper_bound_ms) {
+  std::vector<Allocation> out;
+  for (auto& [period, allocation] :
+       algorithm8(costs, platform, discretization, allow_special, progress, upper_bound_ms))
+    out.push_back(allocation);
+  return out;
+}
+
+double madpipe::partition::contiguous_upper_bound(const ChainCosts& costs,
+                                                  const Platform& platform,
+                                                  const Discretization& discretization) {
+  const auto found = algorithm8(costs, platform, discretization, false, {}, kInf);
+  return found.empty() ? kInf : found.front().first;
+}

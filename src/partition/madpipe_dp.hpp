@@ -1,0 +1,43 @@
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "core/platform.hpp"
+#include "partition/allocation.hpp"
+#include "partition/planner.hpp"
+
+namespace madpipe::partition {
+
+struct DpResult {
+  double period_ms = 0;  // +inf when no allocation fits (or none beats the upper bound)
+  Allocation allocation;
+  long long states = 0;  // states evaluated, for benchmarks
+};
+
+// MadPipe-DP (thesis ch. 7.1.2) for a target period T^: T(j, p, t_P, m_P, V) over the first j
+// layers, p normal GPUs, the special GPU's load t_P and memory m_P, and the delay V between the
+// end of F_j and the start of B_j; the memory of a stage uses the 1F1B* group number
+// ceil((V + U) / T^). With allow_special = false it is the contiguous DP (PipeDream-style
+// partition with 1F1B* memory estimates) on P normal GPUs. States whose period cannot beat
+// `upper_bound_ms` are pruned.
+DpResult madpipe_dp(const ChainCosts& costs, const Platform& platform,
+                    const Discretization& discretization, bool allow_special, double target_ms,
+                    double upper_bound_ms);
+
+// Algorithm 8: the modified binary search on T^ with K iterations. Returns the distinct
+// allocations found, best estimated period first. `upper_bound_ms` is a known achievable
+// max(T, T^) (e.g. from the contiguous DP); it starts the search and prunes the DP.
+std::vector<Allocation> madpipe_allocations(
+    const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
+    bool allow_special, const std::function<void(const std::string&)>& progress = {},
+    double upper_bound_ms = std::numeric_limits<double>::infinity());
+
+// The contiguous DP's best max(T, T^) over Algorithm 8: a valid upper bound for MadPipe-DP.
+double contiguous_upper_bound(const ChainCosts& costs, const Platform& platform,
+                              const Discretization& discretization);
+
+}  // namespace madpipe::partition

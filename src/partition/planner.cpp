@@ -1,0 +1,239 @@
+#include "partition/planner.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "partition/allocation.hpp"
+#include "partition/contiguous_dp.hpp"
+#include "partition/madpipe_dp.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/retime.hpp"
+#include "schedule/search.hpp"
+
+namespace {
+struct AlgorithmName {
+  madpipe::partition::Algorithm algorithm;
+  const char* name;
+};
+constexpr AlgorithmName kAlgorithmNames[] = {
+    {madpipe::partition::Algorithm::MadPipe, "madpipe"},
+    {madpipe::partition::Algorithm::Contiguous, "contiguous"},
+    {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
+    {madpipe::partition::Algorithm::GPipe, "gpipe"},
+};
+
+struct Candidate {
+  std::vector<madpipe::schedule::Stage> stages;
+  madpipe::schedule::Pattern pattern;
+  std::string method;
+};
+}  // namespace
+
+const char* madpipe::partition::to_string(Algorithm algorithm) {
+  for (const AlgorithmName& entry : kAlgorithmNames)
+    if (entry.algorithm == algorithm) return entry.name;
+  MADPIPE_UNREACHABLE("unknown algorithm");
+}
+
+madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const AlgorithmName& entry : kAlgorithmNames)
+    if (lower == entry.name) return entry.algorithm;
+  std::string valid;
+  for (const AlgorithmName& entry : kAlgorithmNames)
+    valid += std::string(valid.empty() ? "" : ", ") + entry.name;
+  throw Error(ErrorKind::InvalidInput, "", "algorithm",
+              "unknown algorithm '" + name + "' (valid: " + valid + ")");
+}
+
+const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
+  static const std::vector<Algorithm> algorithms{Algorithm::MadPipe, Algorithm::Contiguous,
+                                                 Algorithm::OneFOneB, Algorithm::GPipe};
+  return algorithms;
+}
+
+double madpipe::partition::lower_bound_period_ms(const Profile& profile,
+                                                 const Platform& platform) {
+  const ChainCosts costs(profile);
+  return std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
+                  costs.max_layer_compute_ms());
+}
+
+static void check_platform(const madpipe::Platform& platform) {
+  using madpipe::throw_invalid;
+  if (platform.gpus < 1) throw_invalid("", "gpus", "must be >= 1, got " + std::to_string(platform.gpus));
+  if (platform.gpus > 4096) throw_invalid("", "gpus", "must be <= 4096, got " + std::to_string(platform.gpus));
+  if (platform.memory_bytes <= 0) throw_invalid("", "memory", "must be > 0");
+  if (!(platform.bandwidth_bytes_per_ms > 0) || !std::isfinite(platform.bandwidth_bytes_per_ms))
+    throw_invalid("", "bandwidth", "must be a finite bandwidth > 0");
+  if (platform.weight_copies < 1)
+    throw_invalid("", "weight-copies", "must be >= 1, got " + std::to_string(platform.weight_copies));
+}
+
+static void keep_better(std::optional<Candidate>& best, Candidate candidate) {
+  if (!best ||
+      candidate.pattern.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9))
+    best = std::move(candidate);
+}
+
+// Schedules each allocation with the given pattern families and keeps the shortest period.
+static std::optional<Candidate> schedule_allocations(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const std::vector<madpipe::partition::Allocation>& allocations,
+    const madpipe::schedule::ScheduleSearchOptions& search,
+    const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  std::optional<Candidate> best;
+  int index = 0;
+  for (const partition::Allocation& allocation : allocations) {
+    ++index;
+    std::vector<schedule::Stage> stages = partition::stages_of(costs, allocation);
+    std::optional<schedule::ScheduledPattern> scheduled =
+        schedule::schedule_under_memory(stages, platform, search);
+    if (options.progress) {
+      std::ostringstream line;
+      line << "scheduled allocation " << index << "/" << allocations.size() << " ("
+           << stages.size() << " stages): "
+           << (scheduled ? format_ms(scheduled->pattern.normalized_period_ms()) + " via " +
+                               scheduled->method
+                         : std::string("does not fit in memory"));
+      options.progress(line.str());
+    }
+    if (scheduled)
+      keep_better(best, Candidate{std::move(stages), scheduled->pattern, scheduled->method});
+  }
+  return best;
+}
+
+static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
+                                                const madpipe::Platform& platform,
+                                                const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  const auto allocations = partition::madpipe_allocations(costs, platform, options.discretization,
+                                                          false, options.progress);
+  schedule::ScheduleSearchOptions search;
+  search.families = {schedule::PatternFamily::OneFOneBStar};
+  search.max_k = options.max_k;
+  return schedule_allocations(costs, platform, allocations, search, options);
+}
+
+static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
+                                             const madpipe::Platform& platform,
+                                             const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  const double contiguous_bound =
+      partition::contiguous_upper_bound(costs, platform, options.discretization);
+  const auto allocations = partition::madpipe_allocations(
+      costs, platform, options.discretization, true, options.progress, contiguous_bound);
+  schedule::ScheduleSearchOptions search;
+  search.max_k = options.max_k;
+  std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
+  // Never worse than the contiguous baseline it could have returned.
+  if (std::optional<Candidate> contiguous = plan_contiguous(costs, platform, options))
+    keep_better(best, std::move(*contiguous));
+  return best;
+}
+
+static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
+                                                     const madpipe::Platform& platform,
+                                                     const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  const bool gpipe = options.algorithm == partition::Algorithm::GPipe;
+  const int micro_batches = options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
+  const auto allocation = partition::fixed_in_flight_partition(
+      costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; });
+  if (!allocation) return std::nullopt;
+  std::vector<schedule::Stage> stages = partition::stages_of(costs, *allocation);
+  schedule::Pattern pattern = gpipe ? schedule::gpipe(stages, platform, micro_batches)
+                                    : schedule::one_f_one_b(stages, platform);
+  if (!gpipe)
+    if (auto tight = schedule::retime(pattern, stages, platform)) pattern = *tight;
+  if (!schedule::fits_memory(stages, pattern, platform)) return std::nullopt;
+  return Candidate{std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b"};
+}
+
+madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
+                                                             const Platform& platform,
+                                                             const PlannerOptions& options) {
+  check_platform(platform);
+  if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
+  const auto started = std::chrono::steady_clock::now();
+  const ChainCosts costs(profile);
+  std::optional<Candidate> best;
+  switch (options.algorithm) {
+    case Algorithm::MadPipe:
+      best = plan_madpipe(costs, platform, options);
+      break;
+    case Algorithm::Contiguous:
+      best = plan_contiguous(costs, platform, options);
+      break;
+    case Algorithm::OneFOneB:
+    case Algorithm::GPipe:
+      best = plan_fixed_in_flight(costs, platform, options);
+      break;
+  }
+  PlanResult result;
+  result.planning_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!best) {
+    result.reason = std::string("no ") + to_string(options.algorithm) + " plan fits in " +
+                    format_bytes(static_cast<double>(platform.memory_bytes)) + " per GPU";
+    return result;
+  }
+  result.feasible = true;
+  schedule::Plan& plan = result.plan;
+  plan.profile = profile.name;
+  plan.platform = platform;
+  plan.algorithm = to_string(options.algorithm);
+  plan.stages = std::move(best->stages);
+  plan.pattern = std::move(best->pattern);
+  schedule::fill_predicted(plan, lower_bound_period_ms(profile, platform));
+  return result;
+}
+
+std::int64_t madpipe::partition::smallest_feasible_memory(const Profile& profile,
+                                                          const Platform& platform,
+                                                          const PlannerOptions& options) {
+  check_platform(platform);
+  const ChainCosts costs(profile);
+  PlannerOptions quick = options;
+  quick.progress = nullptr;
+  if (quick.algorithm == Algorithm::MadPipe) {
+    quick.discretization.iterations = std::min(quick.discretization.iterations, 6);
+  }
+  auto feasible = [&](std::int64_t memory) {
+    Platform trial = platform;
+    trial.memory_bytes = memory;
+    return make_plan(profile, trial, quick).feasible;
+  };
+  // Everything on one GPU with one micro-batch in flight always fits this much.
+  std::int64_t hi = platform.weight_copies * costs.weight_bytes(0, costs.num_layers() - 1) +
+                    costs.stored_bytes(0, costs.num_layers() - 1) +
+                    costs.workspace_bytes(0, costs.num_layers() - 1) + 1;
+  hi = std::max(hi, platform.memory_bytes);
+  int guard = 0;
+  while (!feasible(hi)) {
+    if (++guard > 8) return -1;
+    hi *= 2;
+  }
+  std::int64_t lo = 0;
+  while (hi - lo > std::max<std::int64_t>(1, hi / 100)) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (feasible(mid))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}

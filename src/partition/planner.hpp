@@ -1,0 +1,63 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "schedule/plan.hpp"
+
+namespace madpipe::partition {
+
+enum class Algorithm {
+  MadPipe,     // MadPipe-DP (one special GPU may hold several stages) + scheduler; never worse
+               // than the contiguous baseline
+  Contiguous,  // PipeDream-style contiguous DP with 1F1B* memory estimates + 1F1B* (best k)
+  OneFOneB,    // contiguous DP with 1F1B memory (NCA = stages after) + 1F1B (PipeDream-Flush)
+  GPipe,       // contiguous DP with GPipe memory (NCA = micro-batches) + fill-drain
+};
+
+const char* to_string(Algorithm algorithm);                     // "madpipe", "contiguous", ...
+Algorithm algorithm_from_string(const std::string& name);        // case-insensitive; Error lists names
+const std::vector<Algorithm>& all_algorithms();
+
+// Discretization of MadPipe-DP (thesis ch. 7.3.1 defaults).
+struct Discretization {
+  int time_steps = 101;   // values of t_P in [0, U(1, L)]
+  int delay_steps = 51;   // values of V in [0, U(1, L) + sum C]
+  int memory_steps = 11;  // values of m_P in [0, M]
+  int iterations = 10;    // K of Algorithm 8
+};
+
+struct PlannerOptions {
+  Algorithm algorithm = Algorithm::MadPipe;
+  Discretization discretization{};
+  int gpipe_micro_batches = 0;  // micro-batches per GPipe step; 0: number of GPUs
+  int max_k = 0;                // largest k tried for k-periodic patterns; 0: number of GPUs
+  // Progress lines for long runs; the planner itself never prints.
+  std::function<void(const std::string&)> progress;
+};
+
+struct PlanResult {
+  bool feasible = false;
+  schedule::Plan plan;        // valid when feasible
+  std::string reason;         // why no plan fits, when infeasible
+  double planning_seconds = 0;
+};
+
+// Plans `profile` on `platform` with the chosen algorithm. Every feasible plan passes
+// schedule::validate(). Throws Error{InvalidInput} for an inconsistent platform.
+PlanResult make_plan(const Profile& profile, const Platform& platform,
+                     const PlannerOptions& options = {});
+
+// max(sum U / P, max_l (u_F + u_B)): no plan can have a smaller normalized period.
+double lower_bound_period_ms(const Profile& profile, const Platform& platform);
+
+// Smallest memory per GPU (within 1%) for which some algorithm finds a plan; -1 if none fits
+// even with unbounded memory (cannot happen for valid profiles).
+std::int64_t smallest_feasible_memory(const Profile& profile, const Platform& platform,
+                                      const PlannerOptions& options = {});
+
+}  // namespace madpipe::partition

@@ -1,0 +1,108 @@
+#include "schedule/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+// One residue class of micro-batches of a stage: F starts at f_start + j*T and the micro-batch
+// stays in flight for `span` ms (until the end of its B).
+struct FlightClass {
+  double f_start = 0;
+  double span = 0;
+};
+}  // namespace
+
+// Micro-batches of the class in flight at time t (start <= t < end, ends within eps count as
+// ended so that back-to-back B/F pairs are not double counted).
+static int in_flight_at(const FlightClass& c, double t, double period) {
+  const double eps = 1e-9 * period;
+  const double x = t - c.f_start + eps;
+  return static_cast<int>(std::floor(x / period) - std::floor((x - c.span) / period));
+}
+
+static std::vector<std::vector<FlightClass>> flight_classes(
+    const madpipe::schedule::Pattern& pattern, int num_stages) {
+  using madpipe::schedule::OpKind;
+  std::vector<std::vector<FlightClass>> classes(num_stages);
+  const int k = std::max(1, pattern.k);
+  const double T = pattern.period_ms;
+  for (const auto& f : pattern.ops) {
+    if (f.kind != OpKind::F || f.stage < 0 || f.stage >= num_stages) continue;
+    const int residue = ((f.shift % k) + k) % k;
+    for (const auto& b : pattern.ops) {
+      if (b.kind != OpKind::B || b.stage != f.stage) continue;
+      if (((b.shift % k) + k) % k != residue) continue;
+      // Same micro-batch i: F in period (i - f.shift)/k, B in period (i - b.shift)/k.
+      const double periods_between = static_cast<double>(f.shift - b.shift) / k;
+      FlightClass c;
+      c.f_start = f.start_ms;
+      c.span = periods_between * T + b.start_ms + b.duration_ms - f.start_ms;
+      classes[f.stage].push_back(c);
+      break;
+    }
+  }
+  return classes;
+}
+
+std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& pattern,
+                                                           int num_stages) {
+  std::vector<int> nca(num_stages, 0);
+  if (pattern.period_ms <= 0) return nca;
+  const auto classes = flight_classes(pattern, num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    for (const FlightClass& probe : classes[s]) {
+      int count = 0;
+      for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
+      nca[s] = std::max(nca[s], count);
+    }
+  }
+  return nca;
+}
+
+madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<Stage>& stages,
+                                                              int gpu, const Platform& platform) {
+  GpuMemory memory;
+  const int n = static_cast<int>(stages.size());
+  for (int s = 0; s < n; ++s) {
+    if (stages[s].gpu != gpu) continue;
+    memory.weights += platform.weight_copies * stages[s].weight_bytes;
+    memory.workspace = std::max(memory.workspace, stages[s].workspace_bytes);
+    if (s > 0 && stages[s - 1].gpu != gpu) memory.buffers += 2 * stages[s - 1].output_bytes;
+    if (s + 1 < n && stages[s + 1].gpu != gpu) memory.buffers += 2 * stages[s].output_bytes;
+  }
+  return memory;
+}
+
+std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
+    const std::vector<Stage>& stages, const Pattern& pattern, const Platform& platform) {
+  const int n = static_cast<int>(stages.size());
+  std::vector<GpuMemory> memory(platform.gpus);
+  for (int g = 0; g < platform.gpus; ++g) memory[g] = static_memory(stages, g, platform);
+  if (pattern.period_ms <= 0) return memory;
+  const auto classes = flight_classes(pattern, n);
+  // Activations only grow when an F starts, so the peak is reached at some F start.
+  for (int g = 0; g < platform.gpus; ++g) {
+    std::int64_t peak = 0;
+    for (int probe_stage = 0; probe_stage < n; ++probe_stage) {
+      if (stages[probe_stage].gpu != g) continue;
+      for (const FlightClass& probe : classes[probe_stage]) {
+        std::int64_t bytes = 0;
+        for (int s = 0; s < n; ++s) {
+          if (stages[s].gpu != g) continue;
+          int count = 0;
+          for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
+          bytes += count * stages[s].stored_bytes;
+        }
+        peak = std::max(peak, bytes);
+      }
+    }
+    memory[g].activations = peak;
+  }
+  return memory;
+}
+
+std::vector<std::int64_t> madpipe::schedule::totals(const std::vector<GpuMemory>& memory) {
+  std::vector<std::int64_t> out;
+  for (const GpuMemory& m : memory) out.push_back(m.total());
+  return out;
+}

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+
+namespace madpipe::schedule {
+
+// Memory of one GPU under a pattern (ARCHITECTURE.md, "Memory of a GPU").
+struct GpuMemory {
+  std::int64_t weights = 0;      // C * sum of W of its stages
+  std::int64_t activations = 0;  // peak over time of sum_s in-flight(s) * stored_bytes(s)
+  std::int64_t buffers = 0;      // send/receive buffers of activations and gradients
+  std::int64_t workspace = 0;    // largest transient workspace of its layers
+
+  std::int64_t total() const noexcept { return weights + activations + buffers + workspace; }
+  // What FORMATS.md requires predicted.memory_bytes to be at least.
+  std::int64_t lower_bound() const noexcept { return weights + activations; }
+};
+
+// Largest number of micro-batches in flight on each stage (from the start of F to the end of B),
+// over the steady state of the periodic schedule: the NCA of the stage.
+std::vector<int> concurrent_activations(const Pattern& pattern, int num_stages);
+
+// Exact per-GPU memory of the steady state of `pattern`.
+std::vector<GpuMemory> evaluate_memory(const std::vector<Stage>& stages, const Pattern& pattern,
+                                       const Platform& platform);
+
+// Static part of a GPU's memory (everything but activations), shared with the partitioners'
+// estimates so that both use one model.
+GpuMemory static_memory(const std::vector<Stage>& stages, int gpu, const Platform& platform);
+
+std::vector<std::int64_t> totals(const std::vector<GpuMemory>& memory);
+
+}  // namespace madpipe::schedule

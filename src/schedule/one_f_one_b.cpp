@@ -1,0 +1,101 @@
+#include "schedule/one_f_one_b.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+std::vector<madpipe::schedule::PipelineResource> madpipe::schedule::pipeline_resources(
+    const std::vector<Stage>& stages, const Platform& platform) {
+  const std::vector<Op> chain = micro_batch_chain(stages, platform);
+  const std::size_t half = chain.size() / 2;  // forward ops, then their backward ops mirrored
+  std::vector<PipelineResource> resources(half);
+  for (std::size_t r = 0; r < half; ++r) {
+    resources[r].forward = chain[r];
+    resources[r].backward = chain[chain.size() - 1 - r];
+  }
+  return resources;
+}
+
+std::vector<int> madpipe::schedule::one_f_one_b_star_groups(
+    const std::vector<PipelineResource>& resources, double period_ms) {
+  const int n = static_cast<int>(resources.size());
+  std::vector<int> groups(n, 0);
+  int group = 1;
+  double load = 0;
+  for (int r = n - 1; r >= 0; --r) {
+    const double u = resources[r].load_ms();
+    if (u > period_ms) return {};
+    if (load + u > period_ms) {
+      ++group;
+      load = 0;
+    }
+    load += u;
+    groups[r] = group;
+  }
+  return groups;
+}
+
+madpipe::schedule::Pattern madpipe::schedule::one_f_one_b_star_with_groups(
+    const std::vector<Stage>& stages, const Platform& platform, const std::vector<int>& groups,
+    double period_ms) {
+  const std::vector<PipelineResource> resources = pipeline_resources(stages, platform);
+  const int n = static_cast<int>(resources.size());
+  if (static_cast<int>(groups.size()) != n)
+    throw Error(ErrorKind::Internal, "", "", "1F1B*: one group number per resource expected");
+  std::vector<Op> ops;
+  // Absolute times of micro-batch 0: forwards back to back; inside group g, the backwards of the
+  // group follow its last forward as a V, (g - 1) periods later.
+  std::vector<double> forward_start(n);
+  double t = 0;
+  for (int r = 0; r < n; ++r) {
+    forward_start[r] = t;
+    t += resources[r].forward.duration_ms;
+  }
+  int hi = n - 1;
+  while (hi >= 0) {
+    int lo = hi;
+    while (lo > 0 && groups[lo - 1] == groups[hi]) --lo;
+    const double forwards_end = forward_start[hi] + resources[hi].forward.duration_ms;
+    double b = forwards_end + (groups[hi] - 1) * period_ms;
+    for (int r = hi; r >= lo; --r) {
+      Op backward = resources[r].backward;
+      backward.start_ms = b;
+      b += backward.duration_ms;
+      ops.push_back(backward);
+    }
+    hi = lo - 1;
+  }
+  for (int r = 0; r < n; ++r) {
+    Op forward = resources[r].forward;
+    forward.start_ms = forward_start[r];
+    ops.push_back(forward);
+  }
+  return pattern_from_absolute_times(std::move(ops), period_ms);
+}
+
+std::optional<madpipe::schedule::Pattern> madpipe::schedule::one_f_one_b_star(
+    const std::vector<Stage>& stages, const Platform& platform, double period_ms) {
+  const std::vector<int> groups =
+      one_f_one_b_star_groups(pipeline_resources(stages, platform), period_ms);
+  if (groups.empty()) return std::nullopt;
+  return one_f_one_b_star_with_groups(stages, platform, groups, period_ms);
+}
+
+madpipe::schedule::Pattern madpipe::schedule::one_f_one_b(const std::vector<Stage>& stages,
+                                                          const Platform& platform) {
+  const std::vector<PipelineResource> resources = pipeline_resources(stages, platform);
+  const int n = static_cast<int>(resources.size());
+  std::vector<int> groups(n);
+  std::vector<double> group_load;
+  int group = 0;
+  for (int r = n - 1; r >= 0; --r) {
+    if (resources[r].forward.kind == OpKind::F) {  // a stage opens a new group...
+      ++group;
+      group_load.push_back(0);
+    }
+    groups[r] = group;  // ...which also holds the link after it
+    group_load.back() += resources[r].load_ms();
+  }
+  const double period = *std::max_element(group_load.begin(), group_load.end());
+  return one_f_one_b_star_with_groups(stages, platform, groups, period);
+}

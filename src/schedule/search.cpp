@@ -1,0 +1,103 @@
+#include "schedule/search.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "schedule/k_periodic.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/retime.hpp"
+
+using Generator = std::function<std::optional<madpipe::schedule::Pattern>(double)>;
+
+bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
+                                    const Platform& platform) {
+  for (const GpuMemory& m : evaluate_memory(stages, pattern, platform))
+    if (m.total() > platform.memory_bytes) return false;
+  return true;
+}
+
+// The k-periodic variant of the family's pattern at period T, if it fits in memory.
+static std::optional<madpipe::schedule::Pattern> fitting_variant(
+    const Generator& generate, double period, int k,
+    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::Platform& platform) {
+  std::optional<madpipe::schedule::Pattern> base = generate(period);
+  if (!base) return std::nullopt;
+  madpipe::schedule::Pattern variant = madpipe::schedule::drop_every_kth_plus_one(*base, k);
+  if (!madpipe::schedule::fits_memory(stages, variant, platform)) return std::nullopt;
+  return variant;
+}
+
+static void consider(std::optional<madpipe::schedule::ScheduledPattern>& best,
+                     const madpipe::schedule::Pattern& candidate, const std::string& method,
+                     const std::vector<madpipe::schedule::Stage>& stages,
+                     const madpipe::Platform& platform) {
+  using namespace madpipe::schedule;
+  std::optional<Pattern> tight = retime(candidate, stages, platform);
+  const Pattern& chosen = (tight && fits_memory(stages, *tight, platform)) ? *tight : candidate;
+  if (!best || chosen.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9))
+    best = ScheduledPattern{chosen, method};
+}
+
+std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_under_memory(
+    const std::vector<Stage>& stages, const Platform& platform,
+    const ScheduleSearchOptions& options) {
+  const std::vector<PipelineResource> resources = pipeline_resources(stages, platform);
+  std::map<int, double> load;
+  double total = 0;
+  for (const PipelineResource& r : resources) {
+    load[resource_of(r.forward, platform.gpus)] += r.load_ms();
+    total += r.load_ms();
+  }
+  double lo = 0;
+  for (const auto& [resource, busy] : load) lo = std::max(lo, busy);
+  const double hi_start = std::max(total, lo) * (1 + 1e-9);
+  const int max_k = options.max_k > 0 ? options.max_k : static_cast<int>(resources.size());
+
+  std::optional<ScheduledPattern> best;
+  for (PatternFamily family : options.families) {
+    Generator generate;
+    std::string name;
+    if (family == PatternFamily::OneFOneBStar) {
+      if (!is_contiguous_allocation(stages)) continue;
+      generate = [&](double T) { return one_f_one_b_star(stages, platform, T); };
+      name = "1f1b*";
+    } else {
+      generate = [&](double T) { return modulo_schedule(stages, platform, T); };
+      name = "modulo";
+    }
+    for (int k = 1; k <= max_k; ++k) {
+      double hi = hi_start;
+      std::optional<Pattern> found = fitting_variant(generate, hi, k, stages, platform);
+      if (!found) {
+        if (k == 1 && family == PatternFamily::OneFOneBStar) break;  // one group is the least
+        continue;
+      }
+      double low = lo;
+      for (int iter = 0; iter < 40 && hi - low > 1e-6 * hi; ++iter) {
+        const double mid = 0.5 * (low + hi);
+        if (auto p = fitting_variant(generate, mid, k, stages, platform)) {
+          hi = mid;
+          found = std::move(p);
+        } else {
+          low = mid;
+        }
+      }
+      if (family == PatternFamily::Modulo && k == 1) {
+        // Greedy placement is not monotone in T: probe a grid below the binary search's answer.
+        const int probes = 24;
+        for (int i = 0; i < probes; ++i) {
+          const double T = lo + (hi - lo) * i / probes;
+          if (auto p = fitting_variant(generate, T, k, stages, platform))
+            consider(best, *p, name, stages, platform);
+        }
+      }
+      consider(best, *found, k == 1 ? name : name + ", k=" + std::to_string(k), stages, platform);
+      // A larger k only helps when memory forced the period up.
+      if (best && best->pattern.normalized_period_ms() <= lo * (1 + 1e-9)) return best;
+    }
+  }
+  return best;
+}

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+
+namespace madpipe::schedule {
+
+enum class PatternFamily {
+  OneFOneBStar,  // 1F1B*(T) and its k-periodic variants; contiguous allocations only
+  Modulo,        // modulo list scheduling and its k-periodic variants; any allocation
+};
+
+struct ScheduleSearchOptions {
+  std::vector<PatternFamily> families{PatternFamily::OneFOneBStar, PatternFamily::Modulo};
+  int max_k = 0;  // largest k tried; 0: number of pipeline resources (k >= that never helps)
+};
+
+struct ScheduledPattern {
+  Pattern pattern;
+  std::string method;  // e.g. "1f1b*", "modulo, k=2"
+};
+
+// Best pattern for a fixed allocation whose memory (evaluate_memory totals) fits
+// platform.memory_bytes on every GPU: for each family and each k, a binary search on the period
+// (Algorithm 7 and its k-periodic variant), then retime(). nullopt when nothing fits.
+std::optional<ScheduledPattern> schedule_under_memory(const std::vector<Stage>& stages,
+                                                      const Platform& platform,
+                                                      const ScheduleSearchOptions& options = {});
+
+// True when every GPU's full memory estimate fits the platform.
+bool fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
+                 const Platform& platform);
+
+}  // namespace madpipe::schedule

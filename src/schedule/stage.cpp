@@ -1,0 +1,58 @@
+#include "schedule/stage.hpp"
+
+#include <set>
+#include <tuple>
+
+#include "core/error.hpp"
+
+bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
+  return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,
+                  a.weight_bytes, a.stored_bytes, a.output_bytes, a.workspace_bytes, a.remat,
+                  a.offload) ==
+         std::tie(b.id, b.first_layer, b.last_layer, b.gpu, b.forward_ms, b.backward_ms,
+                  b.weight_bytes, b.stored_bytes, b.output_bytes, b.workspace_bytes, b.remat,
+                  b.offload);
+}
+
+madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, int id,
+                                                       int first_layer, int last_layer, int gpu) {
+  Stage stage;
+  stage.id = id;
+  stage.first_layer = first_layer;
+  stage.last_layer = last_layer;
+  stage.gpu = gpu;
+  stage.forward_ms = costs.forward_ms(first_layer, last_layer);
+  stage.backward_ms = costs.backward_ms(first_layer, last_layer);
+  stage.weight_bytes = costs.weight_bytes(first_layer, last_layer);
+  stage.stored_bytes = costs.stored_bytes(first_layer, last_layer);
+  stage.output_bytes = costs.activation_bytes(last_layer);
+  stage.workspace_bytes = costs.workspace_bytes(first_layer, last_layer);
+  return stage;
+}
+
+std::vector<madpipe::schedule::Stage> madpipe::schedule::make_stages(
+    const ChainCosts& costs, const std::vector<int>& first_layers, const std::vector<int>& gpus) {
+  if (first_layers.size() != gpus.size() || first_layers.empty() || first_layers[0] != 0)
+    throw Error(ErrorKind::Internal, "", "", "make_stages: inconsistent stage boundaries");
+  std::vector<Stage> stages;
+  const int n = static_cast<int>(first_layers.size());
+  for (int s = 0; s < n; ++s) {
+    const int last = s + 1 < n ? first_layers[s + 1] - 1 : costs.num_layers() - 1;
+    if (last < first_layers[s])
+      throw Error(ErrorKind::Internal, "", "", "make_stages: empty stage");
+    stages.push_back(make_stage(costs, s, first_layers[s], last, gpus[s]));
+  }
+  return stages;
+}
+
+bool madpipe::schedule::is_contiguous_allocation(const std::vector<Stage>& stages) {
+  std::set<int> seen;
+  for (const Stage& stage : stages)
+    if (!seen.insert(stage.gpu).second) return false;
+  return true;
+}
+
+double madpipe::schedule::transfer_ms(std::int64_t bytes, const Platform& platform) {
+  if (platform.bandwidth_bytes_per_ms <= 0) return 0.0;
+  return static_cast<double>(bytes) / platform.bandwidth_bytes_per_ms;
+}

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "core/platform.hpp"
+
+namespace madpipe::schedule {
+
+// A contiguous range of layers placed on one GPU, with its effective costs (FORMATS.md, "stages").
+struct Stage {
+  int id = 0;
+  int first_layer = 0;
+  int last_layer = 0;
+  int gpu = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+  std::int64_t weight_bytes = 0;
+  std::int64_t stored_bytes = 0;     // memory one in-flight micro-batch occupies
+  std::int64_t output_bytes = 0;     // a_{last_layer}, sent to the next stage
+  std::int64_t workspace_bytes = 0;  // largest transient workspace of its layers
+  std::string remat = "none";        // remat.strategy
+  std::string offload = "none";      // offload.strategy
+
+  double compute_ms() const noexcept { return forward_ms + backward_ms; }
+};
+
+bool operator==(const Stage& a, const Stage& b);
+
+Stage make_stage(const ChainCosts& costs, int id, int first_layer, int last_layer, int gpu);
+
+// Stages from the index of the first layer of each stage (ascending, starting at 0) and the GPU
+// of each stage.
+std::vector<Stage> make_stages(const ChainCosts& costs, const std::vector<int>& first_layers,
+                               const std::vector<int>& gpus);
+
+// True when every GPU holds at most one stage.
+bool is_contiguous_allocation(const std::vector<Stage>& stages);
+
+// Time to send `bytes` over one link; 0 when the bandwidth is infinite (0 means "not set" and is
+// rejected by readers).
+double transfer_ms(std::int64_t bytes, const Platform& platform);
+
+}  // namespace madpipe::schedule

@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `madpipe` command. CTest runs one case per test:
+#   run_cli_tests.sh CASE MADPIPE_BINARY SOURCE_DIR WORK_DIR
+# Each case runs the real binary on the shipped profiles and checks exit status, stdout, stderr
+# and written files. Run all cases by hand with CASE = all.
+set -euo pipefail
+
+if [[ $# -ne 4 ]]; then
+  echo "usage: $0 CASE MADPIPE_BINARY SOURCE_DIR WORK_DIR" >&2
+  exit 2
+fi
+case_name=$1
+madpipe=$2
+source_dir=$3
+work_root=$4
+
+resnet=$source_dir/configs/profiles/resnet50.json
+gpt2=$source_dir/configs/profiles/gpt2_small.json
+minimal=$source_dir/tests/data/profiles/minimal.json
+platform=(--gpus 4 --memory 8GiB --bandwidth 12GB/s)
+
+# --- helpers --------------------------------------------------------------------------------
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  if [[ -f out ]]; then echo "--- stdout ---" >&2; cat out >&2; fi
+  if [[ -f err ]]; then echo "--- stderr ---" >&2; cat err >&2; fi
+  exit 1
+}
+
+# run ARGS...: runs madpipe, stdout to ./out, stderr to ./err, status to $status.
+run() {
+  set +e
+  "$madpipe" "$@" >out 2>err
+  status=$?
+  set -e
+}
+
+expect_status() {
+  [[ $status -eq $1 ]] || fail "expected exit status $1, got $status (madpipe ${*:2})"
+}
+
+# expect_in FILE TEXT: FILE contains the fixed string TEXT.
+expect_in() {
+  grep -qF -- "$2" "$1" || fail "$1 does not contain: $2"
+}
+
+# expect_match FILE REGEX: some line of FILE matches the extended regex.
+expect_match() {
+  grep -qE -- "$2" "$1" || fail "$1 has no line matching: $2"
+}
+
+expect_not_in() {
+  if grep -qF -- "$2" "$1"; then fail "$1 unexpectedly contains: $2"; fi
+}
+
+expect_empty() {
+  [[ ! -s $1 ]] || fail "$1 is not empty"
+}
+
+expect_line_count() {
+  local n
+  n=$(wc -l <"$1")
+  [[ $n -eq $2 ]] || fail "$1 has $n lines, expected $2"
+}
+
+# Checks that FILE is well-formed JSON when python3 is available (simulate checks it anyway).
+expect_json() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" || fail "$1 is not valid JSON"
+  fi
+}
+
+# --- cases ----------------------------------------------------------------------------------
+
+case_help() {
+  run --help
+  expect_status 0
+  for command in plan simulate compare; do expect_match out "^  $command  "; done
+  expect_empty err
+  run help plan
+  expect_status 0
+  expect_in out "usage: madpipe plan --profile FILE --gpus N --memory SIZE --bandwidth RATE"
+  for option in --memory --bandwidth --algorithm --weight-copies --output --quiet --config; do
+    expect_in out "$option"
+  done
+  cp out help_plan
+  run plan --help
+  expect_status 0
+  cmp -s out help_plan || fail "'madpipe plan --help' differs from 'madpipe help plan'"
+  run simulate --help
+  expect_status 0
+  expect_in out "--policy"
+  run compare --help
+  expect_status 0
+  expect_in out "--algorithms"
+  expect_in out "--csv"
+}
+
+case_version() {
+  run --version
+  expect_status 0
+  [[ $(cat out) == "madpipe 0.1.0" ]] || fail "unexpected version line"
+}
+
+case_unknown_command() {
+  run frobnicate
+  expect_status 2
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare)"
+  expect_empty out
+  run
+  expect_status 2
+  expect_in err "madpipe: error: no command given"
+  run help frobnicate
+  expect_status 2
+  expect_in err "unknown command 'frobnicate'"
+}
+
+case_plan_and_simulate() {
+  run plan --profile "$resnet" "${platform[@]}" --output plan.json
+  expect_status 0
+  expect_in out "algorithm    madpipe"
+  expect_match out "^ +0  0\.\.[0-9]+ +conv1\.\."
+  expect_match out "^period +[0-9.]+ ms per micro-batch"
+  expect_match out "^throughput +[0-9.]+ micro-batches/s"
+  expect_match out "^lower bound +[0-9.]+ ms per micro-batch; period / lower bound = [0-9.]+"
+  expect_match out "^  3  .*GiB +[0-9]+%"
+  expect_in out "memory limit 8.0 GiB per GPU"
+  expect_in out "plan written to plan.json"
+  expect_match err "^plan: "  # progress lines
+  [[ -s plan.json ]] || fail "plan.json was not written"
+  expect_json plan.json
+  expect_in plan.json '"format": "madpipe.plan/1"'
+  expect_in plan.json '"profile": "resnet50"'
+  expect_in plan.json '"memory_bytes": 8589934592'
+  run simulate --plan plan.json --profile "$resnet"
+  expect_status 0
+  expect_match out "^step time +[0-9.]+ ms"
+  # The timetable replay must reach the planned period exactly (STYLE.md, Testing).
+  expect_match out "^steady period .* ratio 1\.000$"
+  expect_match out "^  0 +[0-9.]+ [KMG]iB +[0-9.]+ [KMG]iB +[0-9]+%$"
+  expect_not_in err "warning"
+  run simulate --plan plan.json --profile "$resnet" --policy asap --micro-batches 12
+  expect_status 0
+  expect_in out "simulated      12 micro-batches, asap policy"
+}
+
+case_plan_every_algorithm() {
+  for algorithm in madpipe contiguous 1f1b gpipe; do
+    run plan --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 12GB/s --quiet \
+      --algorithm "$algorithm" --output "plan-$algorithm.json"
+    expect_status 0
+    expect_empty err
+    expect_in "plan-$algorithm.json" "\"algorithm\": \"$algorithm\""
+    run simulate --plan "plan-$algorithm.json" --profile "$gpt2"
+    expect_status 0
+    expect_match out "ratio 1\.000$"
+  done
+}
+
+case_plan_is_deterministic() {
+  run plan --profile "$resnet" "${platform[@]}" --quiet --output a.json
+  expect_status 0
+  run plan --profile "$resnet" "${platform[@]}" --quiet --output b.json
+  expect_status 0
+  cmp -s a.json b.json || fail "two runs wrote different plans"
+}
+
+case_bad_memory() {
+  run plan --profile "$resnet" --gpus 4 --memory abc --bandwidth 12GB/s
+  expect_status 2
+  local expected="madpipe: error: --memory: cannot parse 'abc' as a size (examples: 16GiB, 500MB)"
+  [[ $(cat err) == "$expected" ]] || fail "unexpected message"
+  expect_empty out
+  run plan --profile "$resnet" --gpus 4 --memory 8GiB --bandwidth fast
+  expect_status 2
+  expect_in err "madpipe: error: --bandwidth: cannot parse 'fast' as a bandwidth"
+  run compare --profile "$resnet" --gpus 4 --memory -3GB --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: --memory: must be >= 0"
+}
+
+case_bad_options() {
+  run plan --profile "$resnet" --gpus 0 --memory 8GiB --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: --gpus: must be >= 1, got 0"
+  run plan --profile "$resnet" --memory 8GiB --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: the option '--gpus' is required but missing"
+  run plan --profile "$resnet" "${platform[@]}" --algorithm pipedream
+  expect_status 2
+  expect_in err "madpipe: error: --algorithm: unknown algorithm 'pipedream'"
+  expect_in err "(valid: madpipe, contiguous, 1f1b, gpipe)"
+  run plan --profile "$resnet" "${platform[@]}" --mem 4GiB
+  expect_status 2
+  expect_in err "madpipe: error: unrecognised option '--mem'"
+  run plan --profile "$resnet" "${platform[@]}" stray
+  expect_status 2
+  expect_in err "madpipe: error: unexpected argument 'stray'"
+  run simulate --plan x.json --profile "$resnet" --policy eager
+  expect_status 2
+  expect_in err "madpipe: error: --policy: unknown policy 'eager' (valid: timetable, asap)"
+  run compare --profile "$resnet" "${platform[@]}" --algorithms madpipe,nope
+  expect_status 2
+  expect_in err "madpipe: error: --algorithms: unknown algorithm 'nope'"
+}
+
+case_missing_profile() {
+  run plan --profile does/not/exist.json "${platform[@]}"
+  expect_status 2
+  expect_match err "^madpipe: error: does/not/exist\.json: "
+  expect_empty out
+  run compare --profile does/not/exist.json "${platform[@]}"
+  expect_status 2
+  expect_in err "does/not/exist.json"
+  run simulate --plan missing-plan.json --profile "$resnet"
+  expect_status 2
+  expect_match err "^madpipe: error: missing-plan\.json: "
+}
+
+case_too_little_memory() {
+  run plan --profile "$resnet" --gpus 4 --memory 1MB --bandwidth 12GB/s --output never.json
+  expect_status 2
+  local smallest="the smallest memory per GPU for which madpipe finds a plan is [0-9.]+ [KMGT]iB"
+  expect_match err "^madpipe: error: no madpipe plan fits in .*; $smallest$"
+  [[ ! -e never.json ]] || fail "a plan was written although none fits"
+  # The size it names must indeed be enough (sizes print with one decimal: round up 0.1 GiB).
+  local size unit
+  read -r size unit < <(sed -nE 's/.* finds a plan is ([0-9.]+) ([KMGT]iB)$/\1 \2/p' err)
+  local enough
+  enough=$(awk -v s="$size" 'BEGIN { printf "%.1f", s + 0.1 }')
+  run plan --profile "$resnet" --gpus 4 --memory "${enough}${unit}" --bandwidth 12GB/s --quiet
+  expect_status 0
+}
+
+case_compare() {
+  run compare --profile "$resnet" "${platform[@]}"
+  expect_status 0
+  local header="^algorithm +period \(ms\) +vs best +vs bound +throughput \(/s\)"
+  expect_match out "$header +max GPU memory +planning \(s\)$"
+  expect_match out "^lower bound +[0-9.]+ ms per micro-batch$"
+  for algorithm in madpipe contiguous 1f1b gpipe; do
+    local numbers="[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ [KMGT]?i?B"
+    expect_match out "^$algorithm +($numbers|does not fit +- +- +- +-) +[0-9.]+$"
+  done
+  # The best feasible row has ratio 1.000 to the best.
+  expect_match out "^[a-z0-9]+ +[0-9.]+ +1\.000 "
+  expect_match err "^compare: madpipe: "
+}
+
+case_compare_csv() {
+  run compare --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 12GB/s --csv --quiet \
+    --algorithms gpipe,madpipe
+  expect_status 0
+  expect_empty err
+  expect_line_count out 3
+  local header="algorithm,status,period_ms,ratio_to_best,ratio_to_lower_bound,throughput_per_s"
+  header+=",max_memory_bytes,planning_s"
+  [[ $(head -n1 out) == "$header" ]] || fail "unexpected CSV header"
+  [[ $(sed -n 2p out | cut -d, -f1) == gpipe ]] || fail "rows not in --algorithms order"
+  [[ $(sed -n 3p out | cut -d, -f1) == madpipe ]] || fail "rows not in --algorithms order"
+  awk -F, 'NR > 1 && NF != 8 { exit 1 }' out || fail "a CSV row does not have 8 fields"
+  expect_match out "^madpipe,ok,[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+$"
+}
+
+case_config_file() {
+  cat >madpipe.ini <<'EOF'
+# a shared experiment config
+[platform]
+gpus = 2
+memory = 16GiB
+bandwidth = 12GB/s
+
+[planner]
+algorithm = 1f1b
+algorithms = madpipe,gpipe
+iterations = 4
+
+[runtime]
+ignored = yes
+EOF
+  run plan --profile "$minimal" --config madpipe.ini --quiet
+  expect_status 0
+  expect_in out "platform     2 GPUs with 16.0 GiB each, links at 12.0 GB/s, C = 3"
+  expect_in out "algorithm    1f1b"
+  # The command line wins over the file.
+  run plan --profile "$minimal" --config madpipe.ini --quiet --gpus 3 --algorithm gpipe
+  expect_status 0
+  expect_in out "platform     3 GPUs with 16.0 GiB each"
+  expect_in out "algorithm    gpipe"
+  run compare --profile "$minimal" --config madpipe.ini --quiet
+  expect_status 0
+  expect_match out "^madpipe "
+  expect_match out "^gpipe "
+  expect_not_in out "1f1b"
+  printf '[platform]\ngpu = 2\n' >typo.ini
+  run plan --profile "$minimal" --config typo.ini
+  expect_status 2
+  expect_in err "madpipe: error: typo.ini: [platform] gpu: unknown key"
+  run plan --profile "$minimal" --config absent.ini
+  expect_status 2
+  expect_in err "madpipe: error: absent.ini: cannot open config file"
+}
+
+case_simulate_rejects_invalid_plan() {
+  run plan --profile "$resnet" "${platform[@]}" --quiet --output plan.json
+  expect_status 0
+  # A plan checked against another model's profile violates the stage costs.
+  run simulate --plan plan.json --profile "$gpt2"
+  expect_status 2
+  expect_match err "^simulate: plan\.json: /stages/"
+  expect_match err "^madpipe: error: plan\.json: invalid plan: [0-9]+ violations? \(listed above\)$"
+  # A plan whose ops overlap on a GPU is rejected too.
+  sed -E 's/"period_ms": [0-9.e+-]+/"period_ms": 0.5/' plan.json >squeezed.json
+  run simulate --plan squeezed.json --profile "$resnet"
+  expect_status 2
+  expect_in err "invalid plan"
+}
+
+all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
+  plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
+  compare_csv config_file simulate_rejects_invalid_plan)
+
+run_case() {
+  case_name=$1
+  local dir=$work_root/$case_name
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cd "$dir"
+  "case_$case_name"
+  echo "PASS [$case_name]"
+}
+
+if [[ $case_name == all ]]; then
+  for name in "${all_cases[@]}"; do (run_case "$name"); done
+elif declare -F "case_$case_name" >/dev/null; then
+  run_case "$case_name"
+else
+  echo "unknown case '$case_name' (cases: ${all_cases[*]})" >&2
+  exit 2
+fi

@@ -1,0 +1,438 @@
+#include "schedule/simulate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/stage.hpp"
+#include "schedule/validate.hpp"
+#include "support/test_support.hpp"
+
+namespace ms = madpipe::schedule;
+using ms::OpKind;
+
+namespace {
+
+madpipe::Platform platform_of(int gpus) {
+  madpipe::Platform platform;
+  platform.gpus = gpus;
+  platform.memory_bytes = 1'000'000;
+  platform.bandwidth_bytes_per_ms = 1000;
+  platform.weight_copies = 3;
+  return platform;
+}
+
+// Micro-batch 0 at its earliest times, repeated every `period_ms` (0: the chain's length).
+ms::Plan chain_plan(const madpipe::Profile& profile, const std::vector<int>& first_layers,
+                    const std::vector<int>& gpus, const madpipe::Platform& platform,
+                    double period_ms) {
+  ms::Plan plan;
+  plan.profile = profile.name;
+  plan.platform = platform;
+  plan.algorithm = "hand";
+  plan.stages = ms::make_stages(madpipe::ChainCosts(profile), first_layers, gpus);
+  std::vector<ms::Op> chain = ms::micro_batch_chain(plan.stages, plan.platform);
+  double t = 0;
+  for (ms::Op& op : chain) {
+    op.start_ms = t;
+    t += op.duration_ms;
+  }
+  plan.pattern = ms::pattern_from_absolute_times(chain, period_ms > 0 ? period_ms : t);
+  ms::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
+  return plan;
+}
+
+// Two stages on two GPUs, period 4 (see validate_test.cpp): stage 0 keeps two micro-batches.
+ms::Plan pipelined_plan() {
+  const auto profile = madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
+  return chain_plan(profile, {0, 1}, {0, 1}, platform_of(2), 4.0);
+}
+
+// Three stages on GPUs 0, 1, 0, one micro-batch at a time.
+ms::Plan interleaved_plan() {
+  const auto profile =
+      madpipe::testing::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
+  return chain_plan(profile, {0, 1, 2}, {0, 1, 0}, platform_of(2), 0);
+}
+
+// 1F1B on four GPUs, free transfers, period 3; activations come from saved bytes.
+ms::Plan one_f_one_b_plan() {
+  auto profile = madpipe::testing::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5});
+  for (std::size_t l = 0; l < profile.layers.size(); ++l)
+    profile.layers[l].saved_bytes = 1000 * static_cast<std::int64_t>(l + 1);
+  return chain_plan(profile, {0, 1, 2, 3}, {0, 1, 2, 3}, platform_of(4), 3.0);
+}
+
+// The same schedule as a k-periodic pattern: each op k times, one old period apart.
+ms::Plan repeated(const ms::Plan& plan, int k) {
+  ms::Plan out = plan;
+  const double period = plan.pattern.period_ms;
+  out.pattern.period_ms = k * period;
+  out.pattern.k = k;
+  out.pattern.ops.clear();
+  for (const ms::Op& op : plan.pattern.ops) {
+    for (int c = 0; c < k; ++c) {
+      ms::Op copy = op;
+      copy.start_ms += c * period;
+      copy.shift += c;
+      out.pattern.ops.push_back(copy);
+    }
+  }
+  ms::fill_predicted(out, plan.predicted.lower_bound_period_ms);
+  return out;
+}
+
+std::vector<ms::Plan> valid_plans() {
+  return {pipelined_plan(),     interleaved_plan(),         one_f_one_b_plan(),
+          repeated(pipelined_plan(), 2), repeated(one_f_one_b_plan(), 3)};
+}
+
+std::string describe(const ms::Plan& plan) {
+  std::ostringstream out;
+  out << plan.stages.size() << " stages, k=" << plan.pattern.k << ", T=" << plan.pattern.period_ms;
+  return out.str();
+}
+
+std::size_t find_op(const ms::Plan& plan, OpKind kind, int stage) {
+  for (std::size_t i = 0; i < plan.pattern.ops.size(); ++i)
+    if (plan.pattern.ops[i].kind == kind && plan.pattern.ops[i].stage == stage) return i;
+  ADD_FAILURE() << "no op " << ms::op_token(kind, stage);
+  return 0;
+}
+
+const ms::SimOp* find_sim_op(const ms::SimResult& sim, OpKind kind, int stage, int micro_batch) {
+  for (const ms::SimOp& op : sim.ops)
+    if (op.kind == kind && op.stage == stage && op.micro_batch == micro_batch) return &op;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Simulate, HandMadePlansAreValid) {
+  for (const ms::Plan& plan : valid_plans())
+    EXPECT_TRUE(ms::validate(plan).empty()) << describe(plan);
+}
+
+TEST(Simulate, TimetableSteadyPeriodEqualsThePatternPeriod) {
+  for (const ms::Plan& plan : valid_plans()) {
+    for (int n : {0, 40}) {
+      ms::SimOptions options;
+      options.micro_batches = n;
+      const ms::SimResult sim = ms::simulate(plan, options);
+      const double period = plan.pattern.period_ms;
+      EXPECT_NEAR(sim.steady_period_ms, period, 1e-9 * period) << describe(plan);
+      EXPECT_NEAR(sim.steady_normalized_ms, period / plan.pattern.k, 1e-9 * period)
+          << describe(plan);
+    }
+  }
+}
+
+TEST(Simulate, TimetableRunsOpsAtTheirPlannedTimes) {
+  const ms::Plan plan = pipelined_plan();
+  ms::SimOptions options;
+  options.micro_batches = 8;
+  const ms::SimResult sim = ms::simulate(plan, options);
+  EXPECT_EQ(sim.micro_batches, 8);
+  // F0 of micro-batch i is planned at 4(i - 1) and B0 at 4i + 1, the earliest at -4.
+  for (int i = 0; i < 8; ++i) {
+    const ms::SimOp* f0 = find_sim_op(sim, OpKind::F, 0, i);
+    const ms::SimOp* b0 = find_sim_op(sim, OpKind::B, 0, i);
+    ASSERT_NE(f0, nullptr);
+    ASSERT_NE(b0, nullptr);
+    EXPECT_DOUBLE_EQ(f0->start_ms, 4.0 * i);
+    EXPECT_DOUBLE_EQ(f0->end_ms, 4.0 * i + 1);
+    EXPECT_DOUBLE_EQ(b0->start_ms, 4.0 * i + 5);
+    EXPECT_DOUBLE_EQ(b0->end_ms, 4.0 * i + 7);
+    EXPECT_EQ(f0->resource, 0);
+  }
+  const ms::SimOp* send = find_sim_op(sim, OpKind::SendAct, 0, 3);
+  ASSERT_NE(send, nullptr);
+  EXPECT_EQ(send->resource, ms::resource_of(plan.pattern.ops[find_op(plan, OpKind::SendAct, 0)], 2));
+  EXPECT_DOUBLE_EQ(send->start_ms, 13.0);
+  EXPECT_DOUBLE_EQ(sim.step_ms, 4.0 * 7 + 7);
+}
+
+TEST(Simulate, OneMicroBatchTakesTheChainLength) {
+  for (ms::StartPolicy policy : {ms::StartPolicy::Timetable, ms::StartPolicy::Asap}) {
+    ms::SimOptions options;
+    options.micro_batches = 1;
+    options.policy = policy;
+    const ms::SimResult sim = ms::simulate(pipelined_plan(), options);
+    EXPECT_DOUBLE_EQ(sim.step_ms, 7.0);
+    EXPECT_EQ(sim.ops.size(), 6u);
+    EXPECT_EQ(sim.steady_period_ms, 0.0);
+  }
+}
+
+TEST(Simulate, OpsAreCompleteOrderedAndExclusive) {
+  for (const ms::Plan& plan : valid_plans()) {
+    for (ms::StartPolicy policy : {ms::StartPolicy::Timetable, ms::StartPolicy::Asap}) {
+      ms::SimOptions options;
+      options.policy = policy;
+      const ms::SimResult sim = ms::simulate(plan, options);
+      const auto chain = ms::micro_batch_chain(plan.stages, plan.platform);
+      ASSERT_EQ(sim.ops.size(), chain.size() * static_cast<std::size_t>(sim.micro_batches))
+          << describe(plan);
+      std::set<std::tuple<int, int, int>> seen;
+      std::map<int, std::vector<const ms::SimOp*>> by_resource;
+      double last_end = 0;
+      for (std::size_t i = 0; i < sim.ops.size(); ++i) {
+        const ms::SimOp& op = sim.ops[i];
+        if (i > 0) {
+          EXPECT_LE(sim.ops[i - 1].start_ms, op.start_ms);
+        }
+        EXPECT_GE(op.start_ms, 0.0);
+        EXPECT_GE(op.end_ms, op.start_ms);
+        EXPECT_TRUE(seen.insert({static_cast<int>(op.kind), op.stage, op.micro_batch}).second);
+        by_resource[op.resource].push_back(&op);
+        last_end = std::max(last_end, op.end_ms);
+      }
+      EXPECT_DOUBLE_EQ(sim.step_ms, last_end);
+      EXPECT_EQ(sim.ops.front().start_ms, 0.0);
+      const double eps = 1e-9 * plan.pattern.period_ms;
+      for (const auto& [resource, ops] : by_resource)
+        for (std::size_t i = 1; i < ops.size(); ++i)
+          EXPECT_LE(ops[i - 1]->end_ms, ops[i]->start_ms + eps) << "resource " << resource;
+      // Each op starts after the one before it in its micro-batch's chain.
+      for (int m = 0; m < sim.micro_batches; ++m) {
+        for (std::size_t c = 1; c < chain.size(); ++c) {
+          const ms::SimOp* before = find_sim_op(sim, chain[c - 1].kind, chain[c - 1].stage, m);
+          const ms::SimOp* after = find_sim_op(sim, chain[c].kind, chain[c].stage, m);
+          ASSERT_NE(before, nullptr);
+          ASSERT_NE(after, nullptr);
+          EXPECT_LE(before->end_ms, after->start_ms + eps);
+        }
+      }
+    }
+  }
+}
+
+TEST(Simulate, AsapIsNeverSlowerThanThePattern) {
+  for (const ms::Plan& plan : valid_plans()) {
+    ms::SimOptions options;
+    options.micro_batches = 40 * plan.pattern.k;
+    options.policy = ms::StartPolicy::Asap;
+    const ms::SimResult asap = ms::simulate(plan, options);
+    options.policy = ms::StartPolicy::Timetable;
+    const ms::SimResult timetable = ms::simulate(plan, options);
+    EXPECT_LE(asap.steady_period_ms, plan.pattern.period_ms * (1 + 1e-9)) << describe(plan);
+    EXPECT_LE(asap.step_ms, timetable.step_ms * (1 + 1e-9)) << describe(plan);
+  }
+  // In the two-stage pattern the link order (SEND_ACT0 of micro-batch i+1 after SEND_GRAD0 of
+  // micro-batch i) makes the cycle F1 B1 SEND_GRAD0 SEND_ACT0 last 4 ms: no slack.
+  ms::SimOptions options;
+  options.micro_batches = 40;
+  options.policy = ms::StartPolicy::Asap;
+  EXPECT_NEAR(ms::simulate(pipelined_plan(), options).steady_period_ms, 4.0, 1e-9);
+  // One stage, F [0, 1) and B [1, 3) with a period of 5: as soon as possible it takes 3 ms.
+  const auto profile = madpipe::testing::make_chain({1}, {2});
+  const ms::Plan slack = chain_plan(profile, {0}, {0}, platform_of(1), 5.0);
+  ASSERT_TRUE(ms::validate(slack).empty());
+  EXPECT_NEAR(ms::simulate(slack, options).steady_period_ms, 3.0, 1e-9);
+  options.policy = ms::StartPolicy::Timetable;
+  EXPECT_NEAR(ms::simulate(slack, options).steady_period_ms, 5.0, 1e-9);
+}
+
+TEST(Simulate, PeakMemoryMatchesTheSteadyStateModel) {
+  for (const ms::Plan& plan : valid_plans()) {
+    ms::SimOptions options;
+    options.micro_batches = 40 * plan.pattern.k;
+    const ms::SimResult sim = ms::simulate(plan, options);
+    EXPECT_EQ(sim.peak_memory_bytes,
+              ms::totals(ms::evaluate_memory(plan.stages, plan.pattern, plan.platform)))
+        << describe(plan);
+    EXPECT_EQ(sim.peak_memory_bytes, plan.predicted.memory_bytes) << describe(plan);
+  }
+  // Sanity: the 1F1B plan keeps 4, 3, 2, 1 micro-batches on its stages.
+  const ms::Plan plan = one_f_one_b_plan();
+  const ms::SimResult sim = ms::simulate(plan);
+  for (int g = 0; g < 4; ++g) {
+    const std::int64_t base = ms::static_memory(plan.stages, g, plan.platform).total();
+    EXPECT_EQ(sim.peak_memory_bytes[g] - base, (4 - g) * plan.stages[g].stored_bytes) << g;
+  }
+}
+
+TEST(Simulate, ShortRunsNeedLessMemory) {
+  // With a flush, two micro-batches never fill a 1F1B pipeline of four stages.
+  const ms::Plan plan = one_f_one_b_plan();
+  ms::SimOptions options;
+  options.micro_batches = 2;
+  const ms::SimResult sim = ms::simulate(plan, options);
+  const std::int64_t base = ms::static_memory(plan.stages, 0, plan.platform).total();
+  EXPECT_EQ(sim.peak_memory_bytes[0], base + 2 * plan.stages[0].stored_bytes);
+}
+
+TEST(Simulate, MemoryTimelineStartsAndEndsAtStaticMemory) {
+  const ms::Plan plan = pipelined_plan();
+  const ms::SimResult sim = ms::simulate(plan);
+  ASSERT_EQ(sim.memory.size(), 2u);
+  ASSERT_EQ(sim.peak_memory_bytes.size(), 2u);
+  for (int g = 0; g < 2; ++g) {
+    const std::int64_t base = ms::static_memory(plan.stages, g, plan.platform).total();
+    const auto& timeline = sim.memory[g];
+    ASSERT_FALSE(timeline.empty());
+    EXPECT_EQ(timeline.front().time_ms, 0.0);
+    EXPECT_EQ(timeline.back().bytes, base);
+    std::int64_t peak = 0;
+    for (std::size_t i = 0; i < timeline.size(); ++i) {
+      if (i > 0) {
+        EXPECT_LT(timeline[i - 1].time_ms, timeline[i].time_ms);
+      }
+      EXPECT_GE(timeline[i].bytes, base);
+      peak = std::max(peak, timeline[i].bytes);
+    }
+    EXPECT_EQ(peak, sim.peak_memory_bytes[g]);
+  }
+  // GPU 0 holds micro-batch 0 alone until F0 of micro-batch 1 starts at 4.
+  const std::int64_t base0 = ms::static_memory(plan.stages, 0, plan.platform).total();
+  EXPECT_EQ(sim.memory[0].front().bytes, base0 + 300);
+  EXPECT_EQ(sim.memory[0][1].time_ms, 4.0);
+  EXPECT_EQ(sim.memory[0][1].bytes, base0 + 600);
+}
+
+TEST(Simulate, DefaultNumberOfMicroBatches) {
+  EXPECT_EQ(ms::simulate(pipelined_plan()).micro_batches, 8);             // 4 * 2
+  EXPECT_EQ(ms::simulate(interleaved_plan()).micro_batches, 12);          // 4 * 3
+  EXPECT_EQ(ms::simulate(repeated(pipelined_plan(), 3)).micro_batches, 9);  // 8 -> multiple of 3
+  const auto profile = madpipe::testing::make_chain({1}, {2});
+  const ms::Plan single = chain_plan(profile, {0}, {0}, platform_of(1), 0);
+  EXPECT_EQ(ms::simulate(repeated(single, 4)).micro_batches, 8);  // at least 2k
+  EXPECT_EQ(ms::simulate(single).micro_batches, 4);
+}
+
+TEST(Simulate, IsDeterministic) {
+  const ms::Plan plan = repeated(one_f_one_b_plan(), 2);
+  const ms::SimResult a = ms::simulate(plan);
+  const ms::SimResult b = ms::simulate(plan);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    EXPECT_EQ(a.ops[i].kind, b.ops[i].kind);
+    EXPECT_EQ(a.ops[i].stage, b.ops[i].stage);
+    EXPECT_EQ(a.ops[i].micro_batch, b.ops[i].micro_batch);
+    EXPECT_EQ(a.ops[i].start_ms, b.ops[i].start_ms);
+  }
+  EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
+}
+
+TEST(Simulate, DetectsDeadlock) {
+  // Two stages on one GPU; the pattern runs B1 of a micro-batch before its F1 on that GPU:
+  // F0 at 0, B1 at 1, B0 at 2, F1 at 3, all for the same micro-batch.
+  const auto profile = madpipe::testing::make_chain({1, 1}, {1, 1});
+  ms::Plan plan = chain_plan(profile, {0, 1}, {0, 0}, platform_of(1), 4.0);
+  const double starts[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 2}, {0, 1, 3}};  // kind F=0/B=1, stage
+  plan.pattern.ops.clear();
+  for (const auto& s : starts) {
+    ms::Op op;
+    op.kind = s[0] == 0 ? OpKind::F : OpKind::B;
+    op.stage = static_cast<int>(s[1]);
+    op.gpu = 0;
+    op.start_ms = s[2];
+    op.duration_ms = 1;
+    plan.pattern.ops.push_back(op);
+  }
+  EXPECT_FALSE(ms::validate(plan).empty());
+  try {
+    ms::simulate(plan);
+    FAIL() << "expected a deadlock";
+  } catch (const madpipe::Error& e) {
+    EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
+    EXPECT_EQ(e.field(), "/pattern");
+    EXPECT_NE(e.problem().find("pattern deadlocks: "), std::string::npos) << e.problem();
+    EXPECT_NE(e.problem().find("gpu 0 waits to run B1.0, which needs F1.0"), std::string::npos)
+        << e.problem();
+  }
+}
+
+TEST(Simulate, DetectsDeadlockAcrossGpus) {
+  // GPU 1 is told to run B1 of each micro-batch before its F1.
+  ms::Plan plan = pipelined_plan();
+  ms::Op& f1 = plan.pattern.ops[find_op(plan, OpKind::F, 1)];
+  ms::Op& b1 = plan.pattern.ops[find_op(plan, OpKind::B, 1)];
+  b1.start_ms = 0.5;
+  b1.shift = f1.shift + 1;  // B1(i) one period before F1(i)
+  try {
+    ms::simulate(plan);
+    FAIL() << "expected a deadlock";
+  } catch (const madpipe::Error& e) {
+    EXPECT_NE(e.problem().find("pattern deadlocks"), std::string::npos) << e.problem();
+    EXPECT_NE(e.problem().find("which needs F1."), std::string::npos) << e.problem();
+  }
+}
+
+TEST(Simulate, RejectsIncompletePatterns) {
+  ms::Plan plan = pipelined_plan();
+  plan.pattern.ops.erase(plan.pattern.ops.begin() + static_cast<long>(find_op(plan, OpKind::B, 1)));
+  try {
+    ms::simulate(plan);
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
+    EXPECT_EQ(e.field(), "/pattern");
+    EXPECT_NE(e.problem().find("no B1 op"), std::string::npos) << e.problem();
+  }
+  plan = repeated(pipelined_plan(), 2);
+  plan.pattern.ops[1].shift += 1;  // both copies of one op now run the same residue
+  EXPECT_THROW(ms::simulate(plan), madpipe::Error);
+
+  plan = pipelined_plan();
+  plan.pattern.k = 1'000'000'000;
+  try {
+    ms::simulate(plan);
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_EQ(e.field(), "/pattern/k");
+  }
+
+  ms::SimOptions options;
+  options.micro_batches = -1;
+  EXPECT_THROW(ms::simulate(pipelined_plan(), options), madpipe::Error);
+}
+
+TEST(Simulate, RandomSequentialPlans) {
+  // Random chains cut into random stages on random GPUs (neighbours may share a GPU, a GPU may
+  // hold several stages), one micro-batch at a time, written with k = 1..3.
+  std::mt19937 rng(20240607);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 7);
+    const madpipe::Profile profile = madpipe::testing::random_chain(rng, layers);
+    const int num_stages = 1 + static_cast<int>(rng() % layers);
+    const int gpus = 1 + static_cast<int>(rng() % 4);
+    std::vector<int> cuts(layers - 1);
+    for (int l = 0; l < layers - 1; ++l) cuts[l] = l + 1;
+    std::shuffle(cuts.begin(), cuts.end(), rng);
+    std::vector<int> first_layers(cuts.begin(), cuts.begin() + (num_stages - 1));
+    first_layers.push_back(0);
+    std::sort(first_layers.begin(), first_layers.end());
+    std::vector<int> stage_gpus;
+    for (int st = 0; st < num_stages; ++st) stage_gpus.push_back(static_cast<int>(rng() % gpus));
+    madpipe::Platform platform = platform_of(gpus);
+    platform.memory_bytes = 1'000'000'000'000;
+    platform.bandwidth_bytes_per_ms = 1e6 * (1 + rng() % 100);
+    const ms::Plan base = chain_plan(profile, first_layers, stage_gpus, platform, 0);
+    const ms::Plan plan = repeated(base, 1 + static_cast<int>(rng() % 3));
+    SCOPED_TRACE(describe(plan) + ", trial " + std::to_string(trial));
+    const auto violations = ms::validate(plan, profile);
+    ASSERT_TRUE(violations.empty()) << violations.front().field << ": "
+                                    << violations.front().problem;
+    ms::SimOptions options;
+    options.micro_batches = 12 * plan.pattern.k;
+    const ms::SimResult sim = ms::simulate(plan, options);
+    EXPECT_NEAR(sim.steady_period_ms, plan.pattern.period_ms, 1e-9 * plan.pattern.period_ms);
+    EXPECT_EQ(sim.peak_memory_bytes, plan.predicted.memory_bytes);
+    options.policy = ms::StartPolicy::Asap;
+    EXPECT_LE(ms::simulate(plan, options).steady_period_ms,
+              plan.pattern.period_ms * (1 + 1e-9));
+  }
+}
