@@ -36,7 +36,7 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
                   [&options](const std::string& name) {
                     options.algorithm = parse_algorithm(name, "--algorithm");
                   }),
-              "madpipe, contiguous, 1f1b or gpipe");
+              "madpipe, contiguous, pipedream, 1f1b or gpipe");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;

@@ -325,8 +325,30 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
     lb = std::max(lb, std::min(run.period_ms, target));
     ub = std::min(ub, achieved);
     if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
-    target = 0.5 * (lb + ub);
+    // When the DP met its target with room to spare, the best max(T, T^) may be reached at
+    // T^ = T itself: try the lower bound first (DP(T^) does not increase with T^), else bisect.
+    target = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
   }
+  // Candidates beyond the search path, from targets spread over [lower bound, first bound].
+  const double first_lb = std::max(costs.total_compute_ms() / platform.gpus,
+                                   costs.max_layer_compute_ms());
+  const double first_ub = std::max(first_lb, std::min(costs.total_compute_ms() + total_links,
+                                                      upper_bound_ms));
+  for (int e = 0; e < discretization.extra_targets; ++e) {
+    const double fraction = discretization.extra_targets > 1
+                                ? static_cast<double>(e) / (discretization.extra_targets - 1)
+                                : 0.5;
+    const double extra_target = first_lb * std::pow(first_ub * 1.5 / first_lb, fraction);
+    const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, extra_target,
+                                    kInf);
+    if (run.period_ms == kInf) continue;
+    const double achieved = std::max(run.period_ms, extra_target);
+    bool duplicate = false;
+    for (const auto& entry : found) duplicate = duplicate || entry.second == run.allocation;
+    if (!duplicate) found.emplace_back(achieved, run.allocation);
+  }
+  if (progress && discretization.extra_targets > 0)
+    progress(std::to_string(found.size()) + " distinct candidate allocations");
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   return found;

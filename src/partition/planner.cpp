@@ -13,6 +13,7 @@
 #include "partition/allocation.hpp"
 #include "partition/contiguous_dp.hpp"
 #include "partition/madpipe_dp.hpp"
+#include "partition/refine.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/one_f_one_b.hpp"
@@ -29,9 +30,11 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::Contiguous, "contiguous"},
     {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
     {madpipe::partition::Algorithm::GPipe, "gpipe"},
+    {madpipe::partition::Algorithm::PipeDream, "pipedream"},
 };
 
 struct Candidate {
+  madpipe::partition::Allocation allocation;
   std::vector<madpipe::schedule::Stage> stages;
   madpipe::schedule::Pattern pattern;
   std::string method;
@@ -59,15 +62,20 @@ madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const st
 
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
   static const std::vector<Algorithm> algorithms{Algorithm::MadPipe, Algorithm::Contiguous,
-                                                 Algorithm::OneFOneB, Algorithm::GPipe};
+                                                 Algorithm::PipeDream, Algorithm::OneFOneB,
+                                                 Algorithm::GPipe};
   return algorithms;
 }
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile,
                                                  const Platform& platform) {
   const ChainCosts costs(profile);
-  return std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
-                  costs.max_layer_compute_ms());
+  double bound = std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
+                          costs.max_layer_compute_ms());
+  if (platform.gpus > 1 && platform.bandwidth_bytes_per_ms > 0)
+    for (int l = 0; l + 1 < costs.num_layers(); ++l)
+      bound = std::max(bound, std::min(link_ms(costs, l, platform), costs.compute_ms(l, l + 1)));
+  return bound;
 }
 
 static void check_platform(const madpipe::Platform& platform) {
@@ -111,7 +119,8 @@ static std::optional<Candidate> schedule_allocations(
       options.progress(line.str());
     }
     if (scheduled)
-      keep_better(best, Candidate{std::move(stages), scheduled->pattern, scheduled->method});
+      keep_better(best, Candidate{allocation, std::move(stages), scheduled->pattern,
+                                  scheduled->method});
   }
   return best;
 }
@@ -128,21 +137,55 @@ static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs
   return schedule_allocations(costs, platform, allocations, search, options);
 }
 
+static std::optional<madpipe::partition::Allocation> pipedream_allocation(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform) {
+  return madpipe::partition::fixed_in_flight_partition(
+      costs, platform, [](int stages_after) { return stages_after; });
+}
+
+static void add_unique(std::vector<madpipe::partition::Allocation>& all,
+                       const madpipe::partition::Allocation& allocation) {
+  if (std::find(all.begin(), all.end(), allocation) == all.end()) all.push_back(allocation);
+}
+
 static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                              const madpipe::Platform& platform,
                                              const madpipe::partition::PlannerOptions& options) {
   using namespace madpipe;
   const double contiguous_bound =
       partition::contiguous_upper_bound(costs, platform, options.discretization);
-  const auto allocations = partition::madpipe_allocations(
+  std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
       costs, platform, options.discretization, true, options.progress, contiguous_bound);
+  // Never worse than a baseline it could have returned: the contiguous DP's and PipeDream's
+  // allocations compete too.
+  for (const partition::Allocation& allocation : partition::madpipe_allocations(
+           costs, platform, options.discretization, false, options.progress))
+    add_unique(allocations, allocation);
+  if (auto pipedream = pipedream_allocation(costs, platform)) add_unique(allocations, *pipedream);
   schedule::ScheduleSearchOptions search;
   search.max_k = options.max_k;
   std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
-  // Never worse than the contiguous baseline it could have returned.
-  if (std::optional<Candidate> contiguous = plan_contiguous(costs, platform, options))
-    keep_better(best, std::move(*contiguous));
+  if (!best || options.refine_evaluations <= 0) return best;
+  partition::RefineOptions refine;
+  refine.max_evaluations = options.refine_evaluations;
+  refine.search = search;
+  partition::ScheduledAllocation refined = partition::refine_allocation(
+      costs, platform, {best->allocation, {best->pattern, best->method}}, refine, options.progress);
+  keep_better(best, Candidate{refined.allocation, partition::stages_of(costs, refined.allocation),
+                              refined.scheduled.pattern, refined.scheduled.method});
   return best;
+}
+
+static std::optional<Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
+                                               const madpipe::Platform& platform,
+                                               const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  const auto allocation = pipedream_allocation(costs, platform);
+  if (!allocation) return std::nullopt;
+  schedule::ScheduleSearchOptions search;
+  search.families = {schedule::PatternFamily::OneFOneBStar};
+  search.max_k = options.max_k;
+  return schedule_allocations(costs, platform, {*allocation}, search, options);
 }
 
 static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
@@ -160,7 +203,7 @@ static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& 
   if (!gpipe)
     if (auto tight = schedule::retime(pattern, stages, platform)) pattern = *tight;
   if (!schedule::fits_memory(stages, pattern, platform)) return std::nullopt;
-  return Candidate{std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b"};
+  return Candidate{*allocation, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b"};
 }
 
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
@@ -181,6 +224,9 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
     case Algorithm::OneFOneB:
     case Algorithm::GPipe:
       best = plan_fixed_in_flight(costs, platform, options);
+      break;
+    case Algorithm::PipeDream:
+      best = plan_pipedream(costs, platform, options);
       break;
   }
   PlanResult result;

@@ -17,6 +17,8 @@ enum class Algorithm {
   Contiguous,  // PipeDream-style contiguous DP with 1F1B* memory estimates + 1F1B* (best k)
   OneFOneB,    // contiguous DP with 1F1B memory (NCA = stages after) + 1F1B (PipeDream-Flush)
   GPipe,       // contiguous DP with GPipe memory (NCA = micro-batches) + fill-drain
+  PipeDream,   // PipeDream's partition (memory of 1F1B: NCA = stages after) scheduled with 1F1B*
+               // and its k-periodic variants: the baseline of thesis ch. 7.3
 };
 
 const char* to_string(Algorithm algorithm);                     // "madpipe", "contiguous", ...
@@ -29,13 +31,17 @@ struct Discretization {
   int delay_steps = 51;   // values of V in [0, U(1, L) + sum C]
   int memory_steps = 11;  // values of m_P in [0, M]
   int iterations = 10;    // K of Algorithm 8
+  // Extra MadPipe-DP runs at targets spread geometrically between the bounds of Algorithm 8:
+  // more candidate allocations for the scheduler, which has the final word on the period.
+  int extra_targets = 8;
 };
 
 struct PlannerOptions {
   Algorithm algorithm = Algorithm::MadPipe;
   Discretization discretization{};
   int gpipe_micro_batches = 0;  // micro-batches per GPipe step; 0: number of GPUs
-  int max_k = 0;                // largest k tried for k-periodic patterns; 0: number of GPUs
+  int max_k = 0;                // largest k tried for k-periodic patterns; 0: 2 * stages - 1
+  int refine_evaluations = 150; // madpipe: schedules tried by the local search; 0: none
   // Progress lines for long runs; the planner itself never prints.
   std::function<void(const std::string&)> progress;
 };
@@ -52,7 +58,9 @@ struct PlanResult {
 PlanResult make_plan(const Profile& profile, const Platform& platform,
                      const PlannerOptions& options = {});
 
-// max(sum U / P, max_l (u_F + u_B)): no plan can have a smaller normalized period.
+// No plan can have a smaller normalized period: max(sum U / P, max_l (u_F + u_B), and for every
+// layer boundary min(C(l), U_l + U_{l+1}): either the boundary is cut and its link carries a_l
+// and delta_l, or one GPU runs both layers).
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
 
 // Smallest memory per GPU (within 1%) for which some algorithm finds a plan; -1 if none fits

@@ -35,42 +35,43 @@ std::vector<int> madpipe::schedule::one_f_one_b_star_groups(
   return groups;
 }
 
-madpipe::schedule::Pattern madpipe::schedule::one_f_one_b_star_with_groups(
+std::vector<madpipe::schedule::Op> madpipe::schedule::one_f_one_b_star_times(
     const std::vector<Stage>& stages, const Platform& platform, const std::vector<int>& groups,
     double period_ms) {
   const std::vector<PipelineResource> resources = pipeline_resources(stages, platform);
   const int n = static_cast<int>(resources.size());
   if (static_cast<int>(groups.size()) != n)
     throw Error(ErrorKind::Internal, "", "", "1F1B*: one group number per resource expected");
-  std::vector<Op> ops;
   // Absolute times of micro-batch 0: forwards back to back; inside group g, the backwards of the
   // group follow its last forward as a V, (g - 1) periods later.
-  std::vector<double> forward_start(n);
+  std::vector<Op> chain(2 * n);
   double t = 0;
   for (int r = 0; r < n; ++r) {
-    forward_start[r] = t;
+    chain[r] = resources[r].forward;
+    chain[r].start_ms = t;
     t += resources[r].forward.duration_ms;
   }
   int hi = n - 1;
   while (hi >= 0) {
     int lo = hi;
     while (lo > 0 && groups[lo - 1] == groups[hi]) --lo;
-    const double forwards_end = forward_start[hi] + resources[hi].forward.duration_ms;
-    double b = forwards_end + (groups[hi] - 1) * period_ms;
+    double b = chain[hi].start_ms + chain[hi].duration_ms + (groups[hi] - 1) * period_ms;
     for (int r = hi; r >= lo; --r) {
-      Op backward = resources[r].backward;
+      Op& backward = chain[2 * n - 1 - r];
+      backward = resources[r].backward;
       backward.start_ms = b;
       b += backward.duration_ms;
-      ops.push_back(backward);
     }
     hi = lo - 1;
   }
-  for (int r = 0; r < n; ++r) {
-    Op forward = resources[r].forward;
-    forward.start_ms = forward_start[r];
-    ops.push_back(forward);
-  }
-  return pattern_from_absolute_times(std::move(ops), period_ms);
+  return chain;
+}
+
+madpipe::schedule::Pattern madpipe::schedule::one_f_one_b_star_with_groups(
+    const std::vector<Stage>& stages, const Platform& platform, const std::vector<int>& groups,
+    double period_ms) {
+  return pattern_from_absolute_times(one_f_one_b_star_times(stages, platform, groups, period_ms),
+                                     period_ms);
 }
 
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::one_f_one_b_star(

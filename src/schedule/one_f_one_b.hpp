@@ -26,6 +26,11 @@ std::vector<PipelineResource> pipeline_resources(const std::vector<Stage>& stage
 std::vector<int> one_f_one_b_star_groups(const std::vector<PipelineResource>& resources,
                                          double period_ms);
 
+// Absolute start times of micro-batch 0's ops (micro_batch_chain order) in 1F1B* with explicit
+// groups; also used as preferred times when the allocation is not contiguous.
+std::vector<Op> one_f_one_b_star_times(const std::vector<Stage>& stages, const Platform& platform,
+                                       const std::vector<int>& groups, double period_ms);
+
 // 1F1B* pattern with explicit groups (group numbers non-increasing along the chain, each group
 // consecutive, sum of loads in a group <= T): Equal Shift Pattern inside each group, groups
 // connected with no idle time between forwards. The NCA of a resource of group g is g.

@@ -64,9 +64,18 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       if (!is_contiguous_allocation(stages)) continue;
       generate = [&](double T) { return one_f_one_b_star(stages, platform, T); };
       name = "1f1b*";
+    } else if (family == PatternFamily::GuidedModulo) {
+      if (is_contiguous_allocation(stages)) continue;  // it is 1F1B* there
+      generate = [&](double T) { return guided_modulo_schedule(stages, platform, T); };
+      name = "guided-modulo";
     } else {
-      generate = [&](double T) { return modulo_schedule(stages, platform, T); };
-      name = "modulo";
+      const bool late = family == PatternFamily::ModuloLate;
+      generate = [&stages, &platform, late](double T) {
+        return modulo_schedule(stages, platform, T,
+                               late ? ModuloDirection::AsLateAsPossible
+                                    : ModuloDirection::AsSoonAsPossible);
+      };
+      name = late ? "modulo-alap" : "modulo";
     }
     for (int k = 1; k <= max_k; ++k) {
       double hi = hi_start;
@@ -76,7 +85,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
         continue;
       }
       double low = lo;
-      for (int iter = 0; iter < 40 && hi - low > 1e-6 * hi; ++iter) {
+      for (int iter = 0; iter < 30 && hi - low > 1e-5 * hi; ++iter) {
         const double mid = 0.5 * (low + hi);
         if (auto p = fitting_variant(generate, mid, k, stages, platform)) {
           hi = mid;
@@ -85,7 +94,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
           low = mid;
         }
       }
-      if (family == PatternFamily::Modulo && k == 1) {
+      if (family != PatternFamily::OneFOneBStar && k == 1) {
         // Greedy placement is not monotone in T: probe a grid below the binary search's answer.
         const int probes = 24;
         for (int i = 0; i < probes; ++i) {

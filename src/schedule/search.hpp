@@ -12,11 +12,14 @@ namespace madpipe::schedule {
 
 enum class PatternFamily {
   OneFOneBStar,  // 1F1B*(T) and its k-periodic variants; contiguous allocations only
-  Modulo,        // modulo list scheduling and its k-periodic variants; any allocation
+  Modulo,        // modulo list scheduling (ASAP) and its k-periodic variants; any allocation
+  ModuloLate,    // modulo list scheduling (ALAP) and its k-periodic variants; any allocation
+  GuidedModulo,  // modulo list scheduling at 1F1B* times and its k-periodic variants
 };
 
 struct ScheduleSearchOptions {
-  std::vector<PatternFamily> families{PatternFamily::OneFOneBStar, PatternFamily::Modulo};
+  std::vector<PatternFamily> families{PatternFamily::OneFOneBStar, PatternFamily::GuidedModulo,
+                                      PatternFamily::Modulo, PatternFamily::ModuloLate};
   int max_k = 0;  // largest k tried; 0: number of pipeline resources (k >= that never helps)
 };
 

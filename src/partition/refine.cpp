@@ -1,0 +1,106 @@
+#include "partition/refine.hpp"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "core/units.hpp"
+
+using madpipe::partition::Allocation;
+
+// GPUs renumbered in order of first use, so that equivalent allocations compare equal.
+static Allocation canonical(Allocation a) {
+  std::vector<int> renumber(*std::max_element(a.gpus.begin(), a.gpus.end()) + 1, -1);
+  int next = 0;
+  for (int& gpu : a.gpus) {
+    if (renumber[gpu] < 0) renumber[gpu] = next++;
+    gpu = renumber[gpu];
+  }
+  // Neighbouring stages on one GPU are one stage.
+  Allocation merged;
+  for (std::size_t s = 0; s < a.gpus.size(); ++s) {
+    if (s > 0 && a.gpus[s] == a.gpus[s - 1]) continue;
+    merged.first_layers.push_back(a.first_layers[s]);
+    merged.gpus.push_back(a.gpus[s]);
+  }
+  return merged;
+}
+
+static std::vector<Allocation> neighbours(const Allocation& a, int num_layers, int num_gpus) {
+  std::vector<Allocation> out;
+  const int stages = static_cast<int>(a.gpus.size());
+  auto last_of = [&](int s) { return s + 1 < stages ? a.first_layers[s + 1] - 1 : num_layers - 1; };
+  // Move each inner boundary by one layer either way.
+  for (int s = 1; s < stages; ++s) {
+    for (int delta : {-1, 1}) {
+      Allocation b = a;
+      b.first_layers[s] += delta;
+      if (b.first_layers[s] <= b.first_layers[s - 1] || b.first_layers[s] > last_of(s)) continue;
+      out.push_back(b);
+    }
+  }
+  // Move a stage to another GPU.
+  for (int s = 0; s < stages; ++s)
+    for (int g = 0; g < num_gpus; ++g) {
+      if (g == a.gpus[s]) continue;
+      Allocation b = a;
+      b.gpus[s] = g;
+      out.push_back(b);
+    }
+  // Split a stage in the middle of its load, the second half going to another GPU.
+  for (int s = 0; s < stages; ++s) {
+    const int first = a.first_layers[s], last = last_of(s);
+    if (first == last) continue;
+    const int cut = (first + last + 1) / 2;
+    for (int g = 0; g < num_gpus; ++g) {
+      if (g == a.gpus[s]) continue;
+      Allocation b = a;
+      b.first_layers.insert(b.first_layers.begin() + s + 1, cut);
+      b.gpus.insert(b.gpus.begin() + s + 1, g);
+      out.push_back(b);
+    }
+  }
+  // Merge a stage into the previous one.
+  for (int s = 1; s < stages; ++s) {
+    Allocation b = a;
+    b.first_layers.erase(b.first_layers.begin() + s);
+    b.gpus.erase(b.gpus.begin() + s);
+    out.push_back(b);
+  }
+  return out;
+}
+
+madpipe::partition::ScheduledAllocation madpipe::partition::refine_allocation(
+    const ChainCosts& costs, const Platform& platform, ScheduledAllocation start,
+    const RefineOptions& options, const std::function<void(const std::string&)>& progress) {
+  ScheduledAllocation best = std::move(start);
+  std::set<std::pair<std::vector<int>, std::vector<int>>> seen;
+  best.allocation = canonical(best.allocation);
+  seen.insert({best.allocation.first_layers, best.allocation.gpus});
+  int evaluations = 0;
+  bool improved = true;
+  while (improved && evaluations < options.max_evaluations) {
+    improved = false;
+    for (const Allocation& raw : neighbours(best.allocation, costs.num_layers(), platform.gpus)) {
+      const Allocation candidate = canonical(raw);
+      if (!seen.insert({candidate.first_layers, candidate.gpus}).second) continue;
+      if (++evaluations > options.max_evaluations) break;
+      const auto scheduled =
+          schedule::schedule_under_memory(stages_of(costs, candidate), platform, options.search);
+      if (!scheduled || scheduled->pattern.normalized_period_ms() >=
+                            best.scheduled.pattern.normalized_period_ms() * (1 - 1e-6))
+        continue;
+      best = ScheduledAllocation{candidate, *scheduled};
+      improved = true;
+      if (progress) {
+        std::ostringstream line;
+        line << "refine: " << format_ms(scheduled->pattern.normalized_period_ms()) << " with "
+             << candidate.gpus.size() << " stages via " << scheduled->method << " ("
+             << evaluations << " schedules tried)";
+        progress(line.str());
+      }
+      break;
+    }
+  }
+  return best;
+}
