@@ -146,7 +146,7 @@ case_plan_and_simulate() {
 }
 
 case_plan_every_algorithm() {
-  for algorithm in madpipe contiguous 1f1b gpipe; do
+  for algorithm in madpipe contiguous pipedream 1f1b gpipe; do
     run plan --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 12GB/s --quiet \
       --algorithm "$algorithm" --output "plan-$algorithm.json"
     expect_status 0
@@ -187,10 +187,10 @@ case_bad_options() {
   run plan --profile "$resnet" --memory 8GiB --bandwidth 12GB/s
   expect_status 2
   expect_in err "madpipe: error: the option '--gpus' is required but missing"
-  run plan --profile "$resnet" "${platform[@]}" --algorithm pipedream
+  run plan --profile "$resnet" "${platform[@]}" --algorithm nosuch
   expect_status 2
-  expect_in err "madpipe: error: --algorithm: unknown algorithm 'pipedream'"
-  expect_in err "(valid: madpipe, contiguous, 1f1b, gpipe)"
+  expect_in err "madpipe: error: --algorithm: unknown algorithm 'nosuch'"
+  expect_in err "(valid: madpipe, contiguous, pipedream, 1f1b, gpipe)"
   run plan --profile "$resnet" "${platform[@]}" --mem 4GiB
   expect_status 2
   expect_in err "madpipe: error: unrecognised option '--mem'"
@@ -239,7 +239,7 @@ case_compare() {
   local header="^algorithm +period \(ms\) +vs best +vs bound +throughput \(/s\)"
   expect_match out "$header +max GPU memory +planning \(s\)$"
   expect_match out "^lower bound +[0-9.]+ ms per micro-batch$"
-  for algorithm in madpipe contiguous 1f1b gpipe; do
+  for algorithm in madpipe contiguous pipedream 1f1b gpipe; do
     local numbers="[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ [KMGT]?i?B"
     expect_match out "^$algorithm +($numbers|does not fit +- +- +- +-) +[0-9.]+$"
   done
