@@ -69,7 +69,11 @@ const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algori
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile,
                                                  const Platform& platform) {
-  const ChainCosts costs(profile);
+  return lower_bound_period_ms(ChainCosts(profile), platform);
+}
+
+double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
+                                                 const Platform& platform) {
   double bound = std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
                           costs.max_layer_compute_ms());
   if (platform.gpus > 1 && platform.bandwidth_bytes_per_ms > 0)
@@ -107,15 +111,17 @@ static std::optional<Candidate> schedule_allocations(
   for (const partition::Allocation& allocation : allocations) {
     ++index;
     std::vector<schedule::Stage> stages = partition::stages_of(costs, allocation);
+    schedule::ScheduleSearchOptions bounded = search;
+    if (best) bounded.give_up_at_ms = best->pattern.normalized_period_ms();
     std::optional<schedule::ScheduledPattern> scheduled =
-        schedule::schedule_under_memory(stages, platform, search);
+        schedule::schedule_under_memory(stages, platform, bounded);
     if (options.progress) {
       std::ostringstream line;
       line << "scheduled allocation " << index << "/" << allocations.size() << " ("
            << stages.size() << " stages): "
            << (scheduled ? format_ms(scheduled->pattern.normalized_period_ms()) + " via " +
                                scheduled->method
-                         : std::string("does not fit in memory"));
+                         : std::string("no better plan (or none that fits)"));
       options.progress(line.str());
     }
     if (scheduled)
@@ -166,13 +172,25 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
   search.max_k = options.max_k;
   std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
   if (!best || options.refine_evaluations <= 0) return best;
+  const double lower_bound = partition::lower_bound_period_ms(costs, platform);
+  if (best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return best;
+  // The local search scores neighbours with a quicker schedule search (fewer pattern families,
+  // k <= 3); its result is then scheduled with the full search.
   partition::RefineOptions refine;
   refine.max_evaluations = options.refine_evaluations;
-  refine.search = search;
-  partition::ScheduledAllocation refined = partition::refine_allocation(
+  refine.search.families = {schedule::PatternFamily::OneFOneBStar,
+                            schedule::PatternFamily::GuidedModulo};
+  refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
+  const partition::ScheduledAllocation refined = partition::refine_allocation(
       costs, platform, {best->allocation, {best->pattern, best->method}}, refine, options.progress);
-  keep_better(best, Candidate{refined.allocation, partition::stages_of(costs, refined.allocation),
-                              refined.scheduled.pattern, refined.scheduled.method});
+  if (refined.allocation == best->allocation) return best;
+  std::vector<schedule::Stage> stages = partition::stages_of(costs, refined.allocation);
+  schedule::ScheduledPattern scheduled = refined.scheduled;
+  if (auto full = schedule::schedule_under_memory(stages, platform, search))
+    if (full->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
+      scheduled = *full;
+  keep_better(best, Candidate{refined.allocation, std::move(stages), scheduled.pattern,
+                              scheduled.method});
   return best;
 }
 

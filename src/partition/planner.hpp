@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 #include "schedule/plan.hpp"
@@ -62,6 +63,7 @@ PlanResult make_plan(const Profile& profile, const Platform& platform,
 // layer boundary min(C(l), U_l + U_{l+1}): either the boundary is cut and its link carries a_l
 // and delta_l, or one GPU runs both layers).
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
+double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 
 // Smallest memory per GPU (within 1%) for which some algorithm finds a plan; -1 if none fits
 // even with unbounded memory (cannot happen for valid profiles).

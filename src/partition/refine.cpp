@@ -85,8 +85,10 @@ madpipe::partition::ScheduledAllocation madpipe::partition::refine_allocation(
       const Allocation candidate = canonical(raw);
       if (!seen.insert({candidate.first_layers, candidate.gpus}).second) continue;
       if (++evaluations > options.max_evaluations) break;
+      schedule::ScheduleSearchOptions bounded = options.search;
+      bounded.give_up_at_ms = best.scheduled.pattern.normalized_period_ms() * (1 - 1e-6);
       const auto scheduled =
-          schedule::schedule_under_memory(stages_of(costs, candidate), platform, options.search);
+          schedule::schedule_under_memory(stages_of(costs, candidate), platform, bounded);
       if (!scheduled || scheduled->pattern.normalized_period_ms() >=
                             best.scheduled.pattern.normalized_period_ms() * (1 - 1e-6))
         continue;

@@ -41,18 +41,24 @@ static void consider(std::optional<madpipe::schedule::ScheduledPattern>& best,
     best = ScheduledPattern{chosen, method};
 }
 
+double madpipe::schedule::busiest_resource_ms(const std::vector<Stage>& stages,
+                                              const Platform& platform) {
+  std::map<int, double> load;
+  for (const PipelineResource& r : pipeline_resources(stages, platform))
+    load[resource_of(r.forward, platform.gpus)] += r.load_ms();
+  double busiest = 0;
+  for (const auto& [resource, busy] : load) busiest = std::max(busiest, busy);
+  return busiest;
+}
+
 std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_under_memory(
     const std::vector<Stage>& stages, const Platform& platform,
     const ScheduleSearchOptions& options) {
   const std::vector<PipelineResource> resources = pipeline_resources(stages, platform);
-  std::map<int, double> load;
   double total = 0;
-  for (const PipelineResource& r : resources) {
-    load[resource_of(r.forward, platform.gpus)] += r.load_ms();
-    total += r.load_ms();
-  }
-  double lo = 0;
-  for (const auto& [resource, busy] : load) lo = std::max(lo, busy);
+  for (const PipelineResource& r : resources) total += r.load_ms();
+  const double lo = busiest_resource_ms(stages, platform);
+  if (lo >= options.give_up_at_ms) return std::nullopt;
   const double hi_start = std::max(total, lo) * (1 + 1e-9);
   const int max_k = options.max_k > 0 ? options.max_k : static_cast<int>(resources.size());
 
@@ -104,7 +110,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
         }
       }
       consider(best, *found, k == 1 ? name : name + ", k=" + std::to_string(k), stages, platform);
-      // A larger k only helps when memory forced the period up.
+      // Nothing beats the busiest resource's load.
       if (best && best->pattern.normalized_period_ms() <= lo * (1 + 1e-9)) return best;
     }
   }

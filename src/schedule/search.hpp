@@ -1,5 +1,6 @@
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct ScheduleSearchOptions {
   std::vector<PatternFamily> families{PatternFamily::OneFOneBStar, PatternFamily::GuidedModulo,
                                       PatternFamily::Modulo, PatternFamily::ModuloLate};
   int max_k = 0;  // largest k tried; 0: number of pipeline resources (k >= that never helps)
+  // Patterns whose normalized period is not below this are of no interest to the caller: the
+  // search stops as soon as it knows it cannot go below (e.g. the best plan found so far).
+  double give_up_at_ms = std::numeric_limits<double>::infinity();
 };
 
 struct ScheduledPattern {
@@ -34,6 +38,9 @@ struct ScheduledPattern {
 std::optional<ScheduledPattern> schedule_under_memory(const std::vector<Stage>& stages,
                                                       const Platform& platform,
                                                       const ScheduleSearchOptions& options = {});
+
+// The busiest GPU's or link's load per micro-batch: no pattern of this allocation is faster.
+double busiest_resource_ms(const std::vector<Stage>& stages, const Platform& platform);
 
 // True when every GPU's full memory estimate fits the platform.
 bool fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,

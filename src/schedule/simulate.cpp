@@ -47,8 +47,10 @@ static std::string resource_name(int resource, int gpus) {
   return "link [" + std::to_string(link / gpus) + ", " + std::to_string(link % gpus) + "]";
 }
 
-static int default_micro_batches(int num_stages, int k) {
-  int n = 4 * num_stages;
+// Long enough that the measuring window (from N/4 on) starts after the warm-up: more than the
+// largest number of micro-batches in flight on any stage.
+static int default_micro_batches(int num_stages, int max_in_flight, int k) {
+  int n = 4 * std::max(num_stages, max_in_flight);
   n = (n + k - 1) / k * k;
   return std::max(n, 2 * k);
 }
@@ -152,8 +154,10 @@ madpipe::schedule::SimResult madpipe::schedule::simulate(const Plan& plan,
   const double period = pattern.period_ms;
   const std::vector<Op> chain = micro_batch_chain(plan.stages, plan.platform);
   const auto table = op_table(plan, chain);
+  const std::vector<int> nca = concurrent_activations(pattern, num_stages);
+  const int max_in_flight = nca.empty() ? 1 : *std::max_element(nca.begin(), nca.end());
   const int n = options.micro_batches > 0 ? options.micro_batches
-                                          : default_micro_batches(num_stages, k);
+                                          : default_micro_batches(num_stages, max_in_flight, k);
   const int length = static_cast<int>(chain.size());
   const int num_resources = gpus + gpus * gpus;
 

@@ -14,7 +14,7 @@ enum class StartPolicy {
 };
 
 struct SimOptions {
-  int micro_batches = 0;  // 0: 4 * number of stages, rounded up to a multiple of k
+  int micro_batches = 0;  // 0: 4 * max(stages, largest NCA), rounded up to a multiple of k
   StartPolicy policy = StartPolicy::Timetable;
 };
 

@@ -1,0 +1,351 @@
+// make_plan and friends: the thesis' small examples (ch. 5.3), every algorithm on the shipped
+// profiles, infeasible memories, determinism, and input errors.
+
+#include "partition/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/stage.hpp"
+#include "schedule/validate.hpp"
+#include "support/test_support.hpp"
+
+namespace mp = madpipe::partition;
+namespace ms = madpipe::schedule;
+
+namespace {
+
+constexpr std::int64_t kGB = 1'000'000'000;
+
+madpipe::Platform platform_of(int gpus, std::int64_t memory, double bandwidth = 12e6,
+                              int weight_copies = 3) {
+  madpipe::Platform platform;
+  platform.gpus = gpus;
+  platform.memory_bytes = memory;
+  platform.bandwidth_bytes_per_ms = bandwidth;  // 12e6 B/ms = 12 GB/s
+  platform.weight_copies = weight_copies;
+  return platform;
+}
+
+mp::PlannerOptions options_for(mp::Algorithm algorithm) {
+  mp::PlannerOptions options;
+  options.algorithm = algorithm;
+  return options;
+}
+
+std::string describe(const std::vector<ms::Violation>& violations) {
+  std::ostringstream out;
+  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
+  return out.str();
+}
+
+std::string plan_json(const ms::Plan& plan) {
+  std::ostringstream out;
+  ms::write_plan(plan, out);
+  return out.str();
+}
+
+// Thesis ch. 5.3.1: three layers of cost u_F + u_B = 1, 2, 1.
+madpipe::Profile thesis_chain(const std::vector<std::int64_t>& weights = {}) {
+  return madpipe::testing::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, weights, {0, 0, 0}, 0);
+}
+
+// GPU of each layer in a plan.
+std::vector<int> layer_gpus(const ms::Plan& plan) {
+  std::vector<int> gpus;
+  for (const ms::Stage& stage : plan.stages)
+    for (int l = stage.first_layer; l <= stage.last_layer; ++l) gpus.push_back(stage.gpu);
+  return gpus;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Thesis examples.
+
+TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
+  const madpipe::Profile profile = thesis_chain();
+  const madpipe::Platform platform = platform_of(2, kGB);
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform), 2.0);
+
+  const mp::PlanResult contiguous =
+      mp::make_plan(profile, platform, options_for(mp::Algorithm::Contiguous));
+  ASSERT_TRUE(contiguous.feasible) << contiguous.reason;
+  EXPECT_NEAR(contiguous.plan.predicted.period_ms, 3.0, 1e-6);
+  EXPECT_TRUE(ms::is_contiguous_allocation(contiguous.plan.stages));
+  EXPECT_TRUE(ms::validate(contiguous.plan, profile).empty())
+      << describe(ms::validate(contiguous.plan, profile));
+
+  const mp::PlanResult madpipe = mp::make_plan(profile, platform);
+  ASSERT_TRUE(madpipe.feasible) << madpipe.reason;
+  EXPECT_NEAR(madpipe.plan.predicted.period_ms, 2.0, 1e-6);
+  EXPECT_NEAR(madpipe.plan.predicted.lower_bound_period_ms, 2.0, 1e-12);
+  EXPECT_EQ(madpipe.plan.algorithm, "madpipe");
+  EXPECT_FALSE(ms::is_contiguous_allocation(madpipe.plan.stages));
+  const std::vector<int> gpus = layer_gpus(madpipe.plan);
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0], gpus[2]);  // layers 0 and 2 share a GPU
+  EXPECT_NE(gpus[0], gpus[1]);
+  const auto violations = ms::validate(madpipe.plan, profile);
+  EXPECT_TRUE(violations.empty()) << describe(violations);
+
+  // The fixed-in-flight baselines are contiguous too.
+  for (mp::Algorithm algorithm : {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
+    const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
+    ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
+    EXPECT_GE(result.plan.predicted.period_ms, 3.0 - 1e-6) << mp::to_string(algorithm);
+    EXPECT_TRUE(ms::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
+  }
+}
+
+TEST(Planner, ThesisLemma10OnlyANonContiguousAllocationFitsTheMemory) {
+  // Weights 1, 2, 1 bytes, memory 2 bytes, one weight copy, no activations: any contiguous
+  // allocation on two GPUs puts 3 bytes on one GPU; layers 0 and 2 together fit.
+  const madpipe::Profile profile = thesis_chain({1, 2, 1});
+  const madpipe::Platform platform = platform_of(2, 2, 12e6, 1);
+  for (mp::Algorithm algorithm :
+       {mp::Algorithm::Contiguous, mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
+    const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
+    EXPECT_FALSE(result.feasible) << mp::to_string(algorithm);
+    EXPECT_FALSE(result.reason.empty()) << mp::to_string(algorithm);
+  }
+  const mp::PlanResult madpipe = mp::make_plan(profile, platform);
+  ASSERT_TRUE(madpipe.feasible) << madpipe.reason;
+  EXPECT_FALSE(ms::is_contiguous_allocation(madpipe.plan.stages));
+  const std::vector<int> gpus = layer_gpus(madpipe.plan);
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0], gpus[2]);
+  EXPECT_NE(gpus[0], gpus[1]);
+  EXPECT_NEAR(madpipe.plan.predicted.period_ms, 2.0, 1e-6);
+  for (std::int64_t bytes : madpipe.plan.predicted.memory_bytes) EXPECT_LE(bytes, 2);
+  const auto violations = ms::validate(madpipe.plan, profile);
+  EXPECT_TRUE(violations.empty()) << describe(violations);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shipped profiles.
+
+TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
+  int feasible = 0, infeasible = 0, strictly_better = 0;
+  for (const std::string name : {"resnet50", "gpt2_small", "gpt2_xl16"}) {
+    const madpipe::Profile profile = madpipe::read_profile(madpipe::testing::shipped_profile_path(name));
+    for (int gpus : {2, 4}) {
+      for (std::int64_t memory : {6 * kGB, 16 * kGB, 80 * kGB}) {
+        const madpipe::Platform platform = platform_of(gpus, memory);
+        const double bound = mp::lower_bound_period_ms(profile, platform);
+        std::map<mp::Algorithm, double> period;
+        for (mp::Algorithm algorithm : mp::all_algorithms()) {
+          SCOPED_TRACE(name + " gpus " + std::to_string(gpus) + " memory " +
+                       std::to_string(memory) + " " + mp::to_string(algorithm));
+          const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
+          if (!result.feasible) {
+            ++infeasible;
+            EXPECT_FALSE(result.reason.empty());
+            continue;
+          }
+          ++feasible;
+          const ms::Plan& plan = result.plan;
+          EXPECT_EQ(plan.algorithm, mp::to_string(algorithm));
+          EXPECT_EQ(plan.profile, profile.name);
+          EXPECT_EQ(plan.platform, platform);
+          const auto violations = ms::validate(plan, profile);
+          EXPECT_TRUE(violations.empty()) << describe(violations);
+          EXPECT_NEAR(plan.predicted.lower_bound_period_ms, bound, 1e-12 * bound);
+          EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
+          const std::vector<int> used = layer_gpus(plan);
+          EXPECT_LE(static_cast<int>(std::set<int>(used.begin(), used.end()).size()), gpus);
+          for (std::int64_t bytes : plan.predicted.memory_bytes) EXPECT_LE(bytes, memory);
+          period[algorithm] = plan.predicted.period_ms;
+        }
+        // MadPipe is never worse than the contiguous baseline (and feasible whenever it is).
+        if (period.count(mp::Algorithm::Contiguous)) {
+          ASSERT_TRUE(period.count(mp::Algorithm::MadPipe)) << name << " " << gpus << " " << memory;
+          EXPECT_LE(period[mp::Algorithm::MadPipe],
+                    period[mp::Algorithm::Contiguous] * (1 + 1e-9))
+              << name << " " << gpus << " " << memory;
+          if (period[mp::Algorithm::MadPipe] < period[mp::Algorithm::Contiguous] * (1 - 1e-3))
+            ++strictly_better;
+        }
+      }
+    }
+  }
+  EXPECT_GT(feasible, 40);
+  EXPECT_GT(infeasible, 0);  // 6 GB is too small for some of them
+  EXPECT_GT(strictly_better, 0);  // non-contiguous allocations pay off somewhere
+}
+
+TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Platform platform = platform_of(4, 80 * kGB);
+  const mp::PlanResult one_f_one_b =
+      mp::make_plan(profile, platform, options_for(mp::Algorithm::OneFOneB));
+  ASSERT_TRUE(one_f_one_b.feasible);
+  const int S = static_cast<int>(one_f_one_b.plan.stages.size());
+  EXPECT_TRUE(ms::is_contiguous_allocation(one_f_one_b.plan.stages));
+  EXPECT_EQ(one_f_one_b.plan.pattern.k, 1);
+  const auto nca = ms::concurrent_activations(one_f_one_b.plan.pattern, S);
+  for (int s = 0; s < S; ++s) EXPECT_EQ(nca[s], S - s) << "stage " << s;
+
+  mp::PlannerOptions gpipe_options = options_for(mp::Algorithm::GPipe);
+  gpipe_options.gpipe_micro_batches = 6;
+  const mp::PlanResult gpipe = mp::make_plan(profile, platform, gpipe_options);
+  ASSERT_TRUE(gpipe.feasible);
+  EXPECT_EQ(gpipe.plan.pattern.k, 6);
+  const int G = static_cast<int>(gpipe.plan.stages.size());
+  EXPECT_EQ(ms::concurrent_activations(gpipe.plan.pattern, G), std::vector<int>(G, 6));
+  EXPECT_TRUE(ms::validate(gpipe.plan, profile).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Infeasible memory and the smallest feasible one.
+
+TEST(Planner, TooLittleMemoryIsInfeasibleWithAReason) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Platform platform = platform_of(4, 1'000'000);
+  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+    const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
+    EXPECT_FALSE(result.feasible) << mp::to_string(algorithm);
+    EXPECT_NE(result.reason.find(mp::to_string(algorithm)), std::string::npos) << result.reason;
+    EXPECT_NE(result.reason.find("fit"), std::string::npos) << result.reason;
+    EXPECT_GE(result.planning_seconds, 0.0);
+  }
+}
+
+TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Platform platform = platform_of(4, 1'000'000);
+  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+    SCOPED_TRACE(mp::to_string(algorithm));
+    mp::PlannerOptions options = options_for(algorithm);
+    options.discretization = {41, 21, 6, 6};
+    const std::int64_t memory = mp::smallest_feasible_memory(profile, platform, options);
+    ASSERT_GT(memory, 1'000'000);
+    madpipe::Platform enough = platform;
+    enough.memory_bytes = memory;
+    const mp::PlanResult result = mp::make_plan(profile, enough, options);
+    ASSERT_TRUE(result.feasible) << result.reason;
+    EXPECT_TRUE(ms::validate(result.plan, profile).empty());
+    if (algorithm == mp::Algorithm::OneFOneB || algorithm == mp::Algorithm::GPipe) {
+      // Fixed in-flight counts make feasibility monotone in the memory: 1% less does not fit.
+      madpipe::Platform less = platform;
+      less.memory_bytes = memory - memory / 100 - 1;
+      EXPECT_FALSE(mp::make_plan(profile, less, options).feasible);
+    }
+  }
+}
+
+TEST(Planner, SmallestFeasibleMemoryWithDefaultDiscretization) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("resnet50"));
+  const madpipe::Platform platform = platform_of(2, 1'000'000);
+  const std::int64_t memory = mp::smallest_feasible_memory(profile, platform);
+  ASSERT_GT(memory, 1'000'000);
+  madpipe::Platform enough = platform;
+  enough.memory_bytes = memory;
+  const mp::PlanResult result = mp::make_plan(profile, enough);
+  EXPECT_TRUE(result.feasible) << result.reason;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism and inputs.
+
+TEST(Planner, TwoRunsWriteByteIdenticalPlans) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("resnet50"));
+  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+    const madpipe::Platform platform = platform_of(4, 16 * kGB);
+    const mp::PlanResult first = mp::make_plan(profile, platform, options_for(algorithm));
+    const mp::PlanResult second = mp::make_plan(profile, platform, options_for(algorithm));
+    ASSERT_EQ(first.feasible, second.feasible) << mp::to_string(algorithm);
+    if (!first.feasible) continue;
+    const std::string a = plan_json(first.plan), b = plan_json(second.plan);
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a, b) << mp::to_string(algorithm);
+  }
+}
+
+TEST(Planner, InvalidPlatformThrows) {
+  const madpipe::Profile profile = thesis_chain();
+  madpipe::Platform no_gpus = platform_of(0, kGB);
+  EXPECT_THROW(mp::make_plan(profile, no_gpus), madpipe::Error);
+  madpipe::Platform no_memory = platform_of(2, 0);
+  EXPECT_THROW(mp::make_plan(profile, no_memory), madpipe::Error);
+  madpipe::Platform negative_memory = platform_of(2, -5);
+  EXPECT_THROW(mp::make_plan(profile, negative_memory), madpipe::Error);
+  madpipe::Platform no_bandwidth = platform_of(2, kGB, 0.0);
+  EXPECT_THROW(mp::make_plan(profile, no_bandwidth), madpipe::Error);
+  madpipe::Platform no_copies = platform_of(2, kGB, 12e6, 0);
+  EXPECT_THROW(mp::make_plan(profile, no_copies), madpipe::Error);
+  EXPECT_THROW(mp::smallest_feasible_memory(profile, no_gpus), madpipe::Error);
+  try {
+    mp::make_plan(profile, no_gpus);
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("gpus"), std::string::npos) << e.what();
+  }
+  madpipe::Profile empty = profile;
+  empty.layers.clear();
+  EXPECT_THROW(mp::make_plan(empty, platform_of(2, kGB)), madpipe::Error);
+}
+
+TEST(Planner, AlgorithmNames) {
+  EXPECT_EQ(mp::algorithm_from_string("madpipe"), mp::Algorithm::MadPipe);
+  EXPECT_EQ(mp::algorithm_from_string("MadPipe"), mp::Algorithm::MadPipe);
+  EXPECT_EQ(mp::algorithm_from_string("CONTIGUOUS"), mp::Algorithm::Contiguous);
+  EXPECT_EQ(mp::algorithm_from_string("1F1B"), mp::Algorithm::OneFOneB);
+  EXPECT_EQ(mp::algorithm_from_string("GPipe"), mp::Algorithm::GPipe);
+  ASSERT_EQ(mp::all_algorithms().size(), 4u);
+  for (mp::Algorithm algorithm : mp::all_algorithms())
+    EXPECT_EQ(mp::algorithm_from_string(mp::to_string(algorithm)), algorithm);
+  try {
+    mp::algorithm_from_string("pipedream");
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pipedream"), std::string::npos) << what;
+    for (const char* name : {"madpipe", "contiguous", "1f1b", "gpipe"})
+      EXPECT_NE(what.find(name), std::string::npos) << what;
+  }
+  EXPECT_THROW(mp::algorithm_from_string(""), madpipe::Error);
+  EXPECT_THROW(mp::algorithm_from_string("madpipe "), madpipe::Error);
+}
+
+TEST(Planner, LowerBound) {
+  // max(sum U / P, max layer): 4/2 = 2 vs 2; 4/1 = 4; 4/8 = 0.5 vs 2.
+  const madpipe::Profile profile = thesis_chain();
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(1, kGB)), 4.0);
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(2, kGB)), 2.0);
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(8, kGB)), 2.0);
+  const madpipe::Profile flat = madpipe::testing::make_chain({1, 1, 1, 1}, {2, 2, 2, 2});
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(flat, platform_of(2, kGB)), 6.0);
+}
+
+TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
+  const madpipe::Profile profile = madpipe::testing::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30},
+                                                                {100, 200, 300}, 50);
+  const madpipe::Platform platform = platform_of(1, kGB);
+  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+    const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
+    ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
+    EXPECT_NEAR(result.plan.predicted.period_ms, 15.0, 1e-6) << mp::to_string(algorithm);
+    for (const ms::Stage& stage : result.plan.stages) EXPECT_EQ(stage.gpu, 0);
+    EXPECT_TRUE(ms::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
+  }
+}

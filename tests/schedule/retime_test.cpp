@@ -1,0 +1,323 @@
+// retime(): shortest period keeping the cyclic order of every resource and every shift.
+
+#include "schedule/retime.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "schedule/k_periodic.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/simulate.hpp"
+#include "schedule/stage.hpp"
+#include "schedule/validate.hpp"
+#include "support/test_support.hpp"
+
+namespace ms = madpipe::schedule;
+using ms::OpKind;
+
+namespace {
+
+constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
+
+madpipe::Platform platform_of(int gpus, double bandwidth = 5e7) {
+  madpipe::Platform platform;
+  platform.gpus = gpus;
+  platform.memory_bytes = kHugeMemory;
+  platform.bandwidth_bytes_per_ms = bandwidth;
+  platform.weight_copies = 3;
+  return platform;
+}
+
+ms::Plan wrap(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform,
+              const ms::Pattern& pattern) {
+  ms::Plan plan;
+  plan.profile = "random-chain";
+  plan.algorithm = "test";
+  plan.platform = platform;
+  plan.stages = stages;
+  plan.pattern = pattern;
+  ms::fill_predicted(plan, 0.0);
+  return plan;
+}
+
+std::string describe(const std::vector<ms::Violation>& violations) {
+  std::ostringstream out;
+  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
+  return out.str();
+}
+
+struct Case {
+  std::string name;
+  std::vector<ms::Stage> stages;
+  madpipe::Platform platform;
+  ms::Pattern pattern;
+};
+
+std::vector<ms::Stage> random_stages(std::mt19937& rng, int layers, int num_stages, int gpus,
+                                     bool contiguous) {
+  const madpipe::Profile profile = madpipe::testing::random_chain(rng, layers);
+  std::vector<int> cuts;
+  for (int l = 1; l < layers; ++l) cuts.push_back(l);
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  std::vector<int> first{0};
+  first.insert(first.end(), cuts.begin(), cuts.begin() + (num_stages - 1));
+  std::sort(first.begin(), first.end());
+  std::vector<int> gpu_of;
+  for (int s = 0; s < num_stages; ++s)
+    gpu_of.push_back(contiguous ? s : static_cast<int>(rng() % gpus));
+  return ms::make_stages(madpipe::ChainCosts(profile), first, gpu_of);
+}
+
+double busiest_load(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
+  std::map<int, double> load;
+  for (const ms::Op& op : ms::micro_batch_chain(stages, platform))
+    load[ms::resource_of(op, platform.gpus)] += op.duration_ms;
+  double most = 0;
+  for (const auto& [resource, busy] : load) most = std::max(most, busy);
+  return most;
+}
+
+double sum_of_loads(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
+  double total = 0;
+  for (const ms::Op& op : ms::micro_batch_chain(stages, platform)) total += op.duration_ms;
+  return total;
+}
+
+// Modulo patterns of random allocations, 1F1B* patterns of contiguous ones at several periods,
+// their k-periodic variants, and 1F1B.
+std::vector<Case> pattern_cases() {
+  std::vector<Case> cases;
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int layers = 3 + trial % 8;
+    const int gpus = 2 + trial % 3;
+    const int n = 2 + static_cast<int>(rng() % (layers - 1));
+    Case c;
+    c.stages = random_stages(rng, layers, n, gpus, false);
+    c.platform = platform_of(gpus);
+    const double busiest = busiest_load(c.stages, c.platform);
+    for (double factor : {1.1, 1.5, 3.0}) {
+      if (auto p = ms::modulo_schedule(c.stages, c.platform, factor * busiest)) {
+        c.name = "modulo trial " + std::to_string(trial) + " x" + std::to_string(factor);
+        c.pattern = *p;
+        cases.push_back(c);
+        if (trial % 3 == 0) {
+          c.name += " k=2";
+          c.pattern = ms::drop_every_kth_plus_one(*p, 2);
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = 2 + trial % 5;
+    Case c;
+    c.stages = random_stages(rng, n + trial % 3, n, n, true);
+    c.platform = platform_of(n);
+    const auto resources = ms::pipeline_resources(c.stages, c.platform);
+    double lo = 0, hi = 0;
+    for (const auto& r : resources) {
+      lo = std::max(lo, r.load_ms());
+      hi += r.load_ms();
+    }
+    for (double fraction : {0.0, 0.2, 0.5, 1.0, 2.0}) {
+      const double T = lo + fraction * (hi - lo);
+      auto p = ms::one_f_one_b_star(c.stages, c.platform, T);
+      if (!p) continue;
+      c.name = "1f1b* trial " + std::to_string(trial) + " T " + std::to_string(T);
+      c.pattern = *p;
+      cases.push_back(c);
+      if (fraction == 0.0) {
+        c.name += " k=3";
+        c.pattern = ms::drop_every_kth_plus_one(*p, 3);
+        cases.push_back(c);
+      }
+    }
+    c.name = "1f1b trial " + std::to_string(trial);
+    c.pattern = ms::one_f_one_b(c.stages, c.platform);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST(Retime, NeverIncreasesThePeriodAndKeepsValidityAndMemory) {
+  const std::vector<Case> cases = pattern_cases();
+  ASSERT_GE(cases.size(), 150u);
+  int shrunk = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(ms::validate(wrap(c.stages, c.platform, c.pattern)).empty());
+    const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
+    ASSERT_TRUE(retimed.has_value());
+    EXPECT_EQ(retimed->k, c.pattern.k);
+    EXPECT_EQ(retimed->ops.size(), c.pattern.ops.size());
+    EXPECT_LE(retimed->period_ms, c.pattern.period_ms * (1 + 1e-12));
+    if (retimed->period_ms < c.pattern.period_ms * (1 - 1e-6)) ++shrunk;
+    // Never below the busiest resource's work per period.
+    EXPECT_GE(retimed->period_ms,
+              c.pattern.k * busiest_load(c.stages, c.platform) * (1 - 1e-9));
+    const auto violations = ms::validate(wrap(c.stages, c.platform, *retimed));
+    EXPECT_TRUE(violations.empty()) << describe(violations);
+    const int n = static_cast<int>(c.stages.size());
+    EXPECT_EQ(ms::concurrent_activations(*retimed, n), ms::concurrent_activations(c.pattern, n));
+    const auto before = ms::evaluate_memory(c.stages, c.pattern, c.platform);
+    const auto after = ms::evaluate_memory(c.stages, *retimed, c.platform);
+    ASSERT_EQ(before.size(), after.size());
+    for (std::size_t g = 0; g < before.size(); ++g) {
+      EXPECT_EQ(after[g].weights, before[g].weights) << "gpu " << g;
+      EXPECT_EQ(after[g].activations, before[g].activations) << "gpu " << g;
+      EXPECT_EQ(after[g].buffers, before[g].buffers) << "gpu " << g;
+      EXPECT_EQ(after[g].workspace, before[g].workspace) << "gpu " << g;
+    }
+    // Retiming is idempotent: the result is already as tight as its order allows.
+    const auto again = ms::retime(*retimed, c.stages, c.platform);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_NEAR(again->period_ms, retimed->period_ms, 1e-9 * retimed->period_ms);
+  }
+  EXPECT_GE(shrunk, 40);
+}
+
+TEST(Retime, ShrinksOneFOneBStarWithSlackToTheChainLength) {
+  // With T above the sum of the loads 1F1B* has one group: every stage keeps one micro-batch, so
+  // micro-batch i+1 enters stage 0 after micro-batch i left it, and the tightest period is the
+  // length of one micro-batch's chain.
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int n = 2 + trial % 4;
+    const auto stages = random_stages(rng, n, n, n, true);
+    const auto platform = platform_of(n);
+    const double length = sum_of_loads(stages, platform);
+    const auto slack = ms::one_f_one_b_star(stages, platform, 3 * length);
+    ASSERT_TRUE(slack.has_value());
+    const auto retimed = ms::retime(*slack, stages, platform);
+    ASSERT_TRUE(retimed.has_value());
+    EXPECT_LT(retimed->period_ms, slack->period_ms);
+    EXPECT_NEAR(retimed->period_ms, length, 1e-9 * length);
+    EXPECT_EQ(ms::concurrent_activations(*retimed, n), std::vector<int>(n, 1));
+    EXPECT_TRUE(ms::validate(wrap(stages, platform, *retimed)).empty());
+  }
+}
+
+TEST(Retime, TightOneFOneBKeepsItsPeriod) {
+  // Four stages f = 1, b = 2 with free transfers: 1F1B runs at period 3 with no idle time.
+  std::vector<ms::Stage> stages;
+  for (int s = 0; s < 4; ++s) {
+    ms::Stage stage;
+    stage.id = s;
+    stage.first_layer = stage.last_layer = s;
+    stage.gpu = s;
+    stage.forward_ms = 1;
+    stage.backward_ms = 2;
+    stage.stored_bytes = 10;
+    stages.push_back(stage);
+  }
+  const auto platform = platform_of(4, 1e12);
+  const ms::Pattern pattern = ms::one_f_one_b(stages, platform);
+  ASSERT_DOUBLE_EQ(pattern.period_ms, 3.0);
+  const auto retimed = ms::retime(pattern, stages, platform);
+  ASSERT_TRUE(retimed.has_value());
+  EXPECT_NEAR(retimed->period_ms, 3.0, 1e-9);
+  // Retiming the same order at a larger period gives the period back.
+  const auto loose = ms::one_f_one_b_star_with_groups(stages, platform, {4, 3, 3, 2, 2, 1, 1}, 6.0);
+  const auto tight = ms::retime(loose, stages, platform);
+  ASSERT_TRUE(tight.has_value());
+  EXPECT_NEAR(tight->period_ms, 3.0, 1e-9);
+  EXPECT_EQ(ms::concurrent_activations(*tight, 4), (std::vector<int>{4, 3, 2, 1}));
+}
+
+TEST(Retime, InconsistentPatternsGiveNothing) {
+  std::mt19937 rng(5);
+  const auto stages = random_stages(rng, 3, 3, 3, true);
+  const auto platform = platform_of(3);
+  auto pattern = ms::one_f_one_b_star(stages, platform, 1e4);
+  ASSERT_TRUE(pattern.has_value());
+  ms::Pattern missing = *pattern;
+  missing.ops.erase(std::find_if(missing.ops.begin(), missing.ops.end(),
+                                 [](const ms::Op& op) { return op.kind == OpKind::B; }));
+  EXPECT_FALSE(ms::retime(missing, stages, platform).has_value());
+  ms::Pattern empty = *pattern;
+  empty.ops.clear();
+  EXPECT_FALSE(ms::retime(empty, stages, platform).has_value());
+  ms::Pattern no_period = *pattern;
+  no_period.period_ms = 0;
+  EXPECT_FALSE(ms::retime(no_period, stages, platform).has_value());
+}
+
+TEST(Retime, SimulatedSteadyPeriodMatches) {
+  const std::vector<Case> cases = pattern_cases();
+  int checked = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
+    ASSERT_TRUE(retimed.has_value());
+    const ms::Plan plan = wrap(c.stages, c.platform, *retimed);
+    ms::SimOptions timetable;  // default number of micro-batches
+    timetable.policy = ms::StartPolicy::Timetable;
+    const ms::SimResult planned = ms::simulate(plan, timetable);
+    EXPECT_NEAR(planned.steady_period_ms, retimed->period_ms, 1e-6 * retimed->period_ms);
+    EXPECT_NEAR(planned.steady_normalized_ms, retimed->normalized_period_ms(),
+                1e-6 * retimed->period_ms);
+    // ASAP keeps every op's order, so no op starts later than planned; its measured rate is at
+    // least the planned one once the warm-up is over (enough micro-batches: see
+    // AsapSteadyPeriodWithDefaultMicroBatches below).
+    ms::SimOptions asap;
+    asap.policy = ms::StartPolicy::Asap;
+    asap.micro_batches = 40 * retimed->k;
+    timetable.micro_batches = asap.micro_batches;
+    const ms::SimResult eager = ms::simulate(plan, asap);
+    const ms::SimResult planned_long = ms::simulate(plan, timetable);
+    EXPECT_NEAR(planned_long.steady_period_ms, retimed->period_ms, 1e-6 * retimed->period_ms);
+    EXPECT_LE(eager.steady_period_ms, retimed->period_ms * (1 + 1e-6));
+    EXPECT_LE(eager.step_ms, planned_long.step_ms * (1 + 1e-9));
+    ASSERT_EQ(eager.ops.size(), planned_long.ops.size());
+    ++checked;
+  }
+  EXPECT_GE(checked, 150);
+}
+
+TEST(Retime, AsapSteadyPeriodWithDefaultMicroBatches) {
+  // Regression: the default number of micro-batches used to end the warm-up too late here.
+  // Three stages f = 1, b = 2 on three GPUs, transfers of 1.5 ms each way: five resources of
+  // load 3, so 1F1B*(3) has five groups and stage 0 keeps five micro-batches in flight.
+  std::vector<ms::Stage> stages;
+  for (int s = 0; s < 3; ++s) {
+    ms::Stage stage;
+    stage.id = s;
+    stage.first_layer = stage.last_layer = s;
+    stage.gpu = s;
+    stage.forward_ms = 1;
+    stage.backward_ms = 2;
+    stage.stored_bytes = 1;
+    stage.output_bytes = s < 2 ? 1500 : 0;
+    stages.push_back(stage);
+  }
+  madpipe::Platform platform = platform_of(3, 1000.0);
+  const auto pattern = ms::one_f_one_b_star(stages, platform, 3.0);
+  ASSERT_TRUE(pattern.has_value());
+  ASSERT_EQ(ms::concurrent_activations(*pattern, 3), (std::vector<int>{5, 3, 1}));
+  const ms::Plan plan = wrap(stages, platform, *pattern);
+  ASSERT_TRUE(ms::validate(plan).empty());
+  ms::SimOptions asap;
+  asap.policy = ms::StartPolicy::Asap;
+  // With 24 micro-batches the window starts after the warm-up and ASAP measures 3 ms.
+  asap.micro_batches = 24;
+  EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
+  // With the default 12 micro-batches F0 of micro-batches 0..4 run back to back (1 ms apart)
+  // and the window from micro-batch 3 to 9 measures (27 - 3) / 6 = 4 ms.
+  asap.micro_batches = 0;
+  EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
+}
