@@ -92,10 +92,6 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::modulo_schedule(
   for (std::size_t n = 0; n < chain.size(); ++n) {
     Op& op = chain[forward ? n : chain.size() - 1 - n];
     auto it = tables.try_emplace(resource_of(op, platform.gpus), period_ms).first;
-    if (op.duration_ms <= 0) {  // nothing to place
-      op.start_ms = boundary;
-      continue;
-    }
     const std::optional<double> start = forward
                                             ? it->second.earliest_fit(boundary, op.duration_ms)
                                             : it->second.latest_fit(boundary, op.duration_ms);
@@ -119,10 +115,6 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::guided_modulo_sched
   for (Op& op : chain) {
     auto it = tables.try_emplace(resource_of(op, platform.gpus), period_ms).first;
     const double release = std::max(ready, op.start_ms);
-    if (op.duration_ms <= 0) {
-      op.start_ms = release;
-      continue;
-    }
     const std::optional<double> start = it->second.earliest_fit(release, op.duration_ms);
     if (!start) return std::nullopt;
     it->second.occupy(*start, op.duration_ms);

@@ -94,7 +94,7 @@ madpipe::schedule::Pattern madpipe::schedule::one_f_one_b(const std::vector<Stag
       ++group;
       group_load.push_back(0);
     }
-    groups[r] = group;  // ...which also holds the link after it
+    groups[r] = group;  // ...which also holds the link before it
     group_load.back() += resources[r].load_ms();
   }
   const double period = *std::max_element(group_load.begin(), group_load.end());

@@ -42,7 +42,7 @@ std::optional<Pattern> one_f_one_b_star(const std::vector<Stage>& stages,
                                         const Platform& platform, double period_ms);
 
 // 1F1B as in PipeDream-Flush: stage s keeps S - s micro-batches in flight (a group is a stage
-// and the link after it), at the smallest period these groups allow.
+// and the link before it), at the smallest period these groups allow.
 Pattern one_f_one_b(const std::vector<Stage>& stages, const Platform& platform);
 
 }  // namespace madpipe::schedule

@@ -43,13 +43,21 @@ static std::vector<Edge> constraint_edges(const madpipe::schedule::Pattern& patt
       edges.push_back({u->second, v->second, ou.duration_ms, (ou.shift - ov.shift) / k});
     }
   }
-  // Cyclic order on each resource.
+  // Cyclic order on each resource; ops starting together (zero-length ones) keep chain order.
+  std::map<std::pair<int, int>, int> chain_position;  // (kind, stage) -> position
+  for (std::size_t c = 0; c < chain.size(); ++c)
+    chain_position[{static_cast<int>(chain[c].kind), chain[c].stage}] = static_cast<int>(c);
+  auto position = [&](int i) {
+    return chain_position[{static_cast<int>(ops[i].kind), ops[i].stage}];
+  };
   std::map<int, std::vector<int>> by_resource;
   for (int i = 0; i < static_cast<int>(ops.size()); ++i)
     by_resource[resource_of(ops[i], platform.gpus)].push_back(i);
   for (auto& [resource, members] : by_resource) {
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return ops[a].start_ms < ops[b].start_ms; });
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      if (ops[a].start_ms != ops[b].start_ms) return ops[a].start_ms < ops[b].start_ms;
+      return position(a) < position(b);
+    });
     for (std::size_t m = 0; m + 1 < members.size(); ++m)
       edges.push_back({members[m], members[m + 1], ops[members[m]].duration_ms, 0});
     // Wrap: the first op of the next period comes after the last one of this period.

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -251,7 +251,7 @@ TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
 
 TEST(Planner, SmallestFeasibleMemoryWithDefaultDiscretization) {
   const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("resnet50"));
+      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(2, 1'000'000);
   const std::int64_t memory = mp::smallest_feasible_memory(profile, platform);
   ASSERT_GT(memory, 1'000'000);
@@ -310,18 +310,26 @@ TEST(Planner, AlgorithmNames) {
   EXPECT_EQ(mp::algorithm_from_string("CONTIGUOUS"), mp::Algorithm::Contiguous);
   EXPECT_EQ(mp::algorithm_from_string("1F1B"), mp::Algorithm::OneFOneB);
   EXPECT_EQ(mp::algorithm_from_string("GPipe"), mp::Algorithm::GPipe);
-  ASSERT_EQ(mp::all_algorithms().size(), 4u);
-  for (mp::Algorithm algorithm : mp::all_algorithms())
-    EXPECT_EQ(mp::algorithm_from_string(mp::to_string(algorithm)), algorithm);
+  ASSERT_GE(mp::all_algorithms().size(), 4u);
+  std::set<std::string> names;
+  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+    const std::string name = mp::to_string(algorithm);
+    names.insert(name);
+    EXPECT_EQ(mp::algorithm_from_string(name), algorithm);
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(mp::algorithm_from_string(upper), algorithm);
+  }
+  EXPECT_EQ(names.size(), mp::all_algorithms().size());  // distinct names
+  for (const char* name : {"madpipe", "contiguous", "1f1b", "gpipe"}) EXPECT_EQ(names.count(name), 1u);
   try {
-    mp::algorithm_from_string("pipedream");
+    mp::algorithm_from_string("round-robin");
     FAIL() << "expected an error";
   } catch (const madpipe::Error& e) {
     EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
     const std::string what = e.what();
-    EXPECT_NE(what.find("pipedream"), std::string::npos) << what;
-    for (const char* name : {"madpipe", "contiguous", "1f1b", "gpipe"})
-      EXPECT_NE(what.find(name), std::string::npos) << what;
+    EXPECT_NE(what.find("round-robin"), std::string::npos) << what;
+    for (const std::string& name : names) EXPECT_NE(what.find(name), std::string::npos) << what;
   }
   EXPECT_THROW(mp::algorithm_from_string(""), madpipe::Error);
   EXPECT_THROW(mp::algorithm_from_string("madpipe "), madpipe::Error);
@@ -348,4 +356,25 @@ TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
     for (const ms::Stage& stage : result.plan.stages) EXPECT_EQ(stage.gpu, 0);
     EXPECT_TRUE(ms::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero-cost layers and zero-byte activations are allowed by the profile format.
+
+TEST(Planner, GPipePlanWithAZeroCostLastOpIsValid) {
+  const madpipe::Profile profile = madpipe::testing::make_chain({1}, {0}, {1}, {0}, 0);
+  const mp::PlanResult result =
+      mp::make_plan(profile, platform_of(1, kGB), options_for(mp::Algorithm::GPipe));
+  ASSERT_TRUE(result.feasible);
+  const auto violations = ms::validate(result.plan, profile);
+  EXPECT_TRUE(violations.empty()) << describe(violations);
+}
+
+TEST(Planner, MadPipePlanWithZeroCostLayersIsValid) {
+  const madpipe::Profile profile = madpipe::testing::make_chain(
+      {0, 2, 0, 2}, {1, 3, 0, 1}, {1, 1, 1, 1}, {0, 2000, 0, 1000}, 500);
+  const mp::PlanResult result = mp::make_plan(profile, platform_of(2, kGB, 1000.0));
+  ASSERT_TRUE(result.feasible);
+  const auto violations = ms::validate(result.plan, profile);
+  EXPECT_TRUE(violations.empty()) << describe(violations);
 }

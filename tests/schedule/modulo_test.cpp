@@ -192,3 +192,19 @@ TEST(ModuloSchedule, StagesOnTheSameGpuAsTheirNeighbourNeedNoTransfer) {
   EXPECT_EQ(transfers, 4);
   EXPECT_TRUE(ms::validate(wrap(stages, platform, *pattern), profile).empty());
 }
+
+TEST(ModuloSchedule, ZeroDurationOpsAreNotPlacedInsideBusyIntervals) {
+  // Layer 0 (f = 2, b = 0) on GPU 1, layer 1 (f = 1, b = 0) on GPU 0, zero-byte activations.
+  // At T = 2: F0 [0, 2), F1 [2, 3), B1 at 3, B0 at 3 = 1 (mod 2), inside F0 of the next period.
+  const madpipe::Profile profile = madpipe::testing::make_chain({2, 1}, {0, 0}, {}, {0, 0}, 0);
+  const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {1, 0});
+  const auto platform = platform_of(2, 1000.0);
+  for (double T : {2.0, 2.5, 3.0}) {
+    const auto pattern = ms::modulo_schedule(stages, platform, T);
+    if (!pattern) continue;  // giving up is allowed, an invalid pattern is not
+    const auto violations = ms::validate(wrap(stages, platform, *pattern), profile);
+    EXPECT_TRUE(violations.empty()) << "T " << T << "\n" << describe(violations);
+  }
+  // A period of 2 is possible: B0 right at the end of F0.
+  EXPECT_TRUE(ms::modulo_schedule(stages, platform, 2.0).has_value());
+}

@@ -272,8 +272,7 @@ TEST(Retime, SimulatedSteadyPeriodMatches) {
     EXPECT_NEAR(planned.steady_normalized_ms, retimed->normalized_period_ms(),
                 1e-6 * retimed->period_ms);
     // ASAP keeps every op's order, so no op starts later than planned; its measured rate is at
-    // least the planned one once the warm-up is over (enough micro-batches: see
-    // AsapSteadyPeriodWithDefaultMicroBatches below).
+    // least the planned one once the warm-up is over (see AsapSteadyPeriodWithDefaultMicroBatches).
     ms::SimOptions asap;
     asap.policy = ms::StartPolicy::Asap;
     asap.micro_batches = 40 * retimed->k;
@@ -316,8 +315,35 @@ TEST(Retime, AsapSteadyPeriodWithDefaultMicroBatches) {
   // With 24 micro-batches the window starts after the warm-up and ASAP measures 3 ms.
   asap.micro_batches = 24;
   EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
-  // With the default 12 micro-batches F0 of micro-batches 0..4 run back to back (1 ms apart)
-  // and the window from micro-batch 3 to 9 measures (27 - 3) / 6 = 4 ms.
+  // With 12 micro-batches (4 * S, the former default) F0 of micro-batches 0..4 run back to back
+  // (1 ms apart) and the window from micro-batch 3 to 9 measured (27 - 3) / 6 = 4 ms; the
+  // default now covers the largest NCA.
   asap.micro_batches = 0;
   EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
+}
+
+TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
+  // Two stages on GPU 0: f0 = 0, b0 = 1, f1 = b1 = 0. Micro-batch 0 runs F0 F1 B1 at time 0 and
+  // B0 in [0, 1); at T = 1 this is valid. Sorted by (start, stage, kind) GPU 0's order is
+  // F0 B0 F1 B1, which forces F1 after the end of B0 while B0 depends on B1 after F1.
+  std::vector<ms::Stage> stages;
+  for (int s = 0; s < 2; ++s) {
+    ms::Stage stage;
+    stage.id = s;
+    stage.first_layer = stage.last_layer = s;
+    stage.gpu = 0;
+    stage.forward_ms = 0;
+    stage.backward_ms = s == 0 ? 1 : 0;
+    stage.stored_bytes = 1;
+    stages.push_back(stage);
+  }
+  const auto platform = platform_of(1);
+  std::vector<ms::Op> chain = ms::micro_batch_chain(stages, platform);
+  for (ms::Op& op : chain) op.start_ms = 0;
+  const ms::Pattern pattern = ms::pattern_from_absolute_times(chain, 1.0);
+  ASSERT_TRUE(ms::validate(wrap(stages, platform, pattern)).empty());
+  const auto retimed = ms::retime(pattern, stages, platform);
+  ASSERT_TRUE(retimed.has_value());
+  EXPECT_NEAR(retimed->period_ms, 1.0, 1e-9);
+  EXPECT_TRUE(ms::validate(wrap(stages, platform, *retimed)).empty());
 }
