@@ -26,65 +26,18 @@
 #include "schedule/simulate.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 
 namespace {
 
-constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
-
-madpipe::Platform platform_of(int gpus, std::int64_t memory = kHugeMemory,
+madpipe::Platform platform_of(int gpus, std::int64_t memory = mt::kHugeMemory,
                               double bandwidth = 5e7) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = memory;
-  platform.bandwidth_bytes_per_ms = bandwidth;
-  platform.weight_copies = 1;
-  return platform;
-}
-
-ms::Plan wrap(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform,
-              const ms::Pattern& pattern) {
-  ms::Plan plan;
-  plan.profile = "hand";
-  plan.algorithm = "test";
-  plan.platform = platform;
-  plan.stages = stages;
-  plan.pattern = pattern;
-  ms::fill_predicted(plan, 0.0);
-  return plan;
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
-}
-
-std::vector<ms::Stage> random_stages(std::mt19937& rng, int layers, int num_stages,
-                                     int gpus, bool contiguous) {
-  const madpipe::Profile profile = madpipe::testing::random_chain(rng, layers);
-  std::vector<int> cuts;
-  for (int l = 1; l < layers; ++l) cuts.push_back(l);
-  std::shuffle(cuts.begin(), cuts.end(), rng);
-  std::vector<int> first{0};
-  first.insert(first.end(), cuts.begin(), cuts.begin() + (num_stages - 1));
-  std::sort(first.begin(), first.end());
-  std::vector<int> gpu_of;
-  for (int s = 0; s < num_stages; ++s)
-    gpu_of.push_back(contiguous ? s : static_cast<int>(rng() % gpus));
-  return ms::make_stages(madpipe::ChainCosts(profile), first, gpu_of);
-}
-
-double busiest_load(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  std::map<int, double> load;
-  for (const ms::Op& op : ms::micro_batch_chain(stages, platform))
-    load[ms::resource_of(op, platform.gpus)] += op.duration_ms;
-  double most = 0;
-  for (const auto& [resource, busy] : load) most = std::max(most, busy);
-  return most;
+  return mt::make_platform(gpus, memory, bandwidth, 1);
 }
 
 // Checks the structure, validity, NCA and simulated period of the k-periodic variant of `base`.
@@ -112,8 +65,8 @@ void check_variant(const std::vector<ms::Stage>& stages, const madpipe::Platform
     EXPECT_EQ(count[key], k) << ms::op_token(op.kind, op.stage);
     EXPECT_EQ(residues[key], all) << ms::op_token(op.kind, op.stage);
   }
-  const auto violations = ms::validate(wrap(stages, platform, out));
-  EXPECT_TRUE(violations.empty()) << "k " << k << "\n" << describe(violations);
+  const auto violations = ms::validate(mt::plan_of(stages, platform, out));
+  EXPECT_TRUE(violations.empty()) << "k " << k << "\n" << mt::describe(violations);
   // Dropping micro-batches never adds one in flight, and removes one wherever a stage had k + 1
   // or more (any k + 1 consecutive micro-batches include a dropped one).
   const int n = static_cast<int>(stages.size());
@@ -127,7 +80,7 @@ void check_variant(const std::vector<ms::Stage>& stages, const madpipe::Platform
     EXPECT_GE(after[s], 1);
   }
   // Running it gives k micro-batches per (k + 1) T.
-  const ms::SimResult sim = ms::simulate(wrap(stages, platform, out));
+  const ms::SimResult sim = ms::simulate(mt::plan_of(stages, platform, out));
   EXPECT_NEAR(sim.steady_period_ms, out.period_ms, 1e-6 * out.period_ms);
   EXPECT_NEAR(sim.steady_normalized_ms, out.normalized_period_ms(), 1e-6 * out.period_ms);
 }
@@ -138,7 +91,7 @@ TEST(DropEveryKthPlusOne, KeepsKCopiesOfEachOpAndStaysValidFor1F1BStar) {
   std::mt19937 rng(16);
   for (int trial = 0; trial < 12; ++trial) {
     const int n = 2 + trial % 5;
-    const auto stages = random_stages(rng, n, n, n, true);
+    const auto stages = mt::random_stages(rng, n, n, n, true);
     const auto platform = platform_of(n);
     const auto resources = ms::pipeline_resources(stages, platform);
     double lo = 0;
@@ -162,9 +115,9 @@ TEST(DropEveryKthPlusOne, KeepsKCopiesOfEachOpAndStaysValidForModuloPatterns) {
     const int layers = 3 + trial % 6;
     const int gpus = 2 + trial % 3;
     const int n = 2 + static_cast<int>(rng() % (layers - 1));
-    const auto stages = random_stages(rng, layers, n, gpus, false);
+    const auto stages = mt::random_stages(rng, layers, n, gpus, false);
     const auto platform = platform_of(gpus);
-    const auto base = ms::modulo_schedule(stages, platform, 1.3 * busiest_load(stages, platform));
+    const auto base = ms::modulo_schedule(stages, platform, 1.3 * mt::busiest_load(stages, platform));
     if (!base) continue;
     for (int k = 2; k <= 3; ++k) {
       SCOPED_TRACE("trial " + std::to_string(trial) + " k " + std::to_string(k));
@@ -178,17 +131,8 @@ TEST(DropEveryKthPlusOne, KeepsKCopiesOfEachOpAndStaysValidForModuloPatterns) {
 TEST(DropEveryKthPlusOne, HomogeneousPipelineNca) {
   // Four stages f = b = 1 without idle time: 1F1B*(2) keeps 4,3,2,1 micro-batches. Dropping
   // every third micro-batch (k = 2) leaves at most two of any three consecutive ones.
-  std::vector<ms::Stage> stages;
-  for (int s = 0; s < 4; ++s) {
-    ms::Stage stage;
-    stage.id = s;
-    stage.first_layer = stage.last_layer = s;
-    stage.gpu = s;
-    stage.forward_ms = stage.backward_ms = 1;
-    stage.stored_bytes = 1;
-    stages.push_back(stage);
-  }
-  const auto platform = platform_of(4, kHugeMemory, 1e12);
+  const auto stages = mt::chain_stages({1, 1, 1, 1}, {1, 1, 1, 1});
+  const auto platform = platform_of(4, mt::kHugeMemory, 1e12);
   const auto base = ms::one_f_one_b_star(stages, platform, 2.0);
   ASSERT_TRUE(base.has_value());
   EXPECT_EQ(ms::concurrent_activations(*base, 4), (std::vector<int>{4, 3, 2, 1}));
@@ -196,13 +140,13 @@ TEST(DropEveryKthPlusOne, HomogeneousPipelineNca) {
   EXPECT_EQ(ms::concurrent_activations(k2, 4), (std::vector<int>{3, 2, 2, 1}));
   const ms::Pattern k3 = ms::drop_every_kth_plus_one(*base, 3);
   EXPECT_EQ(ms::concurrent_activations(k3, 4), (std::vector<int>{3, 3, 2, 1}));
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, k2)).empty());
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, k3)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, k2)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, k3)).empty());
 }
 
 TEST(DropEveryKthPlusOne, KOneIsTheInputAndBadInputsThrow) {
   std::mt19937 rng(3);
-  const auto stages = random_stages(rng, 3, 3, 3, true);
+  const auto stages = mt::random_stages(rng, 3, 3, 3, true);
   const auto platform = platform_of(3);
   const auto base = ms::one_f_one_b_star(stages, platform, 1e4);
   ASSERT_TRUE(base.has_value());
@@ -225,16 +169,8 @@ namespace {
 std::vector<ms::Stage> theorem16_stages(int k) {
   std::vector<ms::Stage> stages;
   for (int l = 0; l <= k; ++l) {
-    ms::Stage stage;
-    stage.id = l;
-    stage.first_layer = stage.last_layer = l;
-    stage.gpu = l;
-    stage.forward_ms = 1;
-    stage.backward_ms = 1;
-    stage.stored_bytes = 1;
-    stage.output_bytes = 0;
-    stage.weight_bytes = l == 0 ? 1 : l;
-    stages.push_back(stage);
+    stages.push_back(mt::hand_stage(l, l, 1, 1));
+    stages.back().weight_bytes = l == 0 ? 1 : l;
   }
   return stages;
 }
@@ -256,8 +192,8 @@ TEST(Theorem16, KPeriodicPatternReachesTwoTimesOnePlusOneOverK) {
     const auto nca = ms::concurrent_activations(found->pattern, k + 1);
     EXPECT_LE(nca[0], k);
     for (int l = 1; l <= k; ++l) EXPECT_LE(nca[l], k + 1 - l) << "stage " << l;
-    const auto violations = ms::validate(wrap(stages, platform, found->pattern));
-    EXPECT_TRUE(violations.empty()) << describe(violations);
+    const auto violations = ms::validate(mt::plan_of(stages, platform, found->pattern));
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
 
@@ -272,7 +208,7 @@ TEST(Theorem16, OnePeriodicPatternsNeedPeriodFour) {
     ASSERT_TRUE(found.has_value());
     EXPECT_EQ(found->pattern.k, 1);
     EXPECT_NEAR(found->pattern.normalized_period_ms(), 4.0, 1e-9);
-    EXPECT_TRUE(ms::validate(wrap(stages, platform, found->pattern)).empty());
+    EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, found->pattern)).empty());
   }
 }
 
@@ -291,7 +227,7 @@ TEST(Theorem16, SmallerKCannotBeatTheBound) {
       EXPECT_LE(found->pattern.k, j);
       EXPECT_GE(found->pattern.normalized_period_ms(), 2.0 * (1.0 + 1.0 / j) - 1e-9);
       EXPECT_GT(found->pattern.normalized_period_ms(), 2.0 * (1.0 + 1.0 / k) + 1e-6);
-      EXPECT_TRUE(ms::validate(wrap(stages, platform, found->pattern)).empty());
+      EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, found->pattern)).empty());
     }
   }
 }

@@ -18,40 +18,18 @@
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 
 namespace {
 
-constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
-
+// 1-100 MB activations at 5e7 B/ms: 0.02-2 ms transfers.
 madpipe::Platform platform_of(int gpus, double bandwidth = 5e7) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = kHugeMemory;
-  platform.bandwidth_bytes_per_ms = bandwidth;  // 1-100 MB activations: 0.02-2 ms transfers
-  platform.weight_copies = 3;
-  return platform;
-}
-
-ms::Plan wrap(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform,
-              const ms::Pattern& pattern) {
-  ms::Plan plan;
-  plan.profile = "random-chain";
-  plan.algorithm = "test";
-  plan.platform = platform;
-  plan.stages = stages;
-  plan.pattern = pattern;
-  ms::fill_predicted(plan, 0.0);
-  return plan;
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
+  return mt::make_platform(gpus, mt::kHugeMemory, bandwidth, 3);
 }
 
 struct RandomAllocation {
@@ -66,34 +44,11 @@ RandomAllocation random_allocation(std::mt19937& rng) {
   RandomAllocation a;
   const int layers = 3 + static_cast<int>(rng() % 10);
   const int gpus = 2 + static_cast<int>(rng() % 3);
-  a.profile = madpipe::testing::random_chain(rng, layers);
+  a.profile = mt::random_chain(rng, layers);
   a.platform = platform_of(gpus);
   const int num_stages = 2 + static_cast<int>(rng() % (layers - 1));
-  std::vector<int> cuts;
-  for (int l = 1; l < layers; ++l) cuts.push_back(l);
-  std::shuffle(cuts.begin(), cuts.end(), rng);
-  std::vector<int> first{0};
-  first.insert(first.end(), cuts.begin(), cuts.begin() + (num_stages - 1));
-  std::sort(first.begin(), first.end());
-  std::vector<int> gpu_of;
-  for (int s = 0; s < num_stages; ++s) gpu_of.push_back(static_cast<int>(rng() % gpus));
-  a.stages = ms::make_stages(madpipe::ChainCosts(a.profile), first, gpu_of);
+  a.stages = mt::random_stages(rng, a.profile, num_stages, gpus, false);
   return a;
-}
-
-double busiest_load(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  std::map<int, double> load;
-  for (const ms::Op& op : ms::micro_batch_chain(stages, platform))
-    load[ms::resource_of(op, platform.gpus)] += op.duration_ms;
-  double most = 0;
-  for (const auto& [resource, busy] : load) most = std::max(most, busy);
-  return most;
-}
-
-double chain_length(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  double total = 0;
-  for (const ms::Op& op : ms::micro_batch_chain(stages, platform)) total += op.duration_ms;
-  return total;
 }
 
 }  // namespace
@@ -104,8 +59,8 @@ TEST(ModuloSchedule, RandomNonContiguousAllocationsAreValid) {
   for (int trial = 0; trial < 80; ++trial) {
     const RandomAllocation a = random_allocation(rng);
     if (!ms::is_contiguous_allocation(a.stages)) ++shared_gpu;
-    const double busiest = busiest_load(a.stages, a.platform);
-    const double length = chain_length(a.stages, a.platform);
+    const double busiest = mt::busiest_load(a.stages, a.platform);
+    const double length = mt::chain_length(a.stages, a.platform);
     for (double T : {busiest * 1.0000001, busiest * 1.05, busiest * 1.25, busiest * 1.6,
                      busiest * 2.5, length}) {
       const auto pattern = ms::modulo_schedule(a.stages, a.platform, T);
@@ -120,9 +75,9 @@ TEST(ModuloSchedule, RandomNonContiguousAllocationsAreValid) {
       if (T < 1.3 * busiest) ++tight;
       EXPECT_EQ(pattern->k, 1);
       EXPECT_DOUBLE_EQ(pattern->period_ms, T);
-      const auto violations = ms::validate(wrap(a.stages, a.platform, *pattern), a.profile);
+      const auto violations = ms::validate(mt::plan_of(a.stages, a.platform, *pattern), a.profile);
       EXPECT_TRUE(violations.empty()) << "trial " << trial << " T " << T << "\n"
-                                      << describe(violations);
+                                      << mt::describe(violations);
     }
   }
   EXPECT_GE(shared_gpu, 40);  // most allocations put several stages on one GPU
@@ -134,7 +89,7 @@ TEST(ModuloSchedule, NoPatternBelowTheBusiestLoad) {
   std::mt19937 rng(77);
   for (int trial = 0; trial < 40; ++trial) {
     const RandomAllocation a = random_allocation(rng);
-    const double busiest = busiest_load(a.stages, a.platform);
+    const double busiest = mt::busiest_load(a.stages, a.platform);
     EXPECT_FALSE(ms::modulo_schedule(a.stages, a.platform, 0.99 * busiest).has_value())
         << "trial " << trial;
   }
@@ -147,39 +102,39 @@ TEST(ModuloSchedule, PacksTheThesisNonContiguousExampleWithoutIdleTime) {
   // Layers of cost 1, 2, 1 (thesis ch. 5.3.1): layers 0 and 2 on GPU 0, layer 1 on GPU 1, free
   // transfers. Period 2 leaves no idle time on either GPU.
   const madpipe::Profile profile =
-      madpipe::testing::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, {}, {}, 0);
+      mt::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, {}, {}, 0);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2}, {0, 1, 0});
   const auto platform = platform_of(2, 1e12);
   const auto pattern = ms::modulo_schedule(stages, platform, 2.0);
   ASSERT_TRUE(pattern.has_value());
-  const auto violations = ms::validate(wrap(stages, platform, *pattern), profile);
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern), profile);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   // F0 F1 F2 B2 B1 B0 plus four zero-length transfers.
   EXPECT_EQ(pattern->ops.size(), 10u);
 }
 
 TEST(ModuloSchedule, AllStagesOnOneGpu) {
   std::mt19937 rng(8);
-  const madpipe::Profile profile = madpipe::testing::random_chain(rng, 6);
+  const madpipe::Profile profile = mt::random_chain(rng, 6);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 2, 3, 5}, {0, 0, 0, 0});
   madpipe::Platform platform = platform_of(1);
-  const double length = chain_length(stages, platform);
-  ASSERT_NEAR(length, busiest_load(stages, platform), 1e-9 * length);  // no transfers
+  const double length = mt::chain_length(stages, platform);
+  ASSERT_NEAR(length, mt::busiest_load(stages, platform), 1e-9 * length);  // no transfers
   const auto pattern = ms::modulo_schedule(stages, platform, length);
   ASSERT_TRUE(pattern.has_value());
   EXPECT_EQ(pattern->ops.size(), 8u);
   for (const ms::Op& op : pattern->ops) EXPECT_FALSE(ms::is_transfer(op.kind));
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, *pattern), profile).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
   EXPECT_FALSE(ms::modulo_schedule(stages, platform, 0.999 * length).has_value());
 }
 
 TEST(ModuloSchedule, StagesOnTheSameGpuAsTheirNeighbourNeedNoTransfer) {
   std::mt19937 rng(9);
-  const madpipe::Profile profile = madpipe::testing::random_chain(rng, 4);
+  const madpipe::Profile profile = mt::random_chain(rng, 4);
   // Stages 0 and 1 on GPU 1, stage 2 on GPU 0, stage 3 on GPU 1: links [0,1] used 4 times.
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2, 3}, {1, 1, 0, 1});
   const auto platform = platform_of(2);
-  const auto pattern = ms::modulo_schedule(stages, platform, chain_length(stages, platform));
+  const auto pattern = ms::modulo_schedule(stages, platform, mt::chain_length(stages, platform));
   ASSERT_TRUE(pattern.has_value());
   int transfers = 0;
   for (const ms::Op& op : pattern->ops) {
@@ -190,20 +145,20 @@ TEST(ModuloSchedule, StagesOnTheSameGpuAsTheirNeighbourNeedNoTransfer) {
     EXPECT_EQ(op.link.b, 1);
   }
   EXPECT_EQ(transfers, 4);
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, *pattern), profile).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
 }
 
 TEST(ModuloSchedule, ZeroDurationOpsAreNotPlacedInsideBusyIntervals) {
   // Layer 0 (f = 2, b = 0) on GPU 1, layer 1 (f = 1, b = 0) on GPU 0, zero-byte activations.
   // At T = 2: F0 [0, 2), F1 [2, 3), B1 at 3, B0 at 3 = 1 (mod 2), inside F0 of the next period.
-  const madpipe::Profile profile = madpipe::testing::make_chain({2, 1}, {0, 0}, {}, {0, 0}, 0);
+  const madpipe::Profile profile = mt::make_chain({2, 1}, {0, 0}, {}, {0, 0}, 0);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {1, 0});
   const auto platform = platform_of(2, 1000.0);
   for (double T : {2.0, 2.5, 3.0}) {
     const auto pattern = ms::modulo_schedule(stages, platform, T);
     if (!pattern) continue;  // giving up is allowed, an invalid pattern is not
-    const auto violations = ms::validate(wrap(stages, platform, *pattern), profile);
-    EXPECT_TRUE(violations.empty()) << "T " << T << "\n" << describe(violations);
+    const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern), profile);
+    EXPECT_TRUE(violations.empty()) << "T " << T << "\n" << mt::describe(violations);
   }
   // A period of 2 is possible: B0 right at the end of F0.
   EXPECT_TRUE(ms::modulo_schedule(stages, platform, 2.0).has_value());

@@ -22,40 +22,17 @@
 #include "schedule/simulate.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 
 namespace {
 
-constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
-
 madpipe::Platform platform_of(int gpus, double bandwidth = 5e7) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = kHugeMemory;
-  platform.bandwidth_bytes_per_ms = bandwidth;
-  platform.weight_copies = 3;
-  return platform;
-}
-
-ms::Plan wrap(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform,
-              const ms::Pattern& pattern) {
-  ms::Plan plan;
-  plan.profile = "random-chain";
-  plan.algorithm = "test";
-  plan.platform = platform;
-  plan.stages = stages;
-  plan.pattern = pattern;
-  ms::fill_predicted(plan, 0.0);
-  return plan;
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
+  return mt::make_platform(gpus, mt::kHugeMemory, bandwidth, 3);
 }
 
 struct Case {
@@ -64,36 +41,6 @@ struct Case {
   madpipe::Platform platform;
   ms::Pattern pattern;
 };
-
-std::vector<ms::Stage> random_stages(std::mt19937& rng, int layers, int num_stages, int gpus,
-                                     bool contiguous) {
-  const madpipe::Profile profile = madpipe::testing::random_chain(rng, layers);
-  std::vector<int> cuts;
-  for (int l = 1; l < layers; ++l) cuts.push_back(l);
-  std::shuffle(cuts.begin(), cuts.end(), rng);
-  std::vector<int> first{0};
-  first.insert(first.end(), cuts.begin(), cuts.begin() + (num_stages - 1));
-  std::sort(first.begin(), first.end());
-  std::vector<int> gpu_of;
-  for (int s = 0; s < num_stages; ++s)
-    gpu_of.push_back(contiguous ? s : static_cast<int>(rng() % gpus));
-  return ms::make_stages(madpipe::ChainCosts(profile), first, gpu_of);
-}
-
-double busiest_load(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  std::map<int, double> load;
-  for (const ms::Op& op : ms::micro_batch_chain(stages, platform))
-    load[ms::resource_of(op, platform.gpus)] += op.duration_ms;
-  double most = 0;
-  for (const auto& [resource, busy] : load) most = std::max(most, busy);
-  return most;
-}
-
-double sum_of_loads(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  double total = 0;
-  for (const ms::Op& op : ms::micro_batch_chain(stages, platform)) total += op.duration_ms;
-  return total;
-}
 
 // Modulo patterns of random allocations, 1F1B* patterns of contiguous ones at several periods,
 // their k-periodic variants, and 1F1B.
@@ -105,9 +52,9 @@ std::vector<Case> pattern_cases() {
     const int gpus = 2 + trial % 3;
     const int n = 2 + static_cast<int>(rng() % (layers - 1));
     Case c;
-    c.stages = random_stages(rng, layers, n, gpus, false);
+    c.stages = mt::random_stages(rng, layers, n, gpus, false);
     c.platform = platform_of(gpus);
-    const double busiest = busiest_load(c.stages, c.platform);
+    const double busiest = mt::busiest_load(c.stages, c.platform);
     for (double factor : {1.1, 1.5, 3.0}) {
       if (auto p = ms::modulo_schedule(c.stages, c.platform, factor * busiest)) {
         c.name = "modulo trial " + std::to_string(trial) + " x" + std::to_string(factor);
@@ -124,7 +71,7 @@ std::vector<Case> pattern_cases() {
   for (int trial = 0; trial < 20; ++trial) {
     const int n = 2 + trial % 5;
     Case c;
-    c.stages = random_stages(rng, n + trial % 3, n, n, true);
+    c.stages = mt::random_stages(rng, n + trial % 3, n, n, true);
     c.platform = platform_of(n);
     const auto resources = ms::pipeline_resources(c.stages, c.platform);
     double lo = 0, hi = 0;
@@ -160,7 +107,7 @@ TEST(Retime, NeverIncreasesThePeriodAndKeepsValidityAndMemory) {
   int shrunk = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    ASSERT_TRUE(ms::validate(wrap(c.stages, c.platform, c.pattern)).empty());
+    ASSERT_TRUE(ms::validate(mt::plan_of(c.stages, c.platform, c.pattern)).empty());
     const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
     ASSERT_TRUE(retimed.has_value());
     EXPECT_EQ(retimed->k, c.pattern.k);
@@ -169,9 +116,9 @@ TEST(Retime, NeverIncreasesThePeriodAndKeepsValidityAndMemory) {
     if (retimed->period_ms < c.pattern.period_ms * (1 - 1e-6)) ++shrunk;
     // Never below the busiest resource's work per period.
     EXPECT_GE(retimed->period_ms,
-              c.pattern.k * busiest_load(c.stages, c.platform) * (1 - 1e-9));
-    const auto violations = ms::validate(wrap(c.stages, c.platform, *retimed));
-    EXPECT_TRUE(violations.empty()) << describe(violations);
+              c.pattern.k * mt::busiest_load(c.stages, c.platform) * (1 - 1e-9));
+    const auto violations = ms::validate(mt::plan_of(c.stages, c.platform, *retimed));
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
     const int n = static_cast<int>(c.stages.size());
     EXPECT_EQ(ms::concurrent_activations(*retimed, n), ms::concurrent_activations(c.pattern, n));
     const auto before = ms::evaluate_memory(c.stages, c.pattern, c.platform);
@@ -198,9 +145,9 @@ TEST(Retime, ShrinksOneFOneBStarWithSlackToTheChainLength) {
   std::mt19937 rng(31);
   for (int trial = 0; trial < 10; ++trial) {
     const int n = 2 + trial % 4;
-    const auto stages = random_stages(rng, n, n, n, true);
+    const auto stages = mt::random_stages(rng, n, n, n, true);
     const auto platform = platform_of(n);
-    const double length = sum_of_loads(stages, platform);
+    const double length = mt::chain_length(stages, platform);
     const auto slack = ms::one_f_one_b_star(stages, platform, 3 * length);
     ASSERT_TRUE(slack.has_value());
     const auto retimed = ms::retime(*slack, stages, platform);
@@ -208,23 +155,14 @@ TEST(Retime, ShrinksOneFOneBStarWithSlackToTheChainLength) {
     EXPECT_LT(retimed->period_ms, slack->period_ms);
     EXPECT_NEAR(retimed->period_ms, length, 1e-9 * length);
     EXPECT_EQ(ms::concurrent_activations(*retimed, n), std::vector<int>(n, 1));
-    EXPECT_TRUE(ms::validate(wrap(stages, platform, *retimed)).empty());
+    EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *retimed)).empty());
   }
 }
 
 TEST(Retime, TightOneFOneBKeepsItsPeriod) {
   // Four stages f = 1, b = 2 with free transfers: 1F1B runs at period 3 with no idle time.
   std::vector<ms::Stage> stages;
-  for (int s = 0; s < 4; ++s) {
-    ms::Stage stage;
-    stage.id = s;
-    stage.first_layer = stage.last_layer = s;
-    stage.gpu = s;
-    stage.forward_ms = 1;
-    stage.backward_ms = 2;
-    stage.stored_bytes = 10;
-    stages.push_back(stage);
-  }
+  for (int s = 0; s < 4; ++s) stages.push_back(mt::hand_stage(s, s, 1, 2, 0, 10));
   const auto platform = platform_of(4, 1e12);
   const ms::Pattern pattern = ms::one_f_one_b(stages, platform);
   ASSERT_DOUBLE_EQ(pattern.period_ms, 3.0);
@@ -241,7 +179,7 @@ TEST(Retime, TightOneFOneBKeepsItsPeriod) {
 
 TEST(Retime, InconsistentPatternsGiveNothing) {
   std::mt19937 rng(5);
-  const auto stages = random_stages(rng, 3, 3, 3, true);
+  const auto stages = mt::random_stages(rng, 3, 3, 3, true);
   const auto platform = platform_of(3);
   auto pattern = ms::one_f_one_b_star(stages, platform, 1e4);
   ASSERT_TRUE(pattern.has_value());
@@ -264,7 +202,7 @@ TEST(Retime, SimulatedSteadyPeriodMatches) {
     SCOPED_TRACE(c.name);
     const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
     ASSERT_TRUE(retimed.has_value());
-    const ms::Plan plan = wrap(c.stages, c.platform, *retimed);
+    const ms::Plan plan = mt::plan_of(c.stages, c.platform, *retimed);
     ms::SimOptions timetable;  // default number of micro-batches
     timetable.policy = ms::StartPolicy::Timetable;
     const ms::SimResult planned = ms::simulate(plan, timetable);
@@ -293,22 +231,12 @@ TEST(Retime, AsapSteadyPeriodWithDefaultMicroBatches) {
   // Three stages f = 1, b = 2 on three GPUs, transfers of 1.5 ms each way: five resources of
   // load 3, so 1F1B*(3) has five groups and stage 0 keeps five micro-batches in flight.
   std::vector<ms::Stage> stages;
-  for (int s = 0; s < 3; ++s) {
-    ms::Stage stage;
-    stage.id = s;
-    stage.first_layer = stage.last_layer = s;
-    stage.gpu = s;
-    stage.forward_ms = 1;
-    stage.backward_ms = 2;
-    stage.stored_bytes = 1;
-    stage.output_bytes = s < 2 ? 1500 : 0;
-    stages.push_back(stage);
-  }
+  for (int s = 0; s < 3; ++s) stages.push_back(mt::hand_stage(s, s, 1, 2, s < 2 ? 1500 : 0));
   madpipe::Platform platform = platform_of(3, 1000.0);
   const auto pattern = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(pattern.has_value());
   ASSERT_EQ(ms::concurrent_activations(*pattern, 3), (std::vector<int>{5, 3, 1}));
-  const ms::Plan plan = wrap(stages, platform, *pattern);
+  const ms::Plan plan = mt::plan_of(stages, platform, *pattern);
   ASSERT_TRUE(ms::validate(plan).empty());
   ms::SimOptions asap;
   asap.policy = ms::StartPolicy::Asap;
@@ -326,24 +254,14 @@ TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
   // Two stages on GPU 0: f0 = 0, b0 = 1, f1 = b1 = 0. Micro-batch 0 runs F0 F1 B1 at time 0 and
   // B0 in [0, 1); at T = 1 this is valid. Sorted by (start, stage, kind) GPU 0's order is
   // F0 B0 F1 B1, which forces F1 after the end of B0 while B0 depends on B1 after F1.
-  std::vector<ms::Stage> stages;
-  for (int s = 0; s < 2; ++s) {
-    ms::Stage stage;
-    stage.id = s;
-    stage.first_layer = stage.last_layer = s;
-    stage.gpu = 0;
-    stage.forward_ms = 0;
-    stage.backward_ms = s == 0 ? 1 : 0;
-    stage.stored_bytes = 1;
-    stages.push_back(stage);
-  }
+  const std::vector<ms::Stage> stages{mt::hand_stage(0, 0, 0, 1), mt::hand_stage(1, 0, 0, 0)};
   const auto platform = platform_of(1);
   std::vector<ms::Op> chain = ms::micro_batch_chain(stages, platform);
   for (ms::Op& op : chain) op.start_ms = 0;
   const ms::Pattern pattern = ms::pattern_from_absolute_times(chain, 1.0);
-  ASSERT_TRUE(ms::validate(wrap(stages, platform, pattern)).empty());
+  ASSERT_TRUE(ms::validate(mt::plan_of(stages, platform, pattern)).empty());
   const auto retimed = ms::retime(pattern, stages, platform);
   ASSERT_TRUE(retimed.has_value());
   EXPECT_NEAR(retimed->period_ms, 1.0, 1e-9);
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, *retimed)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *retimed)).empty());
 }

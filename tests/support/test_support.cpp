@@ -23,6 +23,10 @@ madpipe::Profile madpipe::testing::make_chain(const std::vector<double>& fwd,
   return profile;
 }
 
+madpipe::Profile madpipe::testing::two_layer_profile() {
+  return make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
+}
+
 madpipe::Profile madpipe::testing::random_chain(std::mt19937& rng, int layers) {
   std::uniform_real_distribution<double> time(0.5, 5.0);
   std::uniform_int_distribution<std::int64_t> bytes(1'000'000, 100'000'000);
@@ -44,6 +48,17 @@ madpipe::Profile madpipe::testing::random_chain(std::mt19937& rng, int layers) {
     profile.layers.push_back(layer);
   }
   return profile;
+}
+
+madpipe::Platform madpipe::testing::make_platform(int gpus, std::int64_t memory_bytes,
+                                                  double bandwidth_bytes_per_ms,
+                                                  int weight_copies) {
+  Platform platform;
+  platform.gpus = gpus;
+  platform.memory_bytes = memory_bytes;
+  platform.bandwidth_bytes_per_ms = bandwidth_bytes_per_ms;
+  platform.weight_copies = weight_copies;
+  return platform;
 }
 
 std::string madpipe::testing::shipped_profile_path(const std::string& name) {

@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "core/platform.hpp"
 #include "core/profile.hpp"
 
 namespace madpipe::testing {
+
+// Per-GPU memory (1 PiB) that no test chain comes near.
+inline constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
 
 // A chain whose layer l has forward time fwd[l], backward time bwd[l] (default 0), weights w[l]
 // (default 0) and activations act[l] (default 0); input_bytes = act_in.
@@ -15,9 +19,16 @@ Profile make_chain(const std::vector<double>& fwd, const std::vector<double>& bw
                    const std::vector<std::int64_t>& weights = {},
                    const std::vector<std::int64_t>& outputs = {}, std::int64_t input_bytes = 0);
 
+// Two layers f = 1, b = 2, weights 100 and 200 bytes, activations 500 and 10 bytes, input 300.
+Profile two_layer_profile();
+
 // A random heterogeneous chain of `layers` layers: times in [0.5, 5] ms, weights and activations
 // in [1, 100] MB, saved bytes in [0, 100] MB.
 Profile random_chain(std::mt19937& rng, int layers);
+
+// `gpus` GPUs of `memory_bytes` each, linked at `bandwidth_bytes_per_ms`, keeping `weight_copies`.
+Platform make_platform(int gpus, std::int64_t memory_bytes, double bandwidth_bytes_per_ms,
+                       int weight_copies);
 
 // Path of a profile shipped in configs/profiles ("resnet50", "gpt2_small", "gpt2_xl16").
 std::string shipped_profile_path(const std::string& name);

@@ -1,0 +1,151 @@
+#include "support/schedule_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/chain.hpp"
+#include "support/test_support.hpp"
+
+namespace ms = madpipe::schedule;
+
+ms::Stage madpipe::testing::hand_stage(int id, int gpu, double forward_ms, double backward_ms,
+                                       std::int64_t output_bytes, std::int64_t stored_bytes) {
+  ms::Stage stage;
+  stage.id = id;
+  stage.first_layer = id;
+  stage.last_layer = id;
+  stage.gpu = gpu;
+  stage.forward_ms = forward_ms;
+  stage.backward_ms = backward_ms;
+  stage.stored_bytes = stored_bytes;
+  stage.output_bytes = output_bytes;
+  return stage;
+}
+
+std::vector<ms::Stage> madpipe::testing::chain_stages(const std::vector<double>& f,
+                                                      const std::vector<double>& b) {
+  std::vector<ms::Stage> stages;
+  for (std::size_t s = 0; s < f.size(); ++s)
+    stages.push_back(hand_stage(static_cast<int>(s), static_cast<int>(s), f[s], b[s]));
+  return stages;
+}
+
+std::vector<ms::Stage> madpipe::testing::random_stages(std::mt19937& rng, const Profile& profile,
+                                                       int num_stages, int gpus,
+                                                       bool contiguous) {
+  const int layers = static_cast<int>(profile.layers.size());
+  std::vector<int> cuts;
+  for (int l = 1; l < layers; ++l) cuts.push_back(l);
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  std::vector<int> first{0};
+  first.insert(first.end(), cuts.begin(), cuts.begin() + (num_stages - 1));
+  std::sort(first.begin(), first.end());
+  std::vector<int> gpu_of;
+  for (int s = 0; s < num_stages; ++s)
+    gpu_of.push_back(contiguous ? s : static_cast<int>(rng() % gpus));
+  return ms::make_stages(ChainCosts(profile), first, gpu_of);
+}
+
+std::vector<ms::Stage> madpipe::testing::random_stages(std::mt19937& rng, int layers,
+                                                       int num_stages, int gpus,
+                                                       bool contiguous) {
+  const Profile profile = random_chain(rng, layers);
+  return random_stages(rng, profile, num_stages, gpus, contiguous);
+}
+
+double madpipe::testing::busiest_load(const std::vector<ms::Stage>& stages,
+                                      const Platform& platform) {
+  std::map<int, double> load;
+  for (const ms::Op& op : ms::micro_batch_chain(stages, platform))
+    load[ms::resource_of(op, platform.gpus)] += op.duration_ms;
+  double most = 0;
+  for (const auto& [resource, busy] : load) most = std::max(most, busy);
+  return most;
+}
+
+double madpipe::testing::chain_length(const std::vector<ms::Stage>& stages,
+                                      const Platform& platform) {
+  double total = 0;
+  for (const ms::Op& op : ms::micro_batch_chain(stages, platform)) total += op.duration_ms;
+  return total;
+}
+
+std::vector<ms::Op> madpipe::testing::asap_chain(const std::vector<ms::Stage>& stages,
+                                                 const Platform& platform) {
+  std::vector<ms::Op> chain = ms::micro_batch_chain(stages, platform);
+  double t = 0;
+  for (ms::Op& op : chain) {
+    op.start_ms = t;
+    t += op.duration_ms;
+  }
+  return chain;
+}
+
+ms::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages, const Platform& platform,
+                                   const ms::Pattern& pattern) {
+  ms::Plan plan;
+  plan.profile = "hand";
+  plan.algorithm = "test";
+  plan.platform = platform;
+  plan.stages = stages;
+  plan.pattern = pattern;
+  ms::fill_predicted(plan, 0.0);
+  return plan;
+}
+
+ms::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<int>& first_layers,
+                                      const std::vector<int>& gpus, const Platform& platform,
+                                      double period_ms) {
+  ms::Plan plan;
+  plan.profile = profile.name;
+  plan.platform = platform;
+  plan.algorithm = "hand";
+  plan.stages = ms::make_stages(ChainCosts(profile), first_layers, gpus);
+  const std::vector<ms::Op> chain = asap_chain(plan.stages, plan.platform);
+  const double length = chain.empty() ? 0.0 : chain.back().start_ms + chain.back().duration_ms;
+  plan.pattern = ms::pattern_from_absolute_times(chain, period_ms > 0 ? period_ms : length);
+  ms::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
+  return plan;
+}
+
+ms::Plan madpipe::testing::pipelined_plan() {
+  return chain_plan(two_layer_profile(), {0, 1}, {0, 1}, make_platform(2, 1'000'000, 1000, 3),
+                    4.0);
+}
+
+ms::Plan madpipe::testing::repeated(const ms::Plan& plan, int k) {
+  ms::Plan out = plan;
+  const double period = plan.pattern.period_ms;
+  out.pattern.period_ms = k * period;
+  out.pattern.k = k;
+  out.pattern.ops.clear();
+  for (const ms::Op& op : plan.pattern.ops) {
+    for (int c = 0; c < k; ++c) {
+      ms::Op copy = op;
+      copy.start_ms += c * period;
+      copy.shift += c;
+      out.pattern.ops.push_back(copy);
+    }
+  }
+  ms::fill_predicted(out, plan.predicted.lower_bound_period_ms);
+  return out;
+}
+
+std::size_t madpipe::testing::find_op(const ms::Plan& plan, ms::OpKind kind, int stage,
+                                      std::size_t skip) {
+  for (std::size_t i = 0; i < plan.pattern.ops.size(); ++i) {
+    const ms::Op& op = plan.pattern.ops[i];
+    if (op.kind == kind && op.stage == stage && skip-- == 0) return i;
+  }
+  ADD_FAILURE() << "no op " << ms::op_token(kind, stage);
+  return 0;
+}
+
+std::string madpipe::testing::describe(const std::vector<ms::Violation>& violations) {
+  std::ostringstream out;
+  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
+  return out.str();
+}
