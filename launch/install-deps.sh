@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages that madpipe's planner, CLI and tests build against.
+# Installs the Debian/Ubuntu packages that madpipe (planner, runtime, CLI, tests) builds against.
 # Skips apt entirely when every package is already installed. Used by launch/quickstart.sh and
 # .ci/run.
 set -euo pipefail
@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libboost-program-options-dev
   libgtest-dev libbenchmark-dev
   coinor-libcbc-dev libglpk-dev
+  libtorch-dev libopenmpi-dev openmpi-bin
 )
 
 is_installed() {

@@ -3,6 +3,7 @@
 #include "cli/compare_command.hpp"
 #include "cli/plan_command.hpp"
 #include "cli/simulate_command.hpp"
+#include "cli/train_command.hpp"
 #include "core/error.hpp"
 
 #include <algorithm>
@@ -14,6 +15,8 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
       {"simulate", "replay a plan for one training step: period and peak memory", simulate_command},
       {"compare", "plan with every algorithm and tabulate period, memory and time",
        compare_command},
+      {"train", "train a built-in model with a plan, one MPI process per pipeline rank",
+       train_command},
   };
   return table;
 }
@@ -47,8 +50,7 @@ static void print_help() {
     std::cout << "  " << name << std::string(width - name.size() + 2, ' ') << command.summary
               << '\n';
   }
-  std::cout << "\nRun 'madpipe COMMAND --help' for the options of a command.\n"
-               "The runtime (`madpipe train`) is not part of this release yet.\n";
+  std::cout << "\nRun 'madpipe COMMAND --help' for the options of a command.\n";
 }
 
 int madpipe::cli::run_madpipe(const std::vector<std::string>& args) {

@@ -106,7 +106,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, train)"
   expect_empty out
   run
   expect_status 2

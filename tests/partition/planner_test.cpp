@@ -20,35 +20,27 @@
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 
 namespace {
 
 constexpr std::int64_t kGB = 1'000'000'000;
 
+// 12e6 B/ms = 12 GB/s.
 madpipe::Platform platform_of(int gpus, std::int64_t memory, double bandwidth = 12e6,
                               int weight_copies = 3) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = memory;
-  platform.bandwidth_bytes_per_ms = bandwidth;  // 12e6 B/ms = 12 GB/s
-  platform.weight_copies = weight_copies;
-  return platform;
+  return mt::make_platform(gpus, memory, bandwidth, weight_copies);
 }
 
 mp::PlannerOptions options_for(mp::Algorithm algorithm) {
   mp::PlannerOptions options;
   options.algorithm = algorithm;
   return options;
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
 }
 
 std::string plan_json(const ms::Plan& plan) {
@@ -59,7 +51,7 @@ std::string plan_json(const ms::Plan& plan) {
 
 // Thesis ch. 5.3.1: three layers of cost u_F + u_B = 1, 2, 1.
 madpipe::Profile thesis_chain(const std::vector<std::int64_t>& weights = {}) {
-  return madpipe::testing::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, weights, {0, 0, 0}, 0);
+  return mt::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, weights, {0, 0, 0}, 0);
 }
 
 // GPU of each layer in a plan.
@@ -86,7 +78,7 @@ TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
   EXPECT_NEAR(contiguous.plan.predicted.period_ms, 3.0, 1e-6);
   EXPECT_TRUE(ms::is_contiguous_allocation(contiguous.plan.stages));
   EXPECT_TRUE(ms::validate(contiguous.plan, profile).empty())
-      << describe(ms::validate(contiguous.plan, profile));
+      << mt::describe(ms::validate(contiguous.plan, profile));
 
   const mp::PlanResult madpipe = mp::make_plan(profile, platform);
   ASSERT_TRUE(madpipe.feasible) << madpipe.reason;
@@ -99,7 +91,7 @@ TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
   EXPECT_EQ(gpus[0], gpus[2]);  // layers 0 and 2 share a GPU
   EXPECT_NE(gpus[0], gpus[1]);
   const auto violations = ms::validate(madpipe.plan, profile);
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 
   // The fixed-in-flight baselines are contiguous too.
   for (mp::Algorithm algorithm : {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
@@ -131,7 +123,7 @@ TEST(Planner, ThesisLemma10OnlyANonContiguousAllocationFitsTheMemory) {
   EXPECT_NEAR(madpipe.plan.predicted.period_ms, 2.0, 1e-6);
   for (std::int64_t bytes : madpipe.plan.predicted.memory_bytes) EXPECT_LE(bytes, 2);
   const auto violations = ms::validate(madpipe.plan, profile);
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,7 +132,7 @@ TEST(Planner, ThesisLemma10OnlyANonContiguousAllocationFitsTheMemory) {
 TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
   int feasible = 0, infeasible = 0, strictly_better = 0;
   for (const std::string name : {"resnet50", "gpt2_small", "gpt2_xl16"}) {
-    const madpipe::Profile profile = madpipe::read_profile(madpipe::testing::shipped_profile_path(name));
+    const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(name));
     for (int gpus : {2, 4}) {
       for (std::int64_t memory : {6 * kGB, 16 * kGB, 80 * kGB}) {
         const madpipe::Platform platform = platform_of(gpus, memory);
@@ -161,7 +153,7 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
           EXPECT_EQ(plan.profile, profile.name);
           EXPECT_EQ(plan.platform, platform);
           const auto violations = ms::validate(plan, profile);
-          EXPECT_TRUE(violations.empty()) << describe(violations);
+          EXPECT_TRUE(violations.empty()) << mt::describe(violations);
           EXPECT_NEAR(plan.predicted.lower_bound_period_ms, bound, 1e-12 * bound);
           EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
           const std::vector<int> used = layer_gpus(plan);
@@ -187,8 +179,7 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
 }
 
 TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
-  const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(4, 80 * kGB);
   const mp::PlanResult one_f_one_b =
       mp::make_plan(profile, platform, options_for(mp::Algorithm::OneFOneB));
@@ -213,8 +204,7 @@ TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
 // Infeasible memory and the smallest feasible one.
 
 TEST(Planner, TooLittleMemoryIsInfeasibleWithAReason) {
-  const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(4, 1'000'000);
   for (mp::Algorithm algorithm : mp::all_algorithms()) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
@@ -226,8 +216,7 @@ TEST(Planner, TooLittleMemoryIsInfeasibleWithAReason) {
 }
 
 TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
-  const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(4, 1'000'000);
   for (mp::Algorithm algorithm : mp::all_algorithms()) {
     SCOPED_TRACE(mp::to_string(algorithm));
@@ -250,8 +239,7 @@ TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
 }
 
 TEST(Planner, SmallestFeasibleMemoryWithDefaultDiscretization) {
-  const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("gpt2_small"));
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(2, 1'000'000);
   const std::int64_t memory = mp::smallest_feasible_memory(profile, platform);
   ASSERT_GT(memory, 1'000'000);
@@ -265,8 +253,7 @@ TEST(Planner, SmallestFeasibleMemoryWithDefaultDiscretization) {
 // Determinism and inputs.
 
 TEST(Planner, TwoRunsWriteByteIdenticalPlans) {
-  const madpipe::Profile profile =
-      madpipe::read_profile(madpipe::testing::shipped_profile_path("resnet50"));
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
   for (mp::Algorithm algorithm : mp::all_algorithms()) {
     const madpipe::Platform platform = platform_of(4, 16 * kGB);
     const mp::PlanResult first = mp::make_plan(profile, platform, options_for(algorithm));
@@ -341,13 +328,13 @@ TEST(Planner, LowerBound) {
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(1, kGB)), 4.0);
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(2, kGB)), 2.0);
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(8, kGB)), 2.0);
-  const madpipe::Profile flat = madpipe::testing::make_chain({1, 1, 1, 1}, {2, 2, 2, 2});
+  const madpipe::Profile flat = mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2});
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(flat, platform_of(2, kGB)), 6.0);
 }
 
 TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
-  const madpipe::Profile profile = madpipe::testing::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30},
-                                                                {100, 200, 300}, 50);
+  const madpipe::Profile profile =
+      mt::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
   const madpipe::Platform platform = platform_of(1, kGB);
   for (mp::Algorithm algorithm : mp::all_algorithms()) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
@@ -362,19 +349,19 @@ TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
 // Zero-cost layers and zero-byte activations are allowed by the profile format.
 
 TEST(Planner, GPipePlanWithAZeroCostLastOpIsValid) {
-  const madpipe::Profile profile = madpipe::testing::make_chain({1}, {0}, {1}, {0}, 0);
+  const madpipe::Profile profile = mt::make_chain({1}, {0}, {1}, {0}, 0);
   const mp::PlanResult result =
       mp::make_plan(profile, platform_of(1, kGB), options_for(mp::Algorithm::GPipe));
   ASSERT_TRUE(result.feasible);
   const auto violations = ms::validate(result.plan, profile);
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }
 
 TEST(Planner, MadPipePlanWithZeroCostLayersIsValid) {
-  const madpipe::Profile profile = madpipe::testing::make_chain(
-      {0, 2, 0, 2}, {1, 3, 0, 1}, {1, 1, 1, 1}, {0, 2000, 0, 1000}, 500);
+  const madpipe::Profile profile =
+      mt::make_chain({0, 2, 0, 2}, {1, 3, 0, 1}, {1, 1, 1, 1}, {0, 2000, 0, 1000}, 500);
   const mp::PlanResult result = mp::make_plan(profile, platform_of(2, kGB, 1000.0));
   ASSERT_TRUE(result.feasible);
   const auto violations = ms::validate(result.plan, profile);
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }

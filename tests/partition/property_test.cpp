@@ -10,7 +10,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,10 +23,12 @@
 #include "schedule/simulate.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 
 namespace {
 
@@ -44,12 +45,7 @@ mp::Discretization small_discretization() {
 // 12e6 B/ms (12 GB/s): the 1-100 MB activations of random_chain take 0.08-8 ms to send, like
 // the 0.5-15 ms of compute per layer; 1.2e6 B/ms makes most links the bottleneck.
 madpipe::Platform platform_of(int gpus, std::int64_t memory, double bandwidth = 12e6) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = memory;
-  platform.bandwidth_bytes_per_ms = bandwidth;
-  platform.weight_copies = 3;
-  return platform;
+  return mt::make_platform(gpus, memory, bandwidth, 3);
 }
 
 // Memory of the whole model on one GPU with one micro-batch in flight.
@@ -57,12 +53,6 @@ std::int64_t whole_model_bytes(const madpipe::Profile& profile) {
   const madpipe::ChainCosts costs(profile);
   const int last = costs.num_layers() - 1;
   return 3 * costs.weight_bytes(0, last) + costs.stored_bytes(0, last);
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
 }
 
 struct RandomCase {
@@ -76,7 +66,7 @@ std::vector<RandomCase> random_cases(int count, unsigned seed) {
   std::vector<RandomCase> cases;
   for (int i = 0; i < count; ++i) {
     RandomCase c;
-    c.profile = madpipe::testing::random_chain(rng, 4 + static_cast<int>(rng() % 9));
+    c.profile = mt::random_chain(rng, 4 + static_cast<int>(rng() % 9));
     c.gpus = 2 + static_cast<int>(rng() % 3);
     c.bandwidth = i % 3 == 2 ? 1.2e6 : 12e6;
     cases.push_back(c);
@@ -137,7 +127,7 @@ TEST(PlannerProperties, FeasiblePlansAreValidRunAtTheirPeriodAndFit) {
         ++feasible[name];
         const ms::Plan& plan = result.plan;
         const auto violations = ms::validate(plan, c.profile);
-        EXPECT_TRUE(violations.empty()) << describe(violations);
+        EXPECT_TRUE(violations.empty()) << mt::describe(violations);
         EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
         ASSERT_EQ(static_cast<int>(plan.predicted.memory_bytes.size()), c.gpus);
 

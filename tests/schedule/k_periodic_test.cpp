@@ -4,13 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,8 +92,7 @@ TEST(DropEveryKthPlusOne, KeepsKCopiesOfEachOpAndStaysValidFor1F1BStar) {
     const auto stages = mt::random_stages(rng, n, n, n, true);
     const auto platform = platform_of(n);
     const auto resources = ms::pipeline_resources(stages, platform);
-    double lo = 0;
-    for (const auto& r : resources) lo = std::max(lo, r.load_ms());
+    const double lo = mt::max_load(resources);
     // At the busiest load 1F1B* has many groups, so stage 0 keeps many micro-batches.
     for (double factor : {1.0, 1.4}) {
       const auto base = ms::one_f_one_b_star(stages, platform, lo * factor);
@@ -117,7 +114,8 @@ TEST(DropEveryKthPlusOne, KeepsKCopiesOfEachOpAndStaysValidForModuloPatterns) {
     const int n = 2 + static_cast<int>(rng() % (layers - 1));
     const auto stages = mt::random_stages(rng, layers, n, gpus, false);
     const auto platform = platform_of(gpus);
-    const auto base = ms::modulo_schedule(stages, platform, 1.3 * mt::busiest_load(stages, platform));
+    const auto base =
+        ms::modulo_schedule(stages, platform, 1.3 * mt::busiest_load(stages, platform));
     if (!base) continue;
     for (int k = 2; k <= 3; ++k) {
       SCOPED_TRACE("trial " + std::to_string(trial) + " k " + std::to_string(k));

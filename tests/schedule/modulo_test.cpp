@@ -4,11 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,11 +23,6 @@ using ms::OpKind;
 
 namespace {
 
-// 1-100 MB activations at 5e7 B/ms: 0.02-2 ms transfers.
-madpipe::Platform platform_of(int gpus, double bandwidth = 5e7) {
-  return mt::make_platform(gpus, mt::kHugeMemory, bandwidth, 3);
-}
-
 struct RandomAllocation {
   madpipe::Profile profile;
   std::vector<ms::Stage> stages;
@@ -45,7 +36,7 @@ RandomAllocation random_allocation(std::mt19937& rng) {
   const int layers = 3 + static_cast<int>(rng() % 10);
   const int gpus = 2 + static_cast<int>(rng() % 3);
   a.profile = mt::random_chain(rng, layers);
-  a.platform = platform_of(gpus);
+  a.platform = mt::huge_memory_platform(gpus);
   const int num_stages = 2 + static_cast<int>(rng() % (layers - 1));
   a.stages = mt::random_stages(rng, a.profile, num_stages, gpus, false);
   return a;
@@ -101,10 +92,9 @@ TEST(ModuloSchedule, NoPatternBelowTheBusiestLoad) {
 TEST(ModuloSchedule, PacksTheThesisNonContiguousExampleWithoutIdleTime) {
   // Layers of cost 1, 2, 1 (thesis ch. 5.3.1): layers 0 and 2 on GPU 0, layer 1 on GPU 1, free
   // transfers. Period 2 leaves no idle time on either GPU.
-  const madpipe::Profile profile =
-      mt::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, {}, {}, 0);
+  const madpipe::Profile profile = mt::make_chain({0.5, 1, 0.5}, {0.5, 1, 0.5}, {}, {}, 0);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2}, {0, 1, 0});
-  const auto platform = platform_of(2, 1e12);
+  const auto platform = mt::huge_memory_platform(2, 1e12);
   const auto pattern = ms::modulo_schedule(stages, platform, 2.0);
   ASSERT_TRUE(pattern.has_value());
   const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern), profile);
@@ -117,7 +107,7 @@ TEST(ModuloSchedule, AllStagesOnOneGpu) {
   std::mt19937 rng(8);
   const madpipe::Profile profile = mt::random_chain(rng, 6);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 2, 3, 5}, {0, 0, 0, 0});
-  madpipe::Platform platform = platform_of(1);
+  madpipe::Platform platform = mt::huge_memory_platform(1);
   const double length = mt::chain_length(stages, platform);
   ASSERT_NEAR(length, mt::busiest_load(stages, platform), 1e-9 * length);  // no transfers
   const auto pattern = ms::modulo_schedule(stages, platform, length);
@@ -133,7 +123,7 @@ TEST(ModuloSchedule, StagesOnTheSameGpuAsTheirNeighbourNeedNoTransfer) {
   const madpipe::Profile profile = mt::random_chain(rng, 4);
   // Stages 0 and 1 on GPU 1, stage 2 on GPU 0, stage 3 on GPU 1: links [0,1] used 4 times.
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2, 3}, {1, 1, 0, 1});
-  const auto platform = platform_of(2);
+  const auto platform = mt::huge_memory_platform(2);
   const auto pattern = ms::modulo_schedule(stages, platform, mt::chain_length(stages, platform));
   ASSERT_TRUE(pattern.has_value());
   int transfers = 0;
@@ -153,7 +143,7 @@ TEST(ModuloSchedule, ZeroDurationOpsAreNotPlacedInsideBusyIntervals) {
   // At T = 2: F0 [0, 2), F1 [2, 3), B1 at 3, B0 at 3 = 1 (mod 2), inside F0 of the next period.
   const madpipe::Profile profile = mt::make_chain({2, 1}, {0, 0}, {}, {0, 0}, 0);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {1, 0});
-  const auto platform = platform_of(2, 1000.0);
+  const auto platform = mt::huge_memory_platform(2, 1000.0);
   for (double T : {2.0, 2.5, 3.0}) {
     const auto pattern = ms::modulo_schedule(stages, platform, T);
     if (!pattern) continue;  // giving up is allowed, an invalid pattern is not

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -21,63 +20,17 @@
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 
 namespace {
 
-constexpr std::int64_t kHugeMemory = std::int64_t{1} << 50;
-
 madpipe::Platform platform_of(int gpus, double bandwidth = 1e12) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = kHugeMemory;
-  platform.bandwidth_bytes_per_ms = bandwidth;
-  platform.weight_copies = 1;
-  return platform;
-}
-
-// One-layer stage `id` on GPU `gpu`.
-ms::Stage hand_stage(int id, int gpu, double forward, double backward,
-                     std::int64_t output_bytes = 0, std::int64_t stored_bytes = 1) {
-  ms::Stage stage;
-  stage.id = id;
-  stage.first_layer = id;
-  stage.last_layer = id;
-  stage.gpu = gpu;
-  stage.forward_ms = forward;
-  stage.backward_ms = backward;
-  stage.stored_bytes = stored_bytes;
-  stage.output_bytes = output_bytes;
-  return stage;
-}
-
-// Stage s on GPU s, forward f[s], backward b[s], no activations.
-std::vector<ms::Stage> chain_stages(const std::vector<double>& f, const std::vector<double>& b) {
-  std::vector<ms::Stage> stages;
-  for (std::size_t s = 0; s < f.size(); ++s)
-    stages.push_back(hand_stage(static_cast<int>(s), static_cast<int>(s), f[s], b[s]));
-  return stages;
-}
-
-ms::Plan wrap(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform,
-              const ms::Pattern& pattern) {
-  ms::Plan plan;
-  plan.profile = "hand";
-  plan.algorithm = "test";
-  plan.platform = platform;
-  plan.stages = stages;
-  plan.pattern = pattern;
-  ms::fill_predicted(plan, 0.0);
-  return plan;
-}
-
-std::string describe(const std::vector<ms::Violation>& violations) {
-  std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
-  return out.str();
+  return mt::huge_memory_platform(gpus, bandwidth, 1);
 }
 
 std::vector<ms::PipelineResource> resources_with_loads(const std::vector<double>& loads) {
@@ -93,21 +46,9 @@ std::vector<ms::PipelineResource> resources_with_loads(const std::vector<double>
   return resources;
 }
 
-double sum_of_loads(const std::vector<ms::PipelineResource>& resources) {
-  double total = 0;
-  for (const auto& r : resources) total += r.load_ms();
-  return total;
-}
-
-double max_load(const std::vector<ms::PipelineResource>& resources) {
-  double most = 0;
-  for (const auto& r : resources) most = std::max(most, r.load_ms());
-  return most;
-}
-
 // A contiguous allocation of a random chain: each layer its own stage on its own GPU.
 std::vector<ms::Stage> random_contiguous_stages(std::mt19937& rng, int num_stages) {
-  const madpipe::Profile profile = madpipe::testing::random_chain(rng, num_stages);
+  const madpipe::Profile profile = mt::random_chain(rng, num_stages);
   std::vector<int> first, gpus;
   for (int s = 0; s < num_stages; ++s) {
     first.push_back(s);
@@ -160,7 +101,7 @@ TEST(OneFOneBStarGroups, PropertiesOnRandomLoads) {
     std::vector<double> loads(n);
     for (double& x : loads) x = load(rng);
     const auto resources = resources_with_loads(loads);
-    const double lo = max_load(resources), hi = sum_of_loads(resources);
+    const double lo = mt::max_load(resources), hi = mt::sum_of_loads(resources);
     const double T = lo + (hi - lo) * std::uniform_real_distribution<double>(0, 1)(rng);
     const std::vector<int> groups = ms::one_f_one_b_star_groups(resources, T);
     ASSERT_EQ(static_cast<int>(groups.size()), n);
@@ -188,8 +129,8 @@ TEST(OneFOneBStarGroups, PropertiesOnRandomLoads) {
 
 TEST(PipelineResources, StagesAndLinksInChainOrder) {
   // Three stages, stages 1 and 2 on the same GPU: resources S0, L0, S1, S2.
-  std::vector<ms::Stage> stages{hand_stage(0, 0, 1, 2, 1000), hand_stage(1, 1, 3, 4, 2000),
-                                hand_stage(2, 1, 5, 6, 3000)};
+  std::vector<ms::Stage> stages{mt::hand_stage(0, 0, 1, 2, 1000), mt::hand_stage(1, 1, 3, 4, 2000),
+                                mt::hand_stage(2, 1, 5, 6, 3000)};
   const auto resources = ms::pipeline_resources(stages, platform_of(2, 1000.0));
   ASSERT_EQ(resources.size(), 4u);
   EXPECT_EQ(resources[0].forward.kind, OpKind::F);
@@ -208,7 +149,7 @@ TEST(PipelineResources, StagesAndLinksInChainOrder) {
 
 TEST(OneFOneBStar, NcaOfAStageEqualsItsGroupOnHandMadeLoads) {
   // Stage loads 3,1,2,2 (f = b = load / 2), free transfers: stage groups 2,2,1,1 at T = 4.
-  const auto stages = chain_stages({1.5, 0.5, 1, 1}, {1.5, 0.5, 1, 1});
+  const auto stages = mt::chain_stages({1.5, 0.5, 1, 1}, {1.5, 0.5, 1, 1});
   const auto platform = platform_of(4);
   const auto resources = ms::pipeline_resources(stages, platform);
   ASSERT_EQ(resources.size(), 7u);
@@ -219,20 +160,20 @@ TEST(OneFOneBStar, NcaOfAStageEqualsItsGroupOnHandMadeLoads) {
   EXPECT_EQ(pattern->k, 1);
   EXPECT_DOUBLE_EQ(pattern->period_ms, 4.0);
   EXPECT_EQ(ms::concurrent_activations(*pattern, 4), (std::vector<int>{2, 2, 1, 1}));
-  const auto violations = ms::validate(wrap(stages, platform, *pattern));
-  EXPECT_TRUE(violations.empty()) << describe(violations);
+  const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern));
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 
   // T = 3: groups 3 | 1,2 | 2 -> NCA 3,2,2,1.
   const auto tight = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(tight.has_value());
   EXPECT_EQ(ms::concurrent_activations(*tight, 4), (std::vector<int>{3, 2, 2, 1}));
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, *tight)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *tight)).empty());
 
   // T = 8: one group, every stage keeps one micro-batch.
   const auto loose = ms::one_f_one_b_star(stages, platform, 8.0);
   ASSERT_TRUE(loose.has_value());
   EXPECT_EQ(ms::concurrent_activations(*loose, 4), (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, *loose)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *loose)).empty());
 
   // Below the largest stage load there is no 1F1B* pattern.
   EXPECT_FALSE(ms::one_f_one_b_star(stages, platform, 2.9).has_value());
@@ -240,7 +181,7 @@ TEST(OneFOneBStar, NcaOfAStageEqualsItsGroupOnHandMadeLoads) {
 
 TEST(OneFOneBStar, ExplicitGroupsGiveThatNca) {
   // Five equal stages of load 2 and T = 10: any consecutive non-increasing grouping is allowed.
-  const auto stages = chain_stages({1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+  const auto stages = mt::chain_stages({1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
   const auto platform = platform_of(5);
   const std::vector<std::vector<int>> stage_groups{
       {1, 1, 1, 1, 1}, {2, 1, 1, 1, 1}, {3, 2, 2, 1, 1}, {5, 4, 3, 2, 1}, {2, 2, 2, 2, 1}};
@@ -252,8 +193,8 @@ TEST(OneFOneBStar, ExplicitGroupsGiveThatNca) {
     }
     const ms::Pattern pattern = ms::one_f_one_b_star_with_groups(stages, platform, groups, 10.0);
     EXPECT_EQ(ms::concurrent_activations(pattern, 5), sg);
-    const auto violations = ms::validate(wrap(stages, platform, pattern));
-    EXPECT_TRUE(violations.empty()) << describe(violations);
+    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
 
@@ -266,7 +207,7 @@ TEST(OneFOneBStar, RandomContiguousAllocationsAreValidWithNcaEqualToGroup) {
     madpipe::Platform platform = platform_of(num_stages, 5e7);  // transfers of 0.02-2 ms
     const auto resources = ms::pipeline_resources(stages, platform);
     ASSERT_EQ(static_cast<int>(resources.size()), 2 * num_stages - 1);
-    const double lo = max_load(resources), hi = sum_of_loads(resources);
+    const double lo = mt::max_load(resources), hi = mt::sum_of_loads(resources);
     for (double fraction : {0.0, 0.1, 0.3, 0.6, 1.0, 1.5}) {
       const double T = lo + fraction * (hi - lo);
       const auto pattern = ms::one_f_one_b_star(stages, platform, T);
@@ -277,9 +218,9 @@ TEST(OneFOneBStar, RandomContiguousAllocationsAreValidWithNcaEqualToGroup) {
       const auto nca = ms::concurrent_activations(*pattern, num_stages);
       for (int s = 0; s < num_stages; ++s)
         EXPECT_EQ(nca[s], groups[2 * s]) << "stage " << s << " T " << T;
-      const auto violations = ms::validate(wrap(stages, platform, *pattern));
+      const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern));
       EXPECT_TRUE(violations.empty()) << "trial " << trial << " T " << T << "\n"
-                                      << describe(violations);
+                                      << mt::describe(violations);
       ++checked;
     }
   }
@@ -293,7 +234,7 @@ TEST(OneFOneBStar, NcaDoesNotIncreaseWithThePeriod) {
     const auto stages = random_contiguous_stages(rng, num_stages);
     const auto platform = platform_of(num_stages, 5e7);
     const auto resources = ms::pipeline_resources(stages, platform);
-    const double lo = max_load(resources), hi = sum_of_loads(resources);
+    const double lo = mt::max_load(resources), hi = mt::sum_of_loads(resources);
     std::vector<int> previous(num_stages, 1 << 30);
     for (int step = 0; step <= 20; ++step) {
       // The last step is the sum of the loads (plus rounding slack): one group.
@@ -333,19 +274,19 @@ TEST(OneFOneB, StageSKeepsSMinusSMicroBatches) {
     for (std::size_t r = 0; r < resources.size(); r += 2)
       expected = std::max(expected, resources[r].load_ms() + (r > 0 ? resources[r - 1].load_ms() : 0));
     EXPECT_NEAR(pattern.period_ms, expected, 1e-9 * expected);
-    const auto violations = ms::validate(wrap(stages, platform, pattern));
-    EXPECT_TRUE(violations.empty()) << describe(violations);
+    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
 
 TEST(OneFOneB, HomogeneousPipelineWithFreeTransfers) {
   // Four stages f = 1, b = 2: period 3, NCA 4,3,2,1 as in PipeDream-Flush.
-  const auto stages = chain_stages({1, 1, 1, 1}, {2, 2, 2, 2});
+  const auto stages = mt::chain_stages({1, 1, 1, 1}, {2, 2, 2, 2});
   const auto platform = platform_of(4);
   const ms::Pattern pattern = ms::one_f_one_b(stages, platform);
   EXPECT_DOUBLE_EQ(pattern.period_ms, 3.0);
   EXPECT_EQ(ms::concurrent_activations(pattern, 4), (std::vector<int>{4, 3, 2, 1}));
-  EXPECT_TRUE(ms::validate(wrap(stages, platform, pattern)).empty());
+  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, pattern)).empty());
   // 1F1B*(3) coincides: each group is one stage.
   const auto star = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(star.has_value());
@@ -380,7 +321,7 @@ EnumerationResult enumerate_patterns(const Instance& inst, const std::vector<int
   const int S = static_cast<int>(inst.f.size());
   const int T = inst.period;
   std::vector<double> fd(inst.f.begin(), inst.f.end()), bd(inst.b.begin(), inst.b.end());
-  const auto stages = chain_stages(fd, bd);
+  const auto stages = mt::chain_stages(fd, bd);
   const auto platform = platform_of(S);
   const auto chain = ms::micro_batch_chain(stages, platform);
   EnumerationResult result;
@@ -417,7 +358,7 @@ EnumerationResult enumerate_patterns(const Instance& inst, const std::vector<int
       }
     }
     const ms::Pattern pattern = ms::pattern_from_absolute_times(ops, T);
-    const auto violations = ms::validate(wrap(stages, platform, pattern));
+    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
     if (!violations.empty()) return;
     ++result.valid;
     const auto nca = ms::concurrent_activations(pattern, S);
@@ -495,11 +436,11 @@ TEST(Theorem15, OneFOneBStarMinimisesEveryStagesNcaAmongOnePeriodicPatterns) {
   for (const Instance& inst : instances) {
     const int S = static_cast<int>(inst.f.size());
     std::vector<double> fd(inst.f.begin(), inst.f.end()), bd(inst.b.begin(), inst.b.end());
-    const auto stages = chain_stages(fd, bd);
+    const auto stages = mt::chain_stages(fd, bd);
     const auto platform = platform_of(S);
     const auto star = ms::one_f_one_b_star(stages, platform, inst.period);
     ASSERT_TRUE(star.has_value());
-    ASSERT_TRUE(ms::validate(wrap(stages, platform, *star)).empty());
+    ASSERT_TRUE(ms::validate(mt::plan_of(stages, platform, *star)).empty());
     const auto star_nca = ms::concurrent_activations(*star, S);
     const EnumerationResult result = enumerate_patterns(inst, star_nca, 4);
     std::ostringstream name;

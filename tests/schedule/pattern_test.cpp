@@ -8,10 +8,13 @@
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::Op;
 using ms::OpKind;
 
@@ -26,26 +29,6 @@ ms::Op make_op(OpKind kind, int stage, int gpu, double start, double duration, i
   op.duration_ms = duration;
   op.shift = shift;
   return op;
-}
-
-madpipe::Platform platform_of(int gpus, double bandwidth) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = 1'000'000;
-  platform.bandwidth_bytes_per_ms = bandwidth;
-  platform.weight_copies = 3;
-  return platform;
-}
-
-// Micro-batch 0 at its earliest times: each op starts when the one before it ends.
-std::vector<Op> asap_chain(const std::vector<ms::Stage>& stages, const madpipe::Platform& platform) {
-  std::vector<Op> chain = ms::micro_batch_chain(stages, platform);
-  double t = 0;
-  for (Op& op : chain) {
-    op.start_ms = t;
-    t += op.duration_ms;
-  }
-  return chain;
 }
 
 const Op* find_op(const ms::Pattern& pattern, OpKind kind, int stage) {
@@ -100,10 +83,9 @@ TEST(PatternBasics, ResourceIds) {
 
 TEST(PatternBasics, MicroBatchChainAddsTransfersOnlyBetweenGpus) {
   // Stages 1 and 2 share GPU 1: no transfer between them.
-  const auto profile = madpipe::testing::make_chain({1, 2, 3}, {4, 5, 6}, {10, 20, 30},
-                                                    {1000, 2000, 3000}, 500);
+  const auto profile = mt::make_chain({1, 2, 3}, {4, 5, 6}, {10, 20, 30}, {1000, 2000, 3000}, 500);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2}, {0, 1, 1});
-  const auto chain = ms::micro_batch_chain(stages, platform_of(2, 100));
+  const auto chain = ms::micro_batch_chain(stages, mt::small_platform(2, 100));
   std::vector<std::string> tokens;
   for (const Op& op : chain) tokens.push_back(ms::op_token(op.kind, op.stage));
   EXPECT_EQ(tokens, (std::vector<std::string>{"F0", "SEND_ACT0", "F1", "F2", "B2", "B1",
@@ -123,9 +105,9 @@ TEST(PatternBasics, MicroBatchChainAddsTransfersOnlyBetweenGpus) {
 }
 
 TEST(PatternBasics, MicroBatchChainLinkIsOrdered) {
-  const auto profile = madpipe::testing::make_chain({1, 1}, {1, 1}, {}, {100, 100});
+  const auto profile = mt::make_chain({1, 1}, {1, 1}, {}, {100, 100});
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {2, 0});
-  const auto chain = ms::micro_batch_chain(stages, platform_of(3, 100));
+  const auto chain = ms::micro_batch_chain(stages, mt::small_platform(3, 100));
   ASSERT_EQ(chain.size(), 6u);
   EXPECT_EQ(chain[1].kind, OpKind::SendAct);
   EXPECT_EQ(chain[1].link, (ms::Link{0, 2}));
@@ -134,9 +116,9 @@ TEST(PatternBasics, MicroBatchChainLinkIsOrdered) {
 }
 
 TEST(PatternBasics, SingleStageChain) {
-  const auto profile = madpipe::testing::make_chain({1, 2}, {3, 4});
+  const auto profile = mt::make_chain({1, 2}, {3, 4});
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0}, {0});
-  const auto chain = ms::micro_batch_chain(stages, platform_of(1, 100));
+  const auto chain = ms::micro_batch_chain(stages, mt::small_platform(1, 100));
   ASSERT_EQ(chain.size(), 2u);
   EXPECT_EQ(chain[0].kind, OpKind::F);
   EXPECT_DOUBLE_EQ(chain[0].duration_ms, 3.0);
@@ -181,10 +163,11 @@ TEST(PatternBasics, NormalizeScalesShiftsByK) {
 TEST(PatternBasics, PatternFromAbsoluteTimes) {
   // f = 1, b = 2 per stage, 0.5 ms transfers; micro-batch 0: F0 [0,1) SA [1,1.5) F1 [1.5,2.5)
   // B1 [2.5,4.5) SG [4.5,5) B0 [5,7).
-  const auto profile = madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
-  const auto platform = platform_of(2, 1000);
+  const auto profile = mt::two_layer_profile();
+  const auto platform = mt::small_platform(2, 1000);
   const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {0, 1});
-  const ms::Pattern pattern = ms::pattern_from_absolute_times(asap_chain(stages, platform), 4.0);
+  const ms::Pattern pattern =
+      ms::pattern_from_absolute_times(mt::asap_chain(stages, platform), 4.0);
   EXPECT_EQ(pattern.k, 1);
   EXPECT_DOUBLE_EQ(pattern.period_ms, 4.0);
   ASSERT_EQ(pattern.ops.size(), 6u);
@@ -225,14 +208,13 @@ TEST(PatternBasics, SortOpsIsDeterministic) {
 }
 
 TEST(PatternBasics, ConcurrentActivationsOfTwoStagePipeline) {
-  const auto profile = madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
-  const auto platform = platform_of(2, 1000);
-  const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {0, 1});
-  const ms::Pattern pattern = ms::pattern_from_absolute_times(asap_chain(stages, platform), 4.0);
+  // Two stages on two GPUs at period 4, the pattern of PatternFromAbsoluteTimes.
+  const ms::Plan plan = mt::pipelined_plan();
+  const ms::Pattern& pattern = plan.pattern;
   // Stage 0 holds a micro-batch for 7 ms, stage 1 for 3 ms, one new micro-batch every 4 ms.
   EXPECT_EQ(ms::concurrent_activations(pattern, 2), (std::vector<int>{2, 1}));
 
-  const auto memory = ms::evaluate_memory(stages, pattern, platform);
+  const auto memory = ms::evaluate_memory(plan.stages, pattern, plan.platform);
   ASSERT_EQ(memory.size(), 2u);
   // Stage 0: stored = input 300; stage 1: stored = a_0 = 500. Buffers: 2 * a_0 on both GPUs.
   EXPECT_EQ(memory[0].weights, 3 * 100);
@@ -248,12 +230,13 @@ TEST(PatternBasics, ConcurrentActivationsOfTwoStagePipeline) {
 TEST(PatternBasics, ConcurrentActivationsOfOneFOneB) {
   // S stages with f = 1, b = 2 and free transfers: period 3, stage s keeps S - s micro-batches.
   const int num_stages = 4;
-  const auto profile = madpipe::testing::make_chain(std::vector<double>(num_stages, 1.0),
-                                                    std::vector<double>(num_stages, 2.0));
-  const auto platform = platform_of(num_stages, 1000);
+  const auto profile =
+      mt::make_chain(std::vector<double>(num_stages, 1.0), std::vector<double>(num_stages, 2.0));
+  const auto platform = mt::small_platform(num_stages, 1000);
   const auto stages =
       ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2, 3}, {0, 1, 2, 3});
-  const ms::Pattern pattern = ms::pattern_from_absolute_times(asap_chain(stages, platform), 3.0);
+  const ms::Pattern pattern =
+      ms::pattern_from_absolute_times(mt::asap_chain(stages, platform), 3.0);
   EXPECT_EQ(ms::concurrent_activations(pattern, num_stages), (std::vector<int>{4, 3, 2, 1}));
 }
 

@@ -18,31 +18,18 @@
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using nlohmann::json;
 
 namespace {
 
 // Two stages on two GPUs (f = 1, b = 2, 0.5 ms transfers), 1-periodic pattern of period 4.
 ms::Plan sample_plan(bool with_solver) {
-  const auto profile = madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
-  ms::Plan plan;
-  plan.profile = profile.name;
-  plan.platform.gpus = 2;
-  plan.platform.memory_bytes = 1'000'000;
-  plan.platform.bandwidth_bytes_per_ms = 1000;
-  plan.platform.weight_copies = 3;
-  plan.algorithm = "hand";
-  plan.stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {0, 1});
-  std::vector<ms::Op> chain = ms::micro_batch_chain(plan.stages, plan.platform);
-  double t = 0;
-  for (ms::Op& op : chain) {
-    op.start_ms = t;
-    t += op.duration_ms;
-  }
-  plan.pattern = ms::pattern_from_absolute_times(chain, 4.0);
+  ms::Plan plan = mt::pipelined_plan();
   ms::fill_predicted(plan, 3.0);
   if (with_solver) {
     ms::SolverInfo solver;

@@ -5,10 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,10 +28,6 @@ using ms::OpKind;
 
 namespace {
 
-madpipe::Platform platform_of(int gpus, double bandwidth = 5e7) {
-  return mt::make_platform(gpus, mt::kHugeMemory, bandwidth, 3);
-}
-
 struct Case {
   std::string name;
   std::vector<ms::Stage> stages;
@@ -53,7 +46,7 @@ std::vector<Case> pattern_cases() {
     const int n = 2 + static_cast<int>(rng() % (layers - 1));
     Case c;
     c.stages = mt::random_stages(rng, layers, n, gpus, false);
-    c.platform = platform_of(gpus);
+    c.platform = mt::huge_memory_platform(gpus);
     const double busiest = mt::busiest_load(c.stages, c.platform);
     for (double factor : {1.1, 1.5, 3.0}) {
       if (auto p = ms::modulo_schedule(c.stages, c.platform, factor * busiest)) {
@@ -72,13 +65,9 @@ std::vector<Case> pattern_cases() {
     const int n = 2 + trial % 5;
     Case c;
     c.stages = mt::random_stages(rng, n + trial % 3, n, n, true);
-    c.platform = platform_of(n);
+    c.platform = mt::huge_memory_platform(n);
     const auto resources = ms::pipeline_resources(c.stages, c.platform);
-    double lo = 0, hi = 0;
-    for (const auto& r : resources) {
-      lo = std::max(lo, r.load_ms());
-      hi += r.load_ms();
-    }
+    const double lo = mt::max_load(resources), hi = mt::sum_of_loads(resources);
     for (double fraction : {0.0, 0.2, 0.5, 1.0, 2.0}) {
       const double T = lo + fraction * (hi - lo);
       auto p = ms::one_f_one_b_star(c.stages, c.platform, T);
@@ -146,7 +135,7 @@ TEST(Retime, ShrinksOneFOneBStarWithSlackToTheChainLength) {
   for (int trial = 0; trial < 10; ++trial) {
     const int n = 2 + trial % 4;
     const auto stages = mt::random_stages(rng, n, n, n, true);
-    const auto platform = platform_of(n);
+    const auto platform = mt::huge_memory_platform(n);
     const double length = mt::chain_length(stages, platform);
     const auto slack = ms::one_f_one_b_star(stages, platform, 3 * length);
     ASSERT_TRUE(slack.has_value());
@@ -163,7 +152,7 @@ TEST(Retime, TightOneFOneBKeepsItsPeriod) {
   // Four stages f = 1, b = 2 with free transfers: 1F1B runs at period 3 with no idle time.
   std::vector<ms::Stage> stages;
   for (int s = 0; s < 4; ++s) stages.push_back(mt::hand_stage(s, s, 1, 2, 0, 10));
-  const auto platform = platform_of(4, 1e12);
+  const auto platform = mt::huge_memory_platform(4, 1e12);
   const ms::Pattern pattern = ms::one_f_one_b(stages, platform);
   ASSERT_DOUBLE_EQ(pattern.period_ms, 3.0);
   const auto retimed = ms::retime(pattern, stages, platform);
@@ -180,7 +169,7 @@ TEST(Retime, TightOneFOneBKeepsItsPeriod) {
 TEST(Retime, InconsistentPatternsGiveNothing) {
   std::mt19937 rng(5);
   const auto stages = mt::random_stages(rng, 3, 3, 3, true);
-  const auto platform = platform_of(3);
+  const auto platform = mt::huge_memory_platform(3);
   auto pattern = ms::one_f_one_b_star(stages, platform, 1e4);
   ASSERT_TRUE(pattern.has_value());
   ms::Pattern missing = *pattern;
@@ -232,7 +221,7 @@ TEST(Retime, AsapSteadyPeriodWithDefaultMicroBatches) {
   // load 3, so 1F1B*(3) has five groups and stage 0 keeps five micro-batches in flight.
   std::vector<ms::Stage> stages;
   for (int s = 0; s < 3; ++s) stages.push_back(mt::hand_stage(s, s, 1, 2, s < 2 ? 1500 : 0));
-  madpipe::Platform platform = platform_of(3, 1000.0);
+  madpipe::Platform platform = mt::huge_memory_platform(3, 1000.0);
   const auto pattern = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(pattern.has_value());
   ASSERT_EQ(ms::concurrent_activations(*pattern, 3), (std::vector<int>{5, 3, 1}));
@@ -255,7 +244,7 @@ TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
   // B0 in [0, 1); at T = 1 this is valid. Sorted by (start, stage, kind) GPU 0's order is
   // F0 B0 F1 B1, which forces F1 after the end of B0 while B0 depends on B1 after F1.
   const std::vector<ms::Stage> stages{mt::hand_stage(0, 0, 0, 1), mt::hand_stage(1, 0, 0, 0)};
-  const auto platform = platform_of(1);
+  const auto platform = mt::huge_memory_platform(1);
   std::vector<ms::Op> chain = ms::micro_batch_chain(stages, platform);
   for (ms::Op& op : chain) op.start_ms = 0;
   const ms::Pattern pattern = ms::pattern_from_absolute_times(chain, 1.0);

@@ -18,98 +18,38 @@
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 
 namespace {
 
-madpipe::Platform platform_of(int gpus) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = 1'000'000;
-  platform.bandwidth_bytes_per_ms = 1000;
-  platform.weight_copies = 3;
-  return platform;
-}
-
-// Micro-batch 0 at its earliest times, repeated every `period_ms` (0: the chain's length).
-ms::Plan chain_plan(const madpipe::Profile& profile, const std::vector<int>& first_layers,
-                    const std::vector<int>& gpus, const madpipe::Platform& platform,
-                    double period_ms) {
-  ms::Plan plan;
-  plan.profile = profile.name;
-  plan.platform = platform;
-  plan.algorithm = "hand";
-  plan.stages = ms::make_stages(madpipe::ChainCosts(profile), first_layers, gpus);
-  std::vector<ms::Op> chain = ms::micro_batch_chain(plan.stages, plan.platform);
-  double t = 0;
-  for (ms::Op& op : chain) {
-    op.start_ms = t;
-    t += op.duration_ms;
-  }
-  plan.pattern = ms::pattern_from_absolute_times(chain, period_ms > 0 ? period_ms : t);
-  ms::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
-  return plan;
-}
-
-// Two stages on two GPUs, period 4 (see validate_test.cpp): stage 0 keeps two micro-batches.
-ms::Plan pipelined_plan() {
-  const auto profile = madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
-  return chain_plan(profile, {0, 1}, {0, 1}, platform_of(2), 4.0);
-}
-
 // Three stages on GPUs 0, 1, 0, one micro-batch at a time.
 ms::Plan interleaved_plan() {
-  const auto profile =
-      madpipe::testing::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
-  return chain_plan(profile, {0, 1, 2}, {0, 1, 0}, platform_of(2), 0);
+  const auto profile = mt::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
+  return mt::chain_plan(profile, {0, 1, 2}, {0, 1, 0}, mt::small_platform(2), 0);
 }
 
 // 1F1B on four GPUs, free transfers, period 3; activations come from saved bytes.
 ms::Plan one_f_one_b_plan() {
-  auto profile = madpipe::testing::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5});
+  auto profile = mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5});
   for (std::size_t l = 0; l < profile.layers.size(); ++l)
     profile.layers[l].saved_bytes = 1000 * static_cast<std::int64_t>(l + 1);
-  return chain_plan(profile, {0, 1, 2, 3}, {0, 1, 2, 3}, platform_of(4), 3.0);
-}
-
-// The same schedule as a k-periodic pattern: each op k times, one old period apart.
-ms::Plan repeated(const ms::Plan& plan, int k) {
-  ms::Plan out = plan;
-  const double period = plan.pattern.period_ms;
-  out.pattern.period_ms = k * period;
-  out.pattern.k = k;
-  out.pattern.ops.clear();
-  for (const ms::Op& op : plan.pattern.ops) {
-    for (int c = 0; c < k; ++c) {
-      ms::Op copy = op;
-      copy.start_ms += c * period;
-      copy.shift += c;
-      out.pattern.ops.push_back(copy);
-    }
-  }
-  ms::fill_predicted(out, plan.predicted.lower_bound_period_ms);
-  return out;
+  return mt::chain_plan(profile, {0, 1, 2, 3}, {0, 1, 2, 3}, mt::small_platform(4), 3.0);
 }
 
 std::vector<ms::Plan> valid_plans() {
-  return {pipelined_plan(),     interleaved_plan(),         one_f_one_b_plan(),
-          repeated(pipelined_plan(), 2), repeated(one_f_one_b_plan(), 3)};
+  return {mt::pipelined_plan(), interleaved_plan(), one_f_one_b_plan(),
+          mt::repeated(mt::pipelined_plan(), 2), mt::repeated(one_f_one_b_plan(), 3)};
 }
 
 std::string describe(const ms::Plan& plan) {
   std::ostringstream out;
   out << plan.stages.size() << " stages, k=" << plan.pattern.k << ", T=" << plan.pattern.period_ms;
   return out.str();
-}
-
-std::size_t find_op(const ms::Plan& plan, OpKind kind, int stage) {
-  for (std::size_t i = 0; i < plan.pattern.ops.size(); ++i)
-    if (plan.pattern.ops[i].kind == kind && plan.pattern.ops[i].stage == stage) return i;
-  ADD_FAILURE() << "no op " << ms::op_token(kind, stage);
-  return 0;
 }
 
 const ms::SimOp* find_sim_op(const ms::SimResult& sim, OpKind kind, int stage, int micro_batch) {
@@ -140,7 +80,7 @@ TEST(Simulate, TimetableSteadyPeriodEqualsThePatternPeriod) {
 }
 
 TEST(Simulate, TimetableRunsOpsAtTheirPlannedTimes) {
-  const ms::Plan plan = pipelined_plan();
+  const ms::Plan plan = mt::pipelined_plan();
   ms::SimOptions options;
   options.micro_batches = 8;
   const ms::SimResult sim = ms::simulate(plan, options);
@@ -159,7 +99,8 @@ TEST(Simulate, TimetableRunsOpsAtTheirPlannedTimes) {
   }
   const ms::SimOp* send = find_sim_op(sim, OpKind::SendAct, 0, 3);
   ASSERT_NE(send, nullptr);
-  EXPECT_EQ(send->resource, ms::resource_of(plan.pattern.ops[find_op(plan, OpKind::SendAct, 0)], 2));
+  EXPECT_EQ(send->resource,
+            ms::resource_of(plan.pattern.ops[mt::find_op(plan, OpKind::SendAct, 0)], 2));
   EXPECT_DOUBLE_EQ(send->start_ms, 13.0);
   EXPECT_DOUBLE_EQ(sim.step_ms, 4.0 * 7 + 7);
 }
@@ -169,7 +110,7 @@ TEST(Simulate, OneMicroBatchTakesTheChainLength) {
     ms::SimOptions options;
     options.micro_batches = 1;
     options.policy = policy;
-    const ms::SimResult sim = ms::simulate(pipelined_plan(), options);
+    const ms::SimResult sim = ms::simulate(mt::pipelined_plan(), options);
     EXPECT_DOUBLE_EQ(sim.step_ms, 7.0);
     EXPECT_EQ(sim.ops.size(), 6u);
     EXPECT_EQ(sim.steady_period_ms, 0.0);
@@ -235,10 +176,10 @@ TEST(Simulate, AsapIsNeverSlowerThanThePattern) {
   ms::SimOptions options;
   options.micro_batches = 40;
   options.policy = ms::StartPolicy::Asap;
-  EXPECT_NEAR(ms::simulate(pipelined_plan(), options).steady_period_ms, 4.0, 1e-9);
+  EXPECT_NEAR(ms::simulate(mt::pipelined_plan(), options).steady_period_ms, 4.0, 1e-9);
   // One stage, F [0, 1) and B [1, 3) with a period of 5: as soon as possible it takes 3 ms.
-  const auto profile = madpipe::testing::make_chain({1}, {2});
-  const ms::Plan slack = chain_plan(profile, {0}, {0}, platform_of(1), 5.0);
+  const auto profile = mt::make_chain({1}, {2});
+  const ms::Plan slack = mt::chain_plan(profile, {0}, {0}, mt::small_platform(1), 5.0);
   ASSERT_TRUE(ms::validate(slack).empty());
   EXPECT_NEAR(ms::simulate(slack, options).steady_period_ms, 3.0, 1e-9);
   options.policy = ms::StartPolicy::Timetable;
@@ -275,7 +216,7 @@ TEST(Simulate, ShortRunsNeedLessMemory) {
 }
 
 TEST(Simulate, MemoryTimelineStartsAndEndsAtStaticMemory) {
-  const ms::Plan plan = pipelined_plan();
+  const ms::Plan plan = mt::pipelined_plan();
   const ms::SimResult sim = ms::simulate(plan);
   ASSERT_EQ(sim.memory.size(), 2u);
   ASSERT_EQ(sim.peak_memory_bytes.size(), 2u);
@@ -303,17 +244,18 @@ TEST(Simulate, MemoryTimelineStartsAndEndsAtStaticMemory) {
 }
 
 TEST(Simulate, DefaultNumberOfMicroBatches) {
-  EXPECT_EQ(ms::simulate(pipelined_plan()).micro_batches, 8);             // 4 * 2
+  EXPECT_EQ(ms::simulate(mt::pipelined_plan()).micro_batches, 8);         // 4 * 2
   EXPECT_EQ(ms::simulate(interleaved_plan()).micro_batches, 12);          // 4 * 3
-  EXPECT_EQ(ms::simulate(repeated(pipelined_plan(), 3)).micro_batches, 9);  // 8 -> multiple of 3
-  const auto profile = madpipe::testing::make_chain({1}, {2});
-  const ms::Plan single = chain_plan(profile, {0}, {0}, platform_of(1), 0);
-  EXPECT_EQ(ms::simulate(repeated(single, 4)).micro_batches, 8);  // at least 2k
+  EXPECT_EQ(ms::simulate(mt::repeated(mt::pipelined_plan(), 3)).micro_batches,
+            9);  // 8 -> multiple of 3
+  const auto profile = mt::make_chain({1}, {2});
+  const ms::Plan single = mt::chain_plan(profile, {0}, {0}, mt::small_platform(1), 0);
+  EXPECT_EQ(ms::simulate(mt::repeated(single, 4)).micro_batches, 8);  // at least 2k
   EXPECT_EQ(ms::simulate(single).micro_batches, 4);
 }
 
 TEST(Simulate, IsDeterministic) {
-  const ms::Plan plan = repeated(one_f_one_b_plan(), 2);
+  const ms::Plan plan = mt::repeated(one_f_one_b_plan(), 2);
   const ms::SimResult a = ms::simulate(plan);
   const ms::SimResult b = ms::simulate(plan);
   ASSERT_EQ(a.ops.size(), b.ops.size());
@@ -329,8 +271,8 @@ TEST(Simulate, IsDeterministic) {
 TEST(Simulate, DetectsDeadlock) {
   // Two stages on one GPU; the pattern runs B1 of a micro-batch before its F1 on that GPU:
   // F0 at 0, B1 at 1, B0 at 2, F1 at 3, all for the same micro-batch.
-  const auto profile = madpipe::testing::make_chain({1, 1}, {1, 1});
-  ms::Plan plan = chain_plan(profile, {0, 1}, {0, 0}, platform_of(1), 4.0);
+  const auto profile = mt::make_chain({1, 1}, {1, 1});
+  ms::Plan plan = mt::chain_plan(profile, {0, 1}, {0, 0}, mt::small_platform(1), 4.0);
   const double starts[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 2}, {0, 1, 3}};  // kind F=0/B=1, stage
   plan.pattern.ops.clear();
   for (const auto& s : starts) {
@@ -357,9 +299,9 @@ TEST(Simulate, DetectsDeadlock) {
 
 TEST(Simulate, DetectsDeadlockAcrossGpus) {
   // GPU 1 is told to run B1 of each micro-batch before its F1.
-  ms::Plan plan = pipelined_plan();
-  ms::Op& f1 = plan.pattern.ops[find_op(plan, OpKind::F, 1)];
-  ms::Op& b1 = plan.pattern.ops[find_op(plan, OpKind::B, 1)];
+  ms::Plan plan = mt::pipelined_plan();
+  ms::Op& f1 = plan.pattern.ops[mt::find_op(plan, OpKind::F, 1)];
+  ms::Op& b1 = plan.pattern.ops[mt::find_op(plan, OpKind::B, 1)];
   b1.start_ms = 0.5;
   b1.shift = f1.shift + 1;  // B1(i) one period before F1(i)
   try {
@@ -372,8 +314,9 @@ TEST(Simulate, DetectsDeadlockAcrossGpus) {
 }
 
 TEST(Simulate, RejectsIncompletePatterns) {
-  ms::Plan plan = pipelined_plan();
-  plan.pattern.ops.erase(plan.pattern.ops.begin() + static_cast<long>(find_op(plan, OpKind::B, 1)));
+  ms::Plan plan = mt::pipelined_plan();
+  plan.pattern.ops.erase(plan.pattern.ops.begin() +
+                         static_cast<long>(mt::find_op(plan, OpKind::B, 1)));
   try {
     ms::simulate(plan);
     FAIL() << "expected an error";
@@ -382,11 +325,11 @@ TEST(Simulate, RejectsIncompletePatterns) {
     EXPECT_EQ(e.field(), "/pattern");
     EXPECT_NE(e.problem().find("no B1 op"), std::string::npos) << e.problem();
   }
-  plan = repeated(pipelined_plan(), 2);
+  plan = mt::repeated(mt::pipelined_plan(), 2);
   plan.pattern.ops[1].shift += 1;  // both copies of one op now run the same residue
   EXPECT_THROW(ms::simulate(plan), madpipe::Error);
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.pattern.k = 1'000'000'000;
   try {
     ms::simulate(plan);
@@ -397,7 +340,7 @@ TEST(Simulate, RejectsIncompletePatterns) {
 
   ms::SimOptions options;
   options.micro_batches = -1;
-  EXPECT_THROW(ms::simulate(pipelined_plan(), options), madpipe::Error);
+  EXPECT_THROW(ms::simulate(mt::pipelined_plan(), options), madpipe::Error);
 }
 
 TEST(Simulate, RandomSequentialPlans) {
@@ -406,7 +349,7 @@ TEST(Simulate, RandomSequentialPlans) {
   std::mt19937 rng(20240607);
   for (int trial = 0; trial < 40; ++trial) {
     const int layers = 2 + static_cast<int>(rng() % 7);
-    const madpipe::Profile profile = madpipe::testing::random_chain(rng, layers);
+    const madpipe::Profile profile = mt::random_chain(rng, layers);
     const int num_stages = 1 + static_cast<int>(rng() % layers);
     const int gpus = 1 + static_cast<int>(rng() % 4);
     std::vector<int> cuts(layers - 1);
@@ -417,11 +360,11 @@ TEST(Simulate, RandomSequentialPlans) {
     std::sort(first_layers.begin(), first_layers.end());
     std::vector<int> stage_gpus;
     for (int st = 0; st < num_stages; ++st) stage_gpus.push_back(static_cast<int>(rng() % gpus));
-    madpipe::Platform platform = platform_of(gpus);
+    madpipe::Platform platform = mt::small_platform(gpus);
     platform.memory_bytes = 1'000'000'000'000;
     platform.bandwidth_bytes_per_ms = 1e6 * (1 + rng() % 100);
-    const ms::Plan base = chain_plan(profile, first_layers, stage_gpus, platform, 0);
-    const ms::Plan plan = repeated(base, 1 + static_cast<int>(rng() % 3));
+    const ms::Plan base = mt::chain_plan(profile, first_layers, stage_gpus, platform, 0);
+    const ms::Plan plan = mt::repeated(base, 1 + static_cast<int>(rng() % 3));
     SCOPED_TRACE(describe(plan) + ", trial " + std::to_string(trial));
     const auto violations = ms::validate(plan, profile);
     ASSERT_TRUE(violations.empty()) << violations.front().field << ": "

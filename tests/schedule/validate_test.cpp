@@ -13,94 +13,28 @@
 #include "schedule/pattern.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
 using ms::OpKind;
 using ms::Violation;
 
 namespace {
 
-madpipe::Platform platform_of(int gpus) {
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = 1'000'000;
-  platform.bandwidth_bytes_per_ms = 1000;
-  platform.weight_copies = 3;
-  return platform;
-}
-
-// A plan whose pattern runs micro-batch 0 at its earliest times (each op right after the one it
-// depends on), repeated every `period_ms`; 0 means the length of that chain (no overlap at all).
-ms::Plan chain_plan(const madpipe::Profile& profile, const std::vector<int>& first_layers,
-                    const std::vector<int>& gpus, const madpipe::Platform& platform,
-                    double period_ms) {
-  ms::Plan plan;
-  plan.profile = profile.name;
-  plan.platform = platform;
-  plan.algorithm = "hand";
-  plan.stages = ms::make_stages(madpipe::ChainCosts(profile), first_layers, gpus);
-  std::vector<ms::Op> chain = ms::micro_batch_chain(plan.stages, plan.platform);
-  double t = 0;
-  for (ms::Op& op : chain) {
-    op.start_ms = t;
-    t += op.duration_ms;
-  }
-  plan.pattern = ms::pattern_from_absolute_times(chain, period_ms > 0 ? period_ms : t);
-  ms::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
-  return plan;
-}
-
-// f = 1, b = 2 per layer; a_0 = 500 bytes (0.5 ms transfers), input 300 bytes.
-madpipe::Profile two_layer_profile() {
-  return madpipe::testing::make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
-}
-
-// Two stages on two GPUs, period 4: F0 [0,1) SA [1,1.5) F1 [1.5,2.5) B1 [2.5,4.5) SG [4.5,5)
-// B0 [5,7) for micro-batch 0, so stage 0 keeps two micro-batches in flight.
-ms::Plan pipelined_plan() { return chain_plan(two_layer_profile(), {0, 1}, {0, 1}, platform_of(2), 4.0); }
-
 // Three stages, the first two on GPU 0, run one micro-batch at a time.
 madpipe::Profile three_layer_profile() {
-  return madpipe::testing::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
+  return mt::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
 }
 ms::Plan sequential_plan() {
-  return chain_plan(three_layer_profile(), {0, 1, 2}, {0, 0, 1}, platform_of(2), 0);
+  return mt::chain_plan(three_layer_profile(), {0, 1, 2}, {0, 0, 1}, mt::small_platform(2), 0);
 }
 
 // 1F1B on four GPUs with free transfers: period 3 = f + b.
 ms::Plan one_f_one_b_plan() {
-  const auto profile = madpipe::testing::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5},
-                                                    {0, 0, 0, 0}, 0);
-  return chain_plan(profile, {0, 1, 2, 3}, {0, 1, 2, 3}, platform_of(4), 3.0);
-}
-
-// The same schedule written as a 2-periodic pattern: each op appears twice, one period of the
-// 1-periodic pattern apart.
-ms::Plan doubled(const ms::Plan& plan) {
-  ms::Plan out = plan;
-  const double period = plan.pattern.period_ms;
-  out.pattern.period_ms = 2 * period;
-  out.pattern.k = 2;
-  out.pattern.ops.clear();
-  for (const ms::Op& op : plan.pattern.ops) {
-    out.pattern.ops.push_back(op);
-    ms::Op second = op;
-    second.start_ms += period;
-    second.shift += 1;
-    out.pattern.ops.push_back(second);
-  }
-  ms::fill_predicted(out, plan.predicted.lower_bound_period_ms);
-  return out;
-}
-
-std::size_t find_op(const ms::Plan& plan, OpKind kind, int stage, std::size_t skip = 0) {
-  for (std::size_t i = 0; i < plan.pattern.ops.size(); ++i) {
-    const ms::Op& op = plan.pattern.ops[i];
-    if (op.kind == kind && op.stage == stage && skip-- == 0) return i;
-  }
-  ADD_FAILURE() << "no op " << ms::op_token(kind, stage);
-  return 0;
+  const auto profile = mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {5, 5, 5, 5}, {0, 0, 0, 0}, 0);
+  return mt::chain_plan(profile, {0, 1, 2, 3}, {0, 1, 2, 3}, mt::small_platform(4), 3.0);
 }
 
 std::string op_ptr(std::size_t i) { return "/pattern/ops/" + std::to_string(i); }
@@ -143,8 +77,9 @@ bool any_problem_contains(const std::vector<Violation>& violations, const std::s
 }  // namespace
 
 TEST(PlanValidate, AcceptsHandMadeValidPlans) {
-  const ms::Plan plans[] = {pipelined_plan(), sequential_plan(), one_f_one_b_plan(),
-                            doubled(pipelined_plan()), doubled(one_f_one_b_plan())};
+  const ms::Plan plans[] = {mt::pipelined_plan(), sequential_plan(), one_f_one_b_plan(),
+                            mt::repeated(mt::pipelined_plan(), 2),
+                            mt::repeated(one_f_one_b_plan(), 2)};
   for (const ms::Plan& plan : plans) {
     const auto violations = ms::validate(plan);
     EXPECT_TRUE(violations.empty()) << "k=" << plan.pattern.k << dump(violations);
@@ -153,12 +88,12 @@ TEST(PlanValidate, AcceptsHandMadeValidPlans) {
 }
 
 TEST(PlanValidate, AcceptsPlansMatchingTheirProfile) {
-  EXPECT_TRUE(ms::validate(pipelined_plan(), two_layer_profile()).empty());
+  EXPECT_TRUE(ms::validate(mt::pipelined_plan(), mt::two_layer_profile()).empty());
   EXPECT_TRUE(ms::validate(sequential_plan(), three_layer_profile()).empty());
 }
 
 TEST(PlanValidate, HandMadePatternsAreWhatTheTestsAssume) {
-  const ms::Plan plan = pipelined_plan();
+  const ms::Plan plan = mt::pipelined_plan();
   EXPECT_EQ(plan.pattern.ops.size(), 6u);
   EXPECT_EQ(ms::concurrent_activations(plan.pattern, 2), (std::vector<int>{2, 1}));
   EXPECT_EQ(plan.predicted.memory_bytes, (std::vector<std::int64_t>{1900, 2100}));
@@ -169,17 +104,17 @@ TEST(PlanValidate, HandMadePatternsAreWhatTheTestsAssume) {
 // --- pattern: overlaps
 
 TEST(PlanValidate, RejectsTwoTransfersOverlappingOnOneLink) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   // SEND_ACT0 runs in [1, 1.5); put SEND_GRAD0 at [1.2, 1.7).
-  plan.pattern.ops[find_op(plan, OpKind::SendGrad, 0)].start_ms = 1.2;
+  plan.pattern.ops[mt::find_op(plan, OpKind::SendGrad, 0)].start_ms = 1.2;
   const auto violations = ms::validate(plan);
   EXPECT_TRUE(any_problem_contains(violations, "overlaps", "link [0, 1]")) << dump(violations);
 }
 
 TEST(PlanValidate, RejectsTwoOpsOverlappingOnOneGpu) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   // F0 runs in [0, 1); put B0 at [0.5, 2.5).
-  plan.pattern.ops[find_op(plan, OpKind::B, 0)].start_ms = 0.5;
+  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].start_ms = 0.5;
   const auto violations = ms::validate(plan);
   EXPECT_TRUE(any_problem_contains(violations, "overlaps", "gpu 0")) << dump(violations);
 }
@@ -187,10 +122,10 @@ TEST(PlanValidate, RejectsTwoOpsOverlappingOnOneGpu) {
 TEST(PlanValidate, RejectsOverlapWrappingPastThePeriodEnd) {
   // One stage: F [0, 1), B [1, 3), period 3. Moving B to 2.5 makes it run [2.5, 3) and
   // [0, 0.5) of the next period, over F.
-  const auto profile = madpipe::testing::make_chain({1}, {2});
-  ms::Plan plan = chain_plan(profile, {0}, {0}, platform_of(1), 0);
+  const auto profile = mt::make_chain({1}, {2});
+  ms::Plan plan = mt::chain_plan(profile, {0}, {0}, mt::small_platform(1), 0);
   ASSERT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
-  const std::size_t b = find_op(plan, OpKind::B, 0);
+  const std::size_t b = mt::find_op(plan, OpKind::B, 0);
   plan.pattern.ops[b].start_ms = 2.5;
   const auto violations = ms::validate(plan);
   EXPECT_EQ(violations.size(), 1u) << dump(violations);
@@ -204,22 +139,22 @@ TEST(PlanValidate, RejectsOverlapWrappingPastThePeriodEnd) {
 TEST(PlanValidate, BackToBackOpsDoNotOverlap) {
   // B1 ends at 4.5 = 0.5 mod 4 while SEND_GRAD0 starts at 0.5 on another resource, and F0 [0,1)
   // is followed by B0 [1,3) on GPU 0: touching intervals are fine.
-  EXPECT_TRUE(ms::validate(pipelined_plan()).empty());
+  EXPECT_TRUE(ms::validate(mt::pipelined_plan()).empty());
 }
 
 // --- pattern: dependencies
 
 TEST(PlanValidate, RejectsForwardBeforeItsInputArrives) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t f1 = find_op(plan, OpKind::F, 1);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t f1 = mt::find_op(plan, OpKind::F, 1);
   plan.pattern.ops[f1].start_ms = 1.2;  // SEND_ACT0 ends at 1.5
   expect_only(ms::validate(plan), op_ptr(f1) + "/start_ms", "F1.1 starts at 1.2 before SEND_ACT0.1, which it depends on, ends at 1.5");
 }
 
 TEST(PlanValidate, RejectsBackwardBeforeItsGradientArrives) {
   ms::Plan plan = sequential_plan();
-  const std::size_t b0 = find_op(plan, OpKind::B, 0);
-  const std::size_t b1 = find_op(plan, OpKind::B, 1);
+  const std::size_t b0 = mt::find_op(plan, OpKind::B, 0);
+  const std::size_t b1 = mt::find_op(plan, OpKind::B, 1);
   // B0 and B1 share GPU 0 and follow each other; swap their order.
   std::swap(plan.pattern.ops[b0].start_ms, plan.pattern.ops[b1].start_ms);
   plan.pattern.ops[b0].start_ms = plan.pattern.ops[b1].start_ms - 2.0;
@@ -229,26 +164,27 @@ TEST(PlanValidate, RejectsBackwardBeforeItsGradientArrives) {
 
 TEST(PlanValidate, FollowsDependenciesAcrossPeriods) {
   // Shifting an op by one period and one micro-batch is the same schedule.
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   for (ms::Op& op : plan.pattern.ops) op.shift += 3;
   EXPECT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
   // Giving F1 the shift of the next micro-batch breaks it: F1 of micro-batch 0 would run one
   // period before its input.
-  plan.pattern.ops[find_op(plan, OpKind::F, 1)].shift += 1;
-  expect_has(ms::validate(plan), op_ptr(find_op(plan, OpKind::F, 1)) + "/start_ms", "before");
+  plan.pattern.ops[mt::find_op(plan, OpKind::F, 1)].shift += 1;
+  expect_has(ms::validate(plan), op_ptr(mt::find_op(plan, OpKind::F, 1)) + "/start_ms", "before");
 }
 
 // --- pattern: op sets
 
 TEST(PlanValidate, RejectsMissingBackward) {
-  ms::Plan plan = pipelined_plan();
-  plan.pattern.ops.erase(plan.pattern.ops.begin() + static_cast<long>(find_op(plan, OpKind::B, 1)));
+  ms::Plan plan = mt::pipelined_plan();
+  plan.pattern.ops.erase(plan.pattern.ops.begin() +
+                         static_cast<long>(mt::find_op(plan, OpKind::B, 1)));
   expect_only(ms::validate(plan), "/pattern/ops", "missing B1");
 }
 
 TEST(PlanValidate, RejectsDuplicateForward) {
-  ms::Plan plan = pipelined_plan();
-  ms::Op extra = plan.pattern.ops[find_op(plan, OpKind::F, 0)];
+  ms::Plan plan = mt::pipelined_plan();
+  ms::Op extra = plan.pattern.ops[mt::find_op(plan, OpKind::F, 0)];
   extra.start_ms = 3.0;  // GPU 0 is idle in [3, 4)
   extra.shift += 1;
   plan.pattern.ops.push_back(extra);
@@ -257,10 +193,10 @@ TEST(PlanValidate, RejectsDuplicateForward) {
 }
 
 TEST(PlanValidate, RejectsShiftsNotCoveringResiduesForK2) {
-  ms::Plan plan = doubled(pipelined_plan());
+  ms::Plan plan = mt::repeated(mt::pipelined_plan(), 2);
   ASSERT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
-  const std::size_t first = find_op(plan, OpKind::F, 0, 0);
-  const std::size_t second = find_op(plan, OpKind::F, 0, 1);
+  const std::size_t first = mt::find_op(plan, OpKind::F, 0, 0);
+  const std::size_t second = mt::find_op(plan, OpKind::F, 0, 1);
   plan.pattern.ops[second].shift = plan.pattern.ops[first].shift + 2;  // same residue mod 2
   const int missing = (plan.pattern.ops[first].shift % 2 + 3) % 2;
   const auto violations = ms::validate(plan);
@@ -270,7 +206,7 @@ TEST(PlanValidate, RejectsShiftsNotCoveringResiduesForK2) {
 }
 
 TEST(PlanValidate, RejectsHugeKWithoutListingEveryResidue) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.pattern.k = 1'000'000'000;
   plan.pattern.period_ms *= plan.pattern.k;
   ms::fill_predicted(plan, 1.0);
@@ -281,29 +217,29 @@ TEST(PlanValidate, RejectsHugeKWithoutListingEveryResidue) {
 
 TEST(PlanValidate, AcceptsK2WithShiftsSwapped) {
   // Listing the two copies in the other order changes nothing.
-  ms::Plan plan = doubled(pipelined_plan());
+  ms::Plan plan = mt::repeated(mt::pipelined_plan(), 2);
   std::reverse(plan.pattern.ops.begin(), plan.pattern.ops.end());
   EXPECT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
 }
 
 TEST(PlanValidate, RejectsWrongGpu) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t f0 = find_op(plan, OpKind::F, 0);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t f0 = mt::find_op(plan, OpKind::F, 0);
   plan.pattern.ops[f0].gpu = 1;
   expect_only(ms::validate(plan), op_ptr(f0) + "/gpu", "must be the gpu of stage 0 (0), got 1");
 }
 
 TEST(PlanValidate, RejectsWrongLink) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t send = find_op(plan, OpKind::SendAct, 0);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t send = mt::find_op(plan, OpKind::SendAct, 0);
   plan.pattern.ops[send].link = {1, 1};
   expect_only(ms::validate(plan), op_ptr(send) + "/link", "must be [0, 1]");
 }
 
 TEST(PlanValidate, RejectsMissingTransfer) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.pattern.ops.erase(plan.pattern.ops.begin() +
-                         static_cast<long>(find_op(plan, OpKind::SendAct, 0)));
+                         static_cast<long>(mt::find_op(plan, OpKind::SendAct, 0)));
   expect_only(ms::validate(plan), "/pattern/ops", "missing SEND_ACT0");
 }
 
@@ -327,7 +263,7 @@ TEST(PlanValidate, RejectsTransferBetweenStagesOnOneGpu) {
 }
 
 TEST(PlanValidate, RejectsUnknownStage) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   ms::Op op = plan.pattern.ops[0];
   op.stage = 7;
   plan.pattern.ops.push_back(op);
@@ -338,27 +274,27 @@ TEST(PlanValidate, RejectsUnknownStage) {
 // --- pattern: times
 
 TEST(PlanValidate, RejectsWrongDurations) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t grad = find_op(plan, OpKind::SendGrad, 0);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t grad = mt::find_op(plan, OpKind::SendGrad, 0);
   plan.pattern.ops[grad].duration_ms = 0.4;
   expect_only(ms::validate(plan), op_ptr(grad) + "/duration_ms",
               "must equal output_bytes / bandwidth_bytes_per_ms of stage 0 (0.5), got 0.4");
 
-  plan = pipelined_plan();
-  const std::size_t f0 = find_op(plan, OpKind::F, 0);
+  plan = mt::pipelined_plan();
+  const std::size_t f0 = mt::find_op(plan, OpKind::F, 0);
   plan.pattern.ops[f0].duration_ms = 0.5;
   expect_only(ms::validate(plan), op_ptr(f0) + "/duration_ms",
               "must equal forward_ms of stage 0 (1), got 0.5");
 
-  plan = pipelined_plan();
-  const std::size_t b1 = find_op(plan, OpKind::B, 1);
+  plan = mt::pipelined_plan();
+  const std::size_t b1 = mt::find_op(plan, OpKind::B, 1);
   plan.pattern.ops[b1].duration_ms = 2.0 * (1 - 1e-8);  // within tolerance
   EXPECT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
 }
 
 TEST(PlanValidate, RejectsStartOutsideThePeriod) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t grad = find_op(plan, OpKind::SendGrad, 0);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t grad = mt::find_op(plan, OpKind::SendGrad, 0);
   plan.pattern.ops[grad].start_ms = 4.0;
   expect_has(ms::validate(plan), op_ptr(grad) + "/start_ms", "must lie in [0, period_ms) = [0, 4)");
   plan.pattern.ops[grad].start_ms = -1.0;
@@ -366,9 +302,9 @@ TEST(PlanValidate, RejectsStartOutsideThePeriod) {
 }
 
 TEST(PlanValidate, RejectsDurationLongerThanThePeriod) {
-  const auto profile = madpipe::testing::make_chain({1}, {2});
-  ms::Plan plan = chain_plan(profile, {0}, {0}, platform_of(1), 0);
-  const std::size_t b = find_op(plan, OpKind::B, 0);
+  const auto profile = mt::make_chain({1}, {2});
+  ms::Plan plan = mt::chain_plan(profile, {0}, {0}, mt::small_platform(1), 0);
+  const std::size_t b = mt::find_op(plan, OpKind::B, 0);
   plan.pattern.ops[b].duration_ms = 3.5;
   expect_has(ms::validate(plan), op_ptr(b) + "/duration_ms", "must be <= period_ms (3), got 3.5");
 }
@@ -376,13 +312,13 @@ TEST(PlanValidate, RejectsDurationLongerThanThePeriod) {
 // --- memory and predictions
 
 TEST(PlanValidate, RejectsMemoryAboveTheLimit) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.platform.memory_bytes = 2000;  // GPU 1 needs 2100 in all
   expect_only(ms::validate(plan), "/predicted/memory_bytes/1", "must not exceed the gpu memory");
 }
 
 TEST(PlanValidate, RejectsPredictedMemoryBelowTheRequirement) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   // GPU 0: 3 * 100 weights + 2 in-flight micro-batches * 300 stored bytes.
   plan.predicted.memory_bytes[0] = 900;
   EXPECT_TRUE(ms::validate(plan).empty()) << dump(ms::validate(plan));
@@ -395,7 +331,7 @@ TEST(PlanValidate, RejectsPredictedMemoryBelowTheRequirement) {
 TEST(PlanValidate, MemoryRequirementFollowsThePattern) {
   // Stretching B0 over more periods keeps more micro-batches in flight on stage 0: with the
   // shift of B0 one lower (one period later), three are in flight and 900 no longer suffices.
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.predicted.memory_bytes[0] = 900;
   for (ms::Op& op : plan.pattern.ops)
     if (op.kind != OpKind::B || op.stage != 0) op.shift += 1;
@@ -403,36 +339,36 @@ TEST(PlanValidate, MemoryRequirementFollowsThePattern) {
 }
 
 TEST(PlanValidate, RejectsOneMemoryEntryPerGpuMissing) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.predicted.memory_bytes.pop_back();
   expect_only(ms::validate(plan), "/predicted/memory_bytes", "must have one entry per gpu (2), got 1");
 }
 
 TEST(PlanValidate, RejectsInconsistentPredictions) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.predicted.period_ms = 5.0;
   auto violations = ms::validate(plan);
   expect_has(violations, "/predicted/period_ms", "must equal pattern period_ms / k (4), got 5");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.predicted.throughput_per_s = 300;
   expect_only(ms::validate(plan), "/predicted/throughput_per_s", "must equal 1000 / predicted");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.predicted.lower_bound_period_ms = 4.0;
   EXPECT_TRUE(ms::validate(plan).empty());
   plan.predicted.lower_bound_period_ms = 4.5;
   expect_only(ms::validate(plan), "/predicted/lower_bound_period_ms",
               "must not exceed the predicted period_ms (4), got 4.5");
 
-  plan = doubled(pipelined_plan());
+  plan = mt::repeated(mt::pipelined_plan(), 2);
   EXPECT_DOUBLE_EQ(plan.predicted.period_ms, 4.0);
   plan.predicted.period_ms = 8.0;
   expect_has(ms::validate(plan), "/predicted/period_ms", "(4), got 8");
 }
 
 TEST(PlanValidate, RejectsUnknownSolverStatus) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.solver = ms::SolverInfo{"cbc", "solved", 4, 4, 0, 1};
   expect_only(ms::validate(plan), "/solver/status", "unknown solver status 'solved'");
   plan.solver->status = "timeout";
@@ -442,27 +378,27 @@ TEST(PlanValidate, RejectsUnknownSolverStatus) {
 // --- format fields and stages
 
 TEST(PlanValidate, RejectsBadPlatformAndPattern) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.platform.memory_bytes = 0;
   expect_has(ms::validate(plan), "/platform/memory_bytes", "must be > 0, got 0");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.platform.bandwidth_bytes_per_ms = 0;
   expect_has(ms::validate(plan), "/platform/bandwidth_bytes_per_ms", "must be a finite number > 0");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.platform.weight_copies = 0;
   expect_has(ms::validate(plan), "/platform/weight_copies", "must be >= 1, got 0");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.platform.gpus = 0;
   expect_has(ms::validate(plan), "/platform/gpus", "must be >= 1, got 0");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.pattern.period_ms = 0;
   expect_has(ms::validate(plan), "/pattern/period_ms", "must be a finite number > 0, got 0");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.pattern.k = 0;
   expect_has(ms::validate(plan), "/pattern/k", "must be >= 1, got 0");
 }
@@ -494,35 +430,35 @@ TEST(PlanValidate, RejectsStagesOutOfOrder) {
 }
 
 TEST(PlanValidate, RejectsStageGpuOutOfRange) {
-  ms::Plan plan = pipelined_plan();
+  ms::Plan plan = mt::pipelined_plan();
   plan.stages[1].gpu = 2;
   expect_has(ms::validate(plan), "/stages/1/gpu", "must be in [0, 2), got 2");
 }
 
 TEST(PlanValidate, ChecksStageCostsAgainstTheProfile) {
-  const auto profile = two_layer_profile();
-  ms::Plan plan = pipelined_plan();
+  const auto profile = mt::two_layer_profile();
+  ms::Plan plan = mt::pipelined_plan();
   plan.stages[1].weight_bytes = 201;
   expect_has(ms::validate(plan, profile), "/stages/1/weight_bytes",
              "must equal the sum of layers 1..1 in the profile (200), got 201");
   EXPECT_FALSE(has(ms::validate(plan), "/stages/1/weight_bytes"));
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.stages[0].forward_ms = 1.5;
   expect_has(ms::validate(plan, profile), "/stages/0/forward_ms", "(1), got 1.5");
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.stages[0].backward_ms = 2.0 * (1 + 1e-9);
   EXPECT_TRUE(ms::validate(plan, profile).empty());
 
-  plan = pipelined_plan();
+  plan = mt::pipelined_plan();
   plan.stages[0].output_bytes = 400;
   expect_has(ms::validate(plan, profile), "/stages/0/output_bytes", "(500), got 400");
 }
 
 TEST(PlanValidate, StoredBytesMayShrinkWithRematerialization) {
-  const auto profile = two_layer_profile();
-  ms::Plan plan = pipelined_plan();
+  const auto profile = mt::two_layer_profile();
+  ms::Plan plan = mt::pipelined_plan();
   plan.stages[0].stored_bytes = 100;
   expect_only(ms::validate(plan, profile), "/stages/0/stored_bytes",
               "must equal inputs plus saved bytes of layers 0..0 in the profile (300), got 100");
@@ -537,12 +473,12 @@ TEST(PlanValidate, StoredBytesMayShrinkWithRematerialization) {
 }
 
 TEST(PlanValidate, RecomputationMayLengthenTheBackward) {
-  const auto profile = two_layer_profile();
-  ms::Plan plan = pipelined_plan();
+  const auto profile = mt::two_layer_profile();
+  ms::Plan plan = mt::pipelined_plan();
   plan.stages[0].remat = "rotor";
   plan.stages[0].stored_bytes = 100;
   plan.stages[0].backward_ms = 2.5;  // B0 [1, 3.5) still fits between F0 runs
-  plan.pattern.ops[find_op(plan, OpKind::B, 0)].duration_ms = 2.5;
+  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].duration_ms = 2.5;
   ms::fill_predicted(plan, 2.0);
   EXPECT_TRUE(ms::validate(plan, profile).empty()) << dump(ms::validate(plan, profile));
   plan.stages[0].remat = "none";
@@ -552,7 +488,7 @@ TEST(PlanValidate, RecomputationMayLengthenTheBackward) {
 
   plan.stages[0].remat = "rotor";
   plan.stages[0].backward_ms = 1.5;  // faster than the layers themselves
-  plan.pattern.ops[find_op(plan, OpKind::B, 0)].duration_ms = 1.5;
+  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].duration_ms = 1.5;
   ms::fill_predicted(plan, 2.0);
   expect_only(ms::validate(plan, profile), "/stages/0/backward_ms",
               "must be at least the sum of layers 0..0 in the profile (2), got 1.5");
@@ -560,18 +496,17 @@ TEST(PlanValidate, RecomputationMayLengthenTheBackward) {
 
 TEST(PlanValidate, RejectsPlansNotCoveringTheProfile) {
   // The plan covers layers 0..1 of a 3-layer profile.
-  const auto profile =
-      madpipe::testing::make_chain({1, 1, 1}, {2, 2, 2}, {100, 200, 300}, {500, 10, 10}, 300);
-  expect_only(ms::validate(pipelined_plan(), profile), "/stages/1/last_layer",
+  const auto profile = mt::make_chain({1, 1, 1}, {2, 2, 2}, {100, 200, 300}, {500, 10, 10}, 300);
+  expect_only(ms::validate(mt::pipelined_plan(), profile), "/stages/1/last_layer",
               "the last stage must end at the last layer of profile 'test-chain' (2), got 1");
 }
 
 // --- reporting
 
 TEST(PlanValidate, ReportsEveryViolation) {
-  ms::Plan plan = pipelined_plan();
-  const std::size_t f0 = find_op(plan, OpKind::F, 0);
-  const std::size_t grad = find_op(plan, OpKind::SendGrad, 0);
+  ms::Plan plan = mt::pipelined_plan();
+  const std::size_t f0 = mt::find_op(plan, OpKind::F, 0);
+  const std::size_t grad = mt::find_op(plan, OpKind::SendGrad, 0);
   plan.pattern.ops[f0].gpu = 1;
   plan.pattern.ops[grad].start_ms = 9.0;
   plan.platform.memory_bytes = 1000;

@@ -34,8 +34,7 @@ std::vector<ms::Stage> madpipe::testing::chain_stages(const std::vector<double>&
 }
 
 std::vector<ms::Stage> madpipe::testing::random_stages(std::mt19937& rng, const Profile& profile,
-                                                       int num_stages, int gpus,
-                                                       bool contiguous) {
+                                                       int num_stages, int gpus, bool contiguous) {
   const int layers = static_cast<int>(profile.layers.size());
   std::vector<int> cuts;
   for (int l = 1; l < layers; ++l) cuts.push_back(l);
@@ -50,8 +49,7 @@ std::vector<ms::Stage> madpipe::testing::random_stages(std::mt19937& rng, const 
 }
 
 std::vector<ms::Stage> madpipe::testing::random_stages(std::mt19937& rng, int layers,
-                                                       int num_stages, int gpus,
-                                                       bool contiguous) {
+                                                       int num_stages, int gpus, bool contiguous) {
   const Profile profile = random_chain(rng, layers);
   return random_stages(rng, profile, num_stages, gpus, contiguous);
 }
@@ -70,6 +68,18 @@ double madpipe::testing::chain_length(const std::vector<ms::Stage>& stages,
                                       const Platform& platform) {
   double total = 0;
   for (const ms::Op& op : ms::micro_batch_chain(stages, platform)) total += op.duration_ms;
+  return total;
+}
+
+double madpipe::testing::max_load(const std::vector<ms::PipelineResource>& resources) {
+  double most = 0;
+  for (const auto& r : resources) most = std::max(most, r.load_ms());
+  return most;
+}
+
+double madpipe::testing::sum_of_loads(const std::vector<ms::PipelineResource>& resources) {
+  double total = 0;
+  for (const auto& r : resources) total += r.load_ms();
   return total;
 }
 
@@ -111,9 +121,10 @@ ms::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<
   return plan;
 }
 
+// Micro-batch 0: F0 [0,1) SA [1,1.5) F1 [1.5,2.5) B1 [2.5,4.5) SG [4.5,5) B0 [5,7), so stage 0
+// keeps two micro-batches in flight.
 ms::Plan madpipe::testing::pipelined_plan() {
-  return chain_plan(two_layer_profile(), {0, 1}, {0, 1}, make_platform(2, 1'000'000, 1000, 3),
-                    4.0);
+  return chain_plan(two_layer_profile(), {0, 1}, {0, 1}, small_platform(2), 4.0);
 }
 
 ms::Plan madpipe::testing::repeated(const ms::Plan& plan, int k) {

@@ -11,6 +11,7 @@
 
 #include "core/platform.hpp"
 #include "core/profile.hpp"
+#include "schedule/one_f_one_b.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
@@ -26,20 +27,25 @@ schedule::Stage hand_stage(int id, int gpu, double forward_ms, double backward_m
 std::vector<schedule::Stage> chain_stages(const std::vector<double>& f,
                                           const std::vector<double>& b);
 
-// `profile` cut at num_stages - 1 random layers; stage s on GPU s if `contiguous`, else on a
-// random one of `gpus` GPUs.
+// `profile` cut randomly into `num_stages` stages, on GPU s if `contiguous`, else random < `gpus`.
 std::vector<schedule::Stage> random_stages(std::mt19937& rng, const Profile& profile,
                                            int num_stages, int gpus, bool contiguous);
 
 // random_stages() of a random_chain(rng, layers).
-std::vector<schedule::Stage> random_stages(std::mt19937& rng, int layers, int num_stages,
-                                           int gpus, bool contiguous);
+std::vector<schedule::Stage> random_stages(std::mt19937& rng, int layers, int num_stages, int gpus,
+                                           bool contiguous);
 
 // Work of the busiest resource (GPU or link) for one micro-batch.
 double busiest_load(const std::vector<schedule::Stage>& stages, const Platform& platform);
 
 // Sum of the durations of one micro-batch's ops, transfers included.
 double chain_length(const std::vector<schedule::Stage>& stages, const Platform& platform);
+
+// Largest load_ms() of `resources` (0 if none).
+double max_load(const std::vector<schedule::PipelineResource>& resources);
+
+// Sum of load_ms() over `resources`.
+double sum_of_loads(const std::vector<schedule::PipelineResource>& resources);
 
 // Micro-batch 0's ops, each starting when the one before it ends.
 std::vector<schedule::Op> asap_chain(const std::vector<schedule::Stage>& stages,
@@ -49,14 +55,11 @@ std::vector<schedule::Op> asap_chain(const std::vector<schedule::Stage>& stages,
 schedule::Plan plan_of(const std::vector<schedule::Stage>& stages, const Platform& platform,
                        const schedule::Pattern& pattern);
 
-// Plan of `profile` cut at `first_layers` onto `gpus` repeating asap_chain() every `period_ms`
-// (0: the chain's length, no overlap at all), predicted lower bound half the period.
+// Plan of `profile` on `gpus` repeating asap_chain() every `period_ms` (0: its length), bound T/2.
 schedule::Plan chain_plan(const Profile& profile, const std::vector<int>& first_layers,
-                          const std::vector<int>& gpus, const Platform& platform,
-                          double period_ms);
+                          const std::vector<int>& gpus, const Platform& platform, double period_ms);
 
-// two_layer_profile() on two GPUs (1 MB, 1000 B/ms, 3 copies) at period 4: F0 [0,1) SA [1,1.5)
-// F1 [1.5,2.5) B1 [2.5,4.5) SG [4.5,5) B0 [5,7), so stage 0 keeps two micro-batches in flight.
+// chain_plan() of two_layer_profile() on small_platform(2) at period 4 (two stages, two GPUs).
 schedule::Plan pipelined_plan();
 
 // `plan` as a k-periodic pattern: each op k times, one period of `plan` apart.

@@ -61,6 +61,15 @@ madpipe::Platform madpipe::testing::make_platform(int gpus, std::int64_t memory_
   return platform;
 }
 
+madpipe::Platform madpipe::testing::huge_memory_platform(int gpus, double bandwidth_bytes_per_ms,
+                                                         int weight_copies) {
+  return make_platform(gpus, kHugeMemory, bandwidth_bytes_per_ms, weight_copies);
+}
+
+madpipe::Platform madpipe::testing::small_platform(int gpus, double bandwidth_bytes_per_ms) {
+  return make_platform(gpus, 1'000'000, bandwidth_bytes_per_ms, 3);
+}
+
 std::string madpipe::testing::shipped_profile_path(const std::string& name) {
   return std::string(MADPIPE_PROFILES_DIR) + "/" + name + ".json";
 }

@@ -30,6 +30,12 @@ Profile random_chain(std::mt19937& rng, int layers);
 Platform make_platform(int gpus, std::int64_t memory_bytes, double bandwidth_bytes_per_ms,
                        int weight_copies);
 
+// `gpus` GPUs of kHugeMemory; 5e7 B/ms sends random_chain's 1-100 MB activations in 0.02-2 ms.
+Platform huge_memory_platform(int gpus, double bandwidth_bytes_per_ms = 5e7, int weight_copies = 3);
+
+// `gpus` GPUs of 1 MB each keeping 3 weight copies; 1000 B/ms by default (1 ms per kB sent).
+Platform small_platform(int gpus, double bandwidth_bytes_per_ms = 1000);
+
 // Path of a profile shipped in configs/profiles ("resnet50", "gpt2_small", "gpt2_xl16").
 std::string shipped_profile_path(const std::string& name);
 // Path of a fixture in tests/data.

@@ -1,0 +1,119 @@
+#include "runtime/data.hpp"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace fs = std::filesystem;
+
+static std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 29;
+  return x;
+}
+
+static std::uint64_t batch_seed(std::uint64_t seed, std::int64_t step, int index, bool validation) {
+  return mix(mix(mix(seed, static_cast<std::uint64_t>(step)), static_cast<std::uint64_t>(index)),
+             validation ? 1 : 0);
+}
+
+madpipe::runtime::TextData::TextData(const std::string& path, int context, int micro_batch_size,
+                                     std::uint64_t seed)
+    : path_(path), context_(context), micro_batch_size_(micro_batch_size), seed_(seed) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& entry : fs::recursive_directory_iterator(path, ec))
+      if (entry.is_regular_file()) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(path, ec)) {
+    files.push_back(path);
+  }
+  if (files.empty())
+    throw Error(ErrorKind::Io, path, "data", "no readable text files (a file or a directory)");
+  std::string text;
+  for (const fs::path& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream content;
+    content << in.rdbuf();
+    text += content.str();
+    ++files_;
+  }
+  // Printable ASCII and newlines; anything else becomes a space.
+  for (char& c : text)
+    if (c != '\n' && (c < 32 || c > 126)) c = ' ';
+  std::array<bool, 128> used{};
+  for (char c : text) used[static_cast<unsigned char>(c)] = true;
+  std::array<int, 128> id{};
+  for (int c = 0; c < 128; ++c)
+    if (used[c]) {
+      id[c] = static_cast<int>(alphabet_.size());
+      alphabet_.push_back(static_cast<char>(c));
+    }
+  const std::size_t split = text.size() * 9 / 10;
+  for (std::size_t i = 0; i < text.size(); ++i)
+    (i < split ? train_ : validation_).push_back(id[static_cast<unsigned char>(text[i])]);
+  const std::size_t needed = static_cast<std::size_t>(context_) + 2;
+  if (train_.size() < needed || validation_.size() < needed)
+    throw Error(ErrorKind::InvalidInput, path, "data",
+                "the text is too short for samples of " + std::to_string(context_) + " characters");
+}
+
+madpipe::runtime::Batch madpipe::runtime::TextData::micro_batch(std::int64_t step, int index,
+                                                                bool validation) const {
+  const std::vector<std::int64_t>& tokens = validation ? validation_ : train_;
+  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
+  std::uniform_int_distribution<std::size_t> offset(0, tokens.size() - context_ - 2);
+  auto input = torch::empty({micro_batch_size_, context_}, torch::kLong);
+  auto target = torch::empty({micro_batch_size_, context_}, torch::kLong);
+  auto in = input.accessor<std::int64_t, 2>();
+  auto out = target.accessor<std::int64_t, 2>();
+  for (int b = 0; b < micro_batch_size_; ++b) {
+    const std::size_t o = offset(rng);
+    for (int t = 0; t < context_; ++t) {
+      in[b][t] = tokens[o + t];
+      out[b][t] = tokens[o + t + 1];
+    }
+  }
+  return {input, target};
+}
+
+std::string madpipe::runtime::TextData::description() const {
+  return "text from " + path_ + " (" + std::to_string(files_) + " files, " +
+         std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
+         " validation characters, " + std::to_string(alphabet_.size()) + " symbols)";
+}
+
+madpipe::runtime::SyntheticData::SyntheticData(int inputs, int outputs, int micro_batch_size,
+                                               std::uint64_t seed)
+    : inputs_(inputs), outputs_(outputs), micro_batch_size_(micro_batch_size), seed_(seed) {
+  std::mt19937_64 rng(mix(seed, 0xabcdef));
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(inputs)));
+  weights_ = torch::empty({inputs, outputs});
+  auto w = weights_.accessor<float, 2>();
+  for (int i = 0; i < inputs; ++i)
+    for (int o = 0; o < outputs; ++o) w[i][o] = normal(rng);
+}
+
+madpipe::runtime::Batch madpipe::runtime::SyntheticData::micro_batch(std::int64_t step, int index,
+                                                                     bool validation) const {
+  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto input = torch::empty({micro_batch_size_, inputs_});
+  auto x = input.accessor<float, 2>();
+  for (int b = 0; b < micro_batch_size_; ++b)
+    for (int i = 0; i < inputs_; ++i) x[b][i] = normal(rng);
+  return {input, torch::tanh(torch::matmul(input, weights_))};
+}
+
+std::string madpipe::runtime::SyntheticData::description() const {
+  return "synthetic regression (" + std::to_string(inputs_) + " -> " + std::to_string(outputs_) +
+         ")";
+}

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace madpipe::runtime {
+
+struct Batch {
+  torch::Tensor input;
+  torch::Tensor target;
+};
+
+// Deterministic micro-batches: the same (step, index) gives the same batch on every rank, so
+// only the ranks that need a batch (first and last stage) compute it.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual Batch micro_batch(std::int64_t step, int index, bool validation) const = 0;
+  virtual std::string description() const = 0;
+};
+
+// Character-level text from every regular file under `path` (a file or a directory, read in
+// name order): 90% train, 10% validation. Samples are `context` characters; the target is the
+// input shifted by one.
+class TextData final : public DataSource {
+ public:
+  TextData(const std::string& path, int context, int micro_batch_size, std::uint64_t seed);
+  Batch micro_batch(std::int64_t step, int index, bool validation) const override;
+  std::string description() const override;
+  int vocab() const noexcept { return static_cast<int>(alphabet_.size()); }
+  const std::string& alphabet() const noexcept { return alphabet_; }
+
+ private:
+  std::vector<std::int64_t> train_, validation_;
+  std::string alphabet_;
+  std::string path_;
+  int files_ = 0;
+  int context_;
+  int micro_batch_size_;
+  std::uint64_t seed_;
+};
+
+// Regression on random inputs: target = tanh(x W) for a fixed random W.
+class SyntheticData final : public DataSource {
+ public:
+  SyntheticData(int inputs, int outputs, int micro_batch_size, std::uint64_t seed);
+  Batch micro_batch(std::int64_t step, int index, bool validation) const override;
+  std::string description() const override;
+
+ private:
+  torch::Tensor weights_;
+  int inputs_, outputs_, micro_batch_size_;
+  std::uint64_t seed_;
+};
+
+}  // namespace madpipe::runtime

@@ -1,0 +1,169 @@
+#include "runtime/executor.hpp"
+
+#include "core/error.hpp"
+
+using madpipe::schedule::Instr;
+using madpipe::schedule::InstrKind;
+
+madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
+                                                     const schedule::Plan& plan, int rank,
+                                                     Transport& transport, const Batch& sample)
+    : model_(model), plan_(plan), rank_(rank), transport_(transport) {
+  if (plan.stages.empty() || plan.stages.back().last_layer + 1 !=
+                                 static_cast<int>(model.layers.size()))
+    throw Error(ErrorKind::InvalidInput, "", "/stages",
+                "the plan covers " +
+                    std::to_string(plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1) +
+                    " layers but the model has " + std::to_string(model.layers.size()));
+  // Shapes of what crosses each stage boundary, from one forward of a sample micro-batch.
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = sample.input;
+  for (const schedule::Stage& stage : plan.stages) {
+    for (int l = stage.first_layer; l <= stage.last_layer; ++l)
+      x = model.layers[l].forward(x);
+    output_shapes_.push_back(x.sizes().vec());
+    output_dtypes_.push_back(x.scalar_type());
+  }
+}
+
+std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
+  std::vector<int> out;
+  for (const schedule::Stage& stage : plan_.stages)
+    if (stage.gpu == rank_) out.push_back(stage.id);
+  return out;
+}
+
+std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage) const {
+  return model_.parameters(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
+}
+
+torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch::Tensor input) {
+  for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l)
+    input = model_.layers[l].forward(input);
+  return input;
+}
+
+madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::run(
+    const schedule::Program& program, const std::function<Batch(int)>& batch_of) {
+  return execute(program, batch_of, true);
+}
+
+madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::evaluate(
+    const schedule::Program& program, const std::function<Batch(int)>& batch_of) {
+  torch::NoGradGuard no_grad;
+  return execute(program, batch_of, false);
+}
+
+madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
+    const schedule::Program& program, const std::function<Batch(int)>& batch_of, bool train) {
+  const int num_stages = static_cast<int>(plan_.stages.size());
+  const int n = program.micro_batches;
+  const std::vector<Instr>& list = program.per_gpu.at(rank_);
+  auto gpu_of = [&](int s) { return plan_.stages[s].gpu; };
+  // Post every receive of the step first: data lands while earlier instructions compute.
+  for (const Instr& instr : list) {
+    const bool act = instr.kind == InstrKind::RecvAct;
+    if (!act && (instr.kind != InstrKind::RecvGrad || !train)) continue;
+    transport_.post_recv(
+        instr.peer, {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
+        torch::empty(output_shapes_[instr.stage], torch::TensorOptions().dtype(output_dtypes_[instr.stage])));
+  }
+  struct Slot {
+    torch::Tensor input;   // leaf whose gradient goes to the previous stage
+    torch::Tensor output;  // stage output (or the scaled loss on the last stage)
+  };
+  std::map<std::pair<int, int>, Slot> slots;              // (stage, micro-batch)
+  std::map<std::pair<int, int>, torch::Tensor> handover;  // activations between local stages
+  std::map<std::pair<int, int>, torch::Tensor> grads;     // gradients for the previous stage
+  std::map<int, Batch> batches;
+  auto batch = [&](int i) -> const Batch& {
+    auto it = batches.find(i);
+    if (it == batches.end()) it = batches.emplace(i, batch_of(i)).first;
+    return it->second;
+  };
+  StepLoss loss;
+  for (const Instr& instr : list) {
+    const int s = instr.stage, i = instr.micro_batch;
+    switch (instr.kind) {
+      case InstrKind::Forward: {
+        torch::Tensor input;
+        if (s == 0) {
+          input = batch(i).input;
+        } else if (gpu_of(s - 1) == rank_) {
+          input = handover.at({s - 1, i});
+          handover.erase({s - 1, i});
+        } else {
+          input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
+        }
+        if (s > 0 && train) input = input.detach().requires_grad_(true);
+        torch::Tensor output = forward_stage(s, input);
+        if (s == num_stages - 1) {
+          torch::Tensor value = model_.loss(output, batch(i).target);
+          loss.sum += value.item<double>();
+          ++loss.count;
+          output = value / n;
+          batches.erase(i);
+        } else if (gpu_of(s + 1) == rank_) {
+          handover[{s, i}] = output.detach();
+        }
+        if (s == 0 && s != num_stages - 1) batches.erase(i);
+        if (train) slots[{s, i}] = Slot{input, output};
+        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_) slots[{s, i}] = Slot{{}, output};
+        break;
+      }
+      case InstrKind::SendAct: {
+        auto it = slots.find({s, i});
+        transport_.post_send(instr.peer, {Direction::Activation, s, i}, it->second.output);
+        if (!train) slots.erase(it);
+        break;
+      }
+      case InstrKind::Backward: {
+        if (!train) break;
+        Slot slot = std::move(slots.at({s, i}));
+        slots.erase({s, i});
+        if (s == num_stages - 1) {
+          slot.output.backward();
+        } else {
+          torch::Tensor grad;
+          if (gpu_of(s + 1) == rank_) {
+            grad = grads.at({s, i});
+            grads.erase({s, i});
+          } else {
+            grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
+          }
+          slot.output.backward(grad);
+        }
+        if (s > 0) grads[{s - 1, i}] = slot.input.grad();
+        break;
+      }
+      case InstrKind::SendGrad: {
+        if (!train) break;
+        auto it = grads.find({s, i});
+        transport_.post_send(instr.peer, {Direction::Gradient, s, i}, it->second);
+        grads.erase(it);
+        break;
+      }
+      case InstrKind::RecvAct:
+      case InstrKind::RecvGrad:
+      case InstrKind::OptimizerStep:
+        break;  // receives were posted up front; the caller steps the optimizers
+    }
+  }
+  transport_.wait_sends();
+  return loss;
+}
+
+madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(
+    ChainModel& model, int micro_batches, const std::function<Batch(int)>& batch_of) {
+  StepLoss loss;
+  for (int i = 0; i < micro_batches; ++i) {
+    const Batch b = batch_of(i);
+    torch::Tensor x = b.input;
+    for (auto& layer : model.layers) x = layer.forward(x);
+    torch::Tensor value = model.loss(x, b.target);
+    loss.sum += value.item<double>();
+    ++loss.count;
+    (value / micro_batches).backward();
+  }
+  return loss;
+}

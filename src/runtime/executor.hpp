@@ -1,0 +1,58 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/transport.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/program.hpp"
+
+namespace madpipe::runtime {
+
+struct StepLoss {
+  double sum = 0;  // sum over the micro-batches whose loss this rank computed (last stage)
+  int count = 0;
+};
+
+// Runs the instructions of one rank (one GPU) for a training step: forwards and backwards of its
+// stages in program order, transfers through the transport, local hand-over between stages that
+// share the GPU. Gradients accumulate in the parameters; the optimizer step is the caller's.
+class PipelineExecutor {
+ public:
+  PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
+                   const Batch& sample);
+
+  // `batch_of(i)` gives micro-batch i; each loss is divided by the number of micro-batches so
+  // that accumulated gradients equal those of the whole batch.
+  StepLoss run(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
+
+  // Forward only (validation): the same program's forwards and activation transfers.
+  StepLoss evaluate(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
+
+  std::vector<int> local_stages() const;
+  std::vector<torch::Tensor> stage_parameters(int stage) const;
+
+ private:
+  StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
+                   bool train);
+  torch::Tensor forward_stage(int stage, torch::Tensor input);
+
+  ChainModel& model_;
+  const schedule::Plan& plan_;
+  int rank_;
+  Transport& transport_;
+  std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
+  std::vector<torch::Dtype> output_dtypes_;
+};
+
+// Single-process reference: the unsplit model over the same micro-batches, gradients accumulated
+// the same way. Used by tests and by `madpipe train --gpus 1`.
+StepLoss run_unsplit(ChainModel& model, int micro_batches,
+                     const std::function<Batch(int)>& batch_of);
+
+}  // namespace madpipe::runtime

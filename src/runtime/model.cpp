@@ -1,0 +1,118 @@
+#include "runtime/model.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace {
+// Token and position embeddings: [B, T] token ids -> [B, T, C].
+struct EmbeddingImpl : torch::nn::Module {
+  EmbeddingImpl(int vocab, int context, int width)
+      : tokens(register_module("tokens", torch::nn::Embedding(vocab, width))),
+        positions(register_module("positions", torch::nn::Embedding(context, width))) {}
+  torch::Tensor forward(const torch::Tensor& ids) {
+    const auto t = ids.size(1);
+    return tokens(ids) + positions(torch::arange(t, ids.options().dtype(torch::kLong)));
+  }
+  torch::nn::Embedding tokens, positions;
+};
+TORCH_MODULE(Embedding);
+
+// Pre-norm transformer block with causal self-attention.
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int width, int num_heads)
+      : heads(num_heads),
+        ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        qkv(register_module("qkv", torch::nn::Linear(width, 3 * width))),
+        proj(register_module("proj", torch::nn::Linear(width, width))),
+        fc1(register_module("fc1", torch::nn::Linear(width, 4 * width))),
+        fc2(register_module("fc2", torch::nn::Linear(4 * width, width))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto b = x.size(0), t = x.size(1), c = x.size(2);
+    const auto head = c / heads;
+    auto parts = qkv(ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
+    auto q = parts[0], k = parts[1], v = parts[2];
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head));
+    auto mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, c});
+    auto h = x + proj(y);
+    return h + fc2(torch::gelu(fc1(ln2(h))));
+  }
+
+  int heads;
+  torch::nn::LayerNorm ln1, ln2;
+  torch::nn::Linear qkv, proj, fc1, fc2;
+};
+TORCH_MODULE(Block);
+
+// Final norm and projection to the vocabulary: [B, T, C] -> [B, T, V] logits.
+struct HeadImpl : torch::nn::Module {
+  HeadImpl(int width, int vocab)
+      : ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        out(register_module("out", torch::nn::Linear(width, vocab))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return out(ln(x)); }
+  torch::nn::LayerNorm ln;
+  torch::nn::Linear out;
+};
+TORCH_MODULE(Head);
+
+// Linear layer followed by ReLU (MLP hidden layer).
+struct DenseImpl : torch::nn::Module {
+  DenseImpl(int in, int out, bool with_relu)
+      : linear(register_module("linear", torch::nn::Linear(in, out))), relu(with_relu) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = linear(x);
+    return relu ? torch::relu(y) : y;
+  }
+  torch::nn::Linear linear;
+  bool relu;
+};
+TORCH_MODULE(Dense);
+}  // namespace
+
+std::vector<torch::Tensor> madpipe::runtime::ChainModel::parameters(int first, int last) const {
+  std::vector<torch::Tensor> out;
+  for (int l = first; l <= last; ++l)
+    for (const torch::Tensor& p : layers[l].ptr()->parameters()) out.push_back(p);
+  return out;
+}
+
+madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& config) {
+  torch::manual_seed(config.seed);
+  ChainModel model;
+  auto add = [&](std::string name, torch::nn::AnyModule module) {
+    model.names.push_back(std::move(name));
+    model.layers.push_back(std::move(module));
+  };
+  if (config.name == "gpt") {
+    if (config.width % config.heads != 0)
+      throw Error(ErrorKind::InvalidInput, "", "model.width",
+                  "must be a multiple of model.heads (" + std::to_string(config.heads) + ")");
+    add("embed", torch::nn::AnyModule(Embedding(config.vocab, config.context, config.width)));
+    for (int b = 0; b < config.layers; ++b)
+      add("block" + std::to_string(b), torch::nn::AnyModule(Block(config.width, config.heads)));
+    add("head", torch::nn::AnyModule(Head(config.width, config.vocab)));
+    const int vocab = config.vocab;
+    model.loss = [vocab](const torch::Tensor& logits, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}),
+                                                  target.reshape({-1}));
+    };
+  } else if (config.name == "mlp") {
+    int in = config.inputs;
+    for (int l = 0; l < config.layers; ++l) {
+      add("dense" + std::to_string(l), torch::nn::AnyModule(Dense(in, config.width, true)));
+      in = config.width;
+    }
+    add("out", torch::nn::AnyModule(Dense(in, config.outputs, false)));
+    model.loss = [](const torch::Tensor& output, const torch::Tensor& target) {
+      return torch::mse_loss(output, target);
+    };
+  } else {
+    throw Error(ErrorKind::InvalidInput, "", "model",
+                "unknown model '" + config.name + "' (valid: gpt, mlp)");
+  }
+  return model;
+}

@@ -1,0 +1,54 @@
+#include "runtime/mpi_session.hpp"
+
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "core/error.hpp"
+
+madpipe::runtime::MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      throw Error(ErrorKind::Runtime, "", "mpi", "MPI_Init_thread failed");
+    owns_mpi_ = true;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_free(&node);
+}
+
+madpipe::runtime::MpiSession::~MpiSession() {
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void madpipe::runtime::MpiSession::abort(const std::string& message, int code) const {
+  std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+std::string madpipe::runtime::broadcast_string(const std::string& value, int root) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  long long length = static_cast<long long>(value.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD);
+  std::string out = rank == root ? value : std::string(static_cast<std::size_t>(length), '\0');
+  if (length > 0) MPI_Bcast(out.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
+double madpipe::runtime::all_reduce_sum(double value) {
+  double out = 0;
+  MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return out;
+}

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <string>
+
+namespace madpipe::runtime {
+
+// One MPI process per GPU. Initialises MPI on construction and finalises it on destruction.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int local_rank() const noexcept { return local_rank_; }  // rank among the processes of its node
+
+  // Stops every rank: prints "rank N: <message>" and aborts the MPI job, so no peer waits forever.
+  [[noreturn]] void abort(const std::string& message, int code = 1) const;
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  bool owns_mpi_ = false;
+};
+
+// Broadcasts a string from `root` to every rank.
+std::string broadcast_string(const std::string& value, int root);
+
+// Sum over all ranks.
+double all_reduce_sum(double value);
+
+}  // namespace madpipe::runtime

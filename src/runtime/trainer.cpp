@@ -1,0 +1,239 @@
+#include "runtime/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "partition/planner.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/mpi_session.hpp"
+#include "runtime/profiler.hpp"
+#include "runtime/transport.hpp"
+#include "schedule/program.hpp"
+#include "schedule/validate.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string duration_text(double seconds) {
+  const long total = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", total / 3600, (total / 60) % 60, total % 60);
+  return buf;
+}
+
+// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw madpipe::Error(madpipe::ErrorKind::Io, tmp.string(), "", "cannot write file");
+  }
+  fs::rename(tmp, path);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const madpipe::runtime::TrainConfig& c,
+                                                        std::vector<torch::Tensor> parameters) {
+  if (c.optimizer == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+  if (c.optimizer == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        parameters,
+        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "optimizer",
+                       "unknown optimizer '" + c.optimizer + "' (valid: adamw, sgd)");
+}
+
+// Rank 0 plans (or reads the plan) and every rank gets the same plan.
+madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
+                                      const madpipe::Profile& profile, int rank,
+                                      const std::function<void(const std::string&)>& say) {
+  std::string text, failure;
+  if (rank == 0) {
+    try {
+      madpipe::schedule::Plan plan;
+      if (!c.plan.empty()) {
+        plan = madpipe::schedule::read_plan(c.plan);
+        madpipe::schedule::throw_if_invalid(madpipe::schedule::validate(plan), c.plan);
+      } else {
+        madpipe::Platform platform;
+        platform.gpus = c.gpus;
+        platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
+        platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
+        platform.weight_copies = c.weight_copies;
+        madpipe::partition::PlannerOptions options;
+        options.algorithm = madpipe::partition::algorithm_from_string(c.algorithm);
+        const auto result = madpipe::partition::make_plan(profile, platform, options);
+        if (!result.feasible) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory", result.reason);
+        plan = result.plan;
+        say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
+      }
+      if (plan.platform.gpus != c.gpus)
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
+                             "the plan is for " + std::to_string(plan.platform.gpus) +
+                                 " GPUs but --gpus is " + std::to_string(c.gpus));
+      if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
+                             "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +
+                                 " layers but the model has " + std::to_string(profile.layers.size()));
+      std::ostringstream out;
+      madpipe::schedule::write_plan(plan, out);
+      text = out.str();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  failure = madpipe::runtime::broadcast_string(failure, 0);
+  if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
+  text = madpipe::runtime::broadcast_string(text, 0);
+  return madpipe::schedule::plan_from_json(nlohmann::json::parse(text), "plan");
+}
+
+std::string stage_summary(const madpipe::schedule::Plan& plan,
+                          const madpipe::runtime::ChainModel& model) {
+  std::ostringstream out;
+  for (const auto& stage : plan.stages)
+    out << "  stage " << stage.id << ": layers " << model.names[stage.first_layer] << ".."
+        << model.names[stage.last_layer] << " on rank " << stage.gpu << '\n';
+  return out.str();
+}
+}  // namespace
+
+int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
+  MpiSession session(argc, argv);
+  const int rank = session.rank();
+  auto say = [&](const std::string& line) {
+    if (rank == 0 && !c.quiet) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  try {
+    if (session.size() != c.gpus)
+      throw Error(ErrorKind::InvalidInput, "", "gpus",
+                  "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
+                      " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
+    torch::set_num_threads(1);
+    // Data and model: identical on every rank (same seed), each rank keeps its stages.
+    std::unique_ptr<DataSource> data;
+    ModelConfig model_config;
+    model_config.name = c.model;
+    model_config.layers = c.layers;
+    model_config.width = c.width;
+    model_config.heads = c.heads;
+    model_config.context = c.context;
+    model_config.inputs = c.inputs;
+    model_config.outputs = c.outputs;
+    model_config.seed = c.seed;
+    if (c.model == "gpt") {
+      auto text = std::make_unique<TextData>(c.data, c.context, c.micro_batch_size, c.seed);
+      model_config.vocab = text->vocab();
+      data = std::move(text);
+    } else {
+      data = std::make_unique<SyntheticData>(c.inputs, c.outputs, c.micro_batch_size, c.seed);
+    }
+    say("data: " + data->description());
+    ChainModel model = build_model(model_config);
+    fs::create_directories(c.output_dir);
+
+    const Batch sample = data->micro_batch(0, 0, false);
+    std::string profile_text;
+    if (rank == 0) {
+      const Profile profile = profile_model(model, sample, c.model);
+      profile_text = profile_to_json(profile).dump(1);
+      write_atomically(fs::path(c.output_dir) / "profile.json", profile_text + "\n");
+      say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
+    }
+    profile_text = broadcast_string(profile_text, 0);
+    const Profile profile = profile_from_json(nlohmann::json::parse(profile_text), "profile");
+    const schedule::Plan plan = agree_on_plan(c, profile, rank, say);
+    if (rank == 0) {
+      std::ostringstream out;
+      schedule::write_plan(plan, out);
+      write_atomically(fs::path(c.output_dir) / "plan.json", out.str());
+    }
+    say("plan: " + plan.algorithm + ", " + std::to_string(plan.stages.size()) + " stages on " +
+        std::to_string(c.gpus) + " ranks, " + std::to_string(plan.pattern.k) +
+        "-periodic, predicted " + format_ms(plan.predicted.period_ms) + " per micro-batch");
+    say(stage_summary(plan, model));
+
+    const schedule::Program program = schedule::lower(plan, c.micro_batches);
+    const schedule::Program eval_program = schedule::lower(plan, c.eval_micro_batches);
+    for (const schedule::Program* p : {&program, &eval_program}) {
+      const std::string stuck = schedule::dry_run(*p);
+      if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+    }
+    std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
+    PipelineExecutor executor(model, plan, rank, *transport, sample);
+    std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+    for (int s : executor.local_stages()) {
+      std::vector<torch::Tensor> parameters = executor.stage_parameters(s);
+      if (!parameters.empty()) optimizers.push_back(make_optimizer(c, parameters));
+    }
+
+    std::ofstream metrics;
+    if (rank == 0) metrics.open(fs::path(c.output_dir) / "metrics.jsonl", std::ios::trunc);
+    const auto started = Clock::now();
+    double last_val = -1;
+    for (int step = 1; step <= c.steps; ++step) {
+      for (auto& optimizer : optimizers) optimizer->zero_grad();
+      const StepLoss local = executor.run(program, [&](int i) {
+        return data->micro_batch(step, i, false);
+      });
+      for (auto& optimizer : optimizers) optimizer->step();
+      const double loss = all_reduce_sum(local.sum) / std::max(1.0, all_reduce_sum(local.count));
+      const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
+      if (eval) {
+        const StepLoss v = executor.evaluate(eval_program, [&](int i) {
+          return data->micro_batch(step, i, true);
+        });
+        last_val = all_reduce_sum(v.sum) / std::max(1.0, all_reduce_sum(v.count));
+      }
+      if (rank == 0) {
+        const double elapsed = seconds_since(started);
+        const double samples_per_s =
+            static_cast<double>(step) * c.micro_batches * c.micro_batch_size / elapsed;
+        nlohmann::ordered_json line;
+        line["step"] = step;
+        line["loss"] = loss;
+        if (eval) line["val_loss"] = last_val;
+        line["samples_per_s"] = samples_per_s;
+        line["seconds"] = elapsed;
+        metrics << line.dump() << '\n';
+        metrics.flush();
+        if (eval || step == 1 || step % std::max(1, c.steps / 20) == 0) {
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  %.1f samples/s  eta %s", step,
+                        c.steps, loss,
+                        eval ? ("  val " + std::to_string(last_val).substr(0, 6)).c_str() : "",
+                        samples_per_s,
+                        duration_text(elapsed / step * (c.steps - step)).c_str());
+          say(buf);
+        }
+      }
+    }
+    say("done in " + duration_text(seconds_since(started)) + "; plan, profile and metrics in " +
+        c.output_dir);
+    return 0;
+  } catch (const std::exception& e) {
+    session.abort(e.what(), 2);
+  }
+}

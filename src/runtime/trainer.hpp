@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace madpipe::runtime {
+
+// Everything `madpipe train` needs; INI keys and flags share these names (see src/cli).
+struct TrainConfig {
+  // model
+  std::string model = "gpt";  // gpt | mlp
+  int layers = 4;
+  int width = 64;
+  int heads = 4;
+  int context = 32;
+  int inputs = 16;   // mlp
+  int outputs = 4;   // mlp
+  // data
+  std::string data = "/usr/share/common-licenses";  // text corpus (gpt)
+  // training
+  int steps = 100;
+  int micro_batches = 8;  // per step
+  int micro_batch_size = 8;
+  std::string optimizer = "adamw";  // adamw | sgd
+  double learning_rate = 1e-3;
+  double momentum = 0.9;      // sgd
+  double weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  int eval_every = 10;        // steps between validation losses; 0: never
+  int eval_micro_batches = 4;
+  // platform and planning
+  int gpus = 1;  // pipeline ranks: must equal the MPI world size
+  std::string memory = "16GiB";
+  std::string bandwidth = "12GB/s";
+  int weight_copies = 4;  // AdamW: weights, gradients and two moments
+  std::string algorithm = "madpipe";
+  std::string plan;        // load this plan instead of planning
+  std::string output_dir = "runs/default";
+  bool quiet = false;
+};
+
+// Runs training under MPI (one process per pipeline rank; call inside an MPI job). Returns the
+// process exit code. Rank 0 prints progress and writes <output_dir>/metrics.jsonl and plan.json.
+int train(const TrainConfig& config, int* argc, char*** argv);
+
+}  // namespace madpipe::runtime

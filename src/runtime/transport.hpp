@@ -1,0 +1,36 @@
+#pragma once
+
+#include <memory>
+
+#include <torch/torch.h>
+
+namespace madpipe::runtime {
+
+enum class Direction { Activation, Gradient };
+
+// A transfer is identified by what it carries, never by arrival order: the activation a_last(s)
+// of stage s or its gradient, for one micro-batch.
+struct MessageKey {
+  Direction direction = Direction::Activation;
+  int stage = 0;
+  int micro_batch = 0;
+};
+
+// Moves tensors between the processes of a pipeline. Sends and receives are asynchronous; a
+// receive is posted early (into a buffer of the right shape) and waited for when its data is
+// needed, so transfers overlap with compute.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void post_send(int peer, const MessageKey& key, const torch::Tensor& tensor) = 0;
+  virtual void post_recv(int peer, const MessageKey& key, torch::Tensor buffer) = 0;
+  virtual torch::Tensor wait_recv(int peer, const MessageKey& key) = 0;
+  // Completes every send posted so far (their tensors may then be released).
+  virtual void wait_sends() = 0;
+};
+
+// MPI point-to-point transport for CPU tensors (GPU tensors are staged through host memory).
+// Tags encode (direction, stage, micro-batch); num_stages bounds the stage index.
+std::unique_ptr<Transport> make_mpi_transport(int num_stages);
+
+}  // namespace madpipe::runtime
