@@ -1,0 +1,231 @@
+// Run under mpirun -np 1..4: every rank runs every test; a pipeline has one stage group per rank.
+// Synchronous pipelined training must give the weights of unsplit training with gradient
+// accumulation over the same micro-batches.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/transport.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/program.hpp"
+#include "schedule/search.hpp"
+#include "schedule/validate.hpp"
+
+namespace mr = madpipe::runtime;
+namespace ms = madpipe::schedule;
+
+static int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+static int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+enum class Schedule { OneFOneBStar, OneFOneB, GPipe, Modulo };
+
+// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs.
+static ms::Plan make_test_plan(int layers, const std::vector<int>& first_layers,
+                               const std::vector<int>& gpus, Schedule kind, int micro_batches) {
+  madpipe::Profile profile;
+  profile.name = "test";
+  profile.input_bytes = 1000;
+  for (int l = 0; l < layers; ++l) {
+    madpipe::Layer layer;
+    layer.name = "l" + std::to_string(l);
+    layer.forward_ms = 1.0 + 0.25 * (l % 3);
+    layer.backward_ms = 2.0;
+    layer.weight_bytes = 100;
+    layer.output_bytes = 1000;
+    profile.layers.push_back(layer);
+  }
+  ms::Plan plan;
+  plan.profile = "test";
+  plan.platform.gpus = world_size();
+  plan.platform.memory_bytes = 1LL << 40;
+  plan.platform.bandwidth_bytes_per_ms = 1000;
+  plan.algorithm = "test";
+  const madpipe::ChainCosts costs(profile);
+  plan.stages = ms::make_stages(costs, first_layers, gpus);
+  switch (kind) {
+    case Schedule::OneFOneBStar:
+      plan.pattern = *ms::one_f_one_b_star(plan.stages, plan.platform, 1e3);
+      break;
+    case Schedule::OneFOneB:
+      plan.pattern = ms::one_f_one_b(plan.stages, plan.platform);
+      break;
+    case Schedule::GPipe:
+      plan.pattern = ms::gpipe(plan.stages, plan.platform, micro_batches);
+      break;
+    case Schedule::Modulo: {
+      double load = ms::busiest_resource_ms(plan.stages, plan.platform);
+      std::optional<ms::Pattern> pattern;
+      for (double T = load; !pattern; T *= 1.25) pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
+      plan.pattern = *pattern;
+      break;
+    }
+  }
+  ms::fill_predicted(plan, 0.0);
+  const auto violations = ms::validate(plan, profile);
+  EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
+  return plan;
+}
+
+struct Case {
+  std::string model;
+  std::vector<int> first_layers;
+  std::vector<int> gpus;
+  Schedule schedule;
+};
+
+// Trains `steps` steps pipelined and unsplit; returns the largest relative weight difference
+// over this rank's stages, and checks the losses agree.
+static double train_and_compare(const Case& c, int steps, int micro_batches) {
+  mr::ModelConfig config;
+  config.name = c.model;
+  config.layers = c.model == "gpt" ? 3 : 4;
+  config.width = 16;
+  config.heads = 2;
+  config.context = 8;
+  config.vocab = 11;
+  config.inputs = 6;
+  config.outputs = 3;
+  config.seed = 42;
+  std::unique_ptr<mr::DataSource> data;
+  if (c.model == "gpt") {
+    // A tiny corpus written by the test: deterministic and present everywhere.
+    const std::string path = "equivalence_corpus_rank" + std::to_string(world_rank()) + ".txt";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
+    std::fclose(f);
+    auto text = std::make_unique<mr::TextData>(path, config.context, 3, 7);
+    config.vocab = text->vocab();
+    data = std::move(text);
+  } else {
+    data = std::make_unique<mr::SyntheticData>(config.inputs, config.outputs, 3, 7);
+  }
+  mr::ChainModel pipelined = mr::build_model(config);
+  mr::ChainModel reference = mr::build_model(config);
+  const int layers = static_cast<int>(pipelined.layers.size());
+  const ms::Plan plan = make_test_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches);
+  const ms::Program program = ms::lower(plan, micro_batches);
+  EXPECT_EQ(ms::dry_run(program), "");
+
+  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, false));
+  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
+  for (int s : executor.local_stages()) {
+    auto params = executor.stage_parameters(s);
+    if (!params.empty())
+      optimizers.push_back(std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(0.1).momentum(0.9)));
+  }
+  torch::optim::SGD reference_optimizer(reference.parameters(0, layers - 1),
+                                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < steps; ++step) {
+    auto batch_of = [&](int i) { return data->micro_batch(step, i, false); };
+    for (auto& o : optimizers) o->zero_grad();
+    const mr::StepLoss loss = executor.run(program, batch_of);
+    for (auto& o : optimizers) o->step();
+    reference_optimizer.zero_grad();
+    const mr::StepLoss expected = mr::run_unsplit(reference, micro_batches, batch_of);
+    reference_optimizer.step();
+    if (loss.count > 0) {
+      EXPECT_EQ(loss.count, micro_batches);
+      EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum) + 1e-6) << "step " << step;
+    }
+  }
+  double worst = 0;
+  for (int s : executor.local_stages()) {
+    const auto mine = executor.stage_parameters(s);
+    const auto theirs =
+        reference.parameters(plan.stages[s].first_layer, plan.stages[s].last_layer);
+    EXPECT_EQ(mine.size(), theirs.size());
+    for (std::size_t p = 0; p < mine.size() && p < theirs.size(); ++p) {
+      const double scale = theirs[p].abs().max().item<double>() + 1e-6;
+      worst = std::max(worst, (mine[p] - theirs[p]).abs().max().item<double>() / scale);
+    }
+  }
+  return worst;
+}
+
+// Stage cuts for a model of `layers` layers onto the world's ranks.
+static std::vector<Case> cases_for(const std::string& model, int layers) {
+  const int P = world_size();
+  std::vector<Case> cases;
+  // Contiguous: one stage per rank.
+  std::vector<int> first, gpus;
+  for (int g = 0; g < P; ++g) {
+    first.push_back(g * layers / P);
+    gpus.push_back(g);
+  }
+  for (Schedule s : {Schedule::OneFOneBStar, Schedule::OneFOneB, Schedule::GPipe})
+    cases.push_back({model, first, gpus, s});
+  // Non-contiguous: one stage per layer, round robin over the ranks, back and forth.
+  std::vector<int> all_first, all_gpus;
+  for (int l = 0; l < layers; ++l) {
+    all_first.push_back(l);
+    const int lap = l / P, pos = l % P;
+    all_gpus.push_back(lap % 2 == 0 ? pos : P - 1 - pos);
+  }
+  cases.push_back({model, all_first, all_gpus, Schedule::Modulo});
+  return cases;
+}
+
+TEST(PipelineEquivalence, MlpMatchesUnsplitTraining) {
+  for (const Case& c : cases_for("mlp", 5)) {
+    const double worst = train_and_compare(c, 3, 4);
+    EXPECT_LT(worst, 1e-5) << "schedule " << static_cast<int>(c.schedule);
+  }
+}
+
+TEST(PipelineEquivalence, GptMatchesUnsplitTraining) {
+  for (const Case& c : cases_for("gpt", 5)) {
+    const double worst = train_and_compare(c, 2, 3);
+    EXPECT_LT(worst, 1e-5) << "schedule " << static_cast<int>(c.schedule);
+  }
+}
+
+TEST(PipelineEquivalence, RandomAllocationsRunToCompletion) {
+  std::mt19937 rng(2024);  // same on every rank, so every rank builds the same plans
+  for (int trial = 0; trial < 6; ++trial) {
+    const int layers = 5;
+    std::vector<int> first{0}, gpus;
+    for (int l = 1; l < layers; ++l)
+      if (rng() % 2) first.push_back(l);
+    for (std::size_t s = 0; s < first.size(); ++s) gpus.push_back(static_cast<int>(rng() % world_size()));
+    const double worst = train_and_compare({"mlp", first, gpus, Schedule::Modulo}, 1, 2 + trial % 3);
+    EXPECT_LT(worst, 1e-5) << "trial " << trial;
+  }
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  torch::set_num_threads(1);
+  if (world_rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int result = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
