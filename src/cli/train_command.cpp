@@ -71,9 +71,14 @@ static po::options_description platform_group(madpipe::runtime::TrainConfig& c) 
       "weight-sized copies per layer (AdamW: 4)")(
       "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),
       "planner: madpipe, contiguous, pipedream, 1f1b or gpipe")(
-      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning")(
-      "output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
-      "where plan.json, profile.json and metrics.jsonl go")(
+      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning");
+  return g;
+}
+
+static po::options_description output_group(madpipe::runtime::TrainConfig& c) {
+  po::options_description g("Output [output]", 100);
+  g.add_options()("output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
+                  "where plan.json, profile.json and metrics.jsonl go")(
       "quiet,q", po::bool_switch(&c.quiet), "no progress lines");
   return g;
 }
@@ -84,13 +89,15 @@ int madpipe::cli::train_command(const std::vector<std::string>& args) {
   const po::options_description model = model_group(config);
   const po::options_description training = training_group(config);
   const po::options_description platform = platform_group(config);
-  all.add(model).add(training).add(platform);
+  const po::options_description output = output_group(config);
+  all.add(model).add(training).add(platform).add(output);
   std::vector<std::string> platform_keys = option_names(platform);
   const std::vector<ConfigSection> sections{
       {"model", option_names(model)},
       {"training", option_names(training)},
       {"platform", platform_keys},
       {"planner", platform_keys},
+      {"output", option_names(output)},
   };
   if (!parse_options(args, kSyntax, all, sections)) return 0;
 #ifdef MADPIPE_HAS_RUNTIME

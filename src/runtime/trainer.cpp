@@ -203,7 +203,7 @@ int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
         const StepLoss v = executor.evaluate(eval_program, [&](int i) {
-          return data->micro_batch(step, i, true);
+          return data->micro_batch(0, i, true);  // the same validation set every time
         });
         last_val = all_reduce_sum(v.sum) / std::max(1.0, all_reduce_sum(v.count));
       }

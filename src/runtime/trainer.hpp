@@ -27,7 +27,7 @@ struct TrainConfig {
   double weight_decay = 0.0;
   std::uint64_t seed = 1;
   int eval_every = 10;        // steps between validation losses; 0: never
-  int eval_micro_batches = 4;
+  int eval_micro_batches = 8;
   // platform and planning
   int gpus = 1;  // pipeline ranks: must equal the MPI world size
   std::string memory = "16GiB";
