@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end tests of `madpipe train` under mpirun (CPU ranks). Usage:
+#   run_train_tests.sh MADPIPE_BINARY MPIRUN CASE
+set -uo pipefail
+
+madpipe=$1
+mpirun_bin=$2
+case_name=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  echo "--- stdout" >&2; cat out >&2 2>/dev/null
+  echo "--- stderr" >&2; cat err >&2 2>/dev/null
+  exit 1
+}
+
+mpi() {
+  local ranks=$1
+  shift
+  "$mpirun_bin" --oversubscribe --allow-run-as-root -np "$ranks" "$madpipe" train "$@" >out 2>err
+  status=$?
+}
+
+small=(--model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --micro-batches 4
+  --micro-batch-size 2 --eval-every 2)
+
+case "$case_name" in
+  mlp_two_ranks)
+    mpi 2 "${small[@]}" --gpus 2 --steps 4 --output-dir run
+    [[ $status -eq 0 ]] || fail "exit status $status"
+    [[ $(wc -l <run/metrics.jsonl) -eq 4 ]] || fail "metrics.jsonl should have 4 lines"
+    grep -q '"step":4,"loss":' run/metrics.jsonl || fail "no step 4 in metrics.jsonl"
+    grep -q '"val_loss"' run/metrics.jsonl || fail "no validation loss in metrics.jsonl"
+    grep -q '"format": "madpipe.plan/1"' run/plan.json || fail "plan.json missing"
+    grep -q '"format": "madpipe.profile/1"' run/profile.json || fail "profile.json missing"
+    grep -q "step 4/4" out || fail "no progress line for step 4"
+    ;;
+  gpt_config_file)
+    printf 'abcdefghij klmnop\nqrstuvwxyz\n%.0s' {1..50} >corpus.txt
+    cat >run.ini <<'INI'
+[model]
+model = gpt
+layers = 2
+width = 16
+heads = 2
+context = 8
+[training]
+data = corpus.txt
+steps = 3
+micro-batches = 3
+micro-batch-size = 2
+[platform]
+gpus = 3
+[output]
+output-dir = gpt-run
+INI
+    # The command line wins over the file.
+    mpi 3 --config run.ini --steps 2
+    [[ $status -eq 0 ]] || fail "exit status $status"
+    [[ $(wc -l <gpt-run/metrics.jsonl) -eq 2 ]] || fail "--steps 2 should win over steps = 3"
+    ;;
+  wrong_rank_count)
+    mpi 2 "${small[@]}" --gpus 3 --steps 1 --output-dir run
+    [[ $status -ne 0 ]] || fail "a --gpus that differs from the MPI world size must fail"
+    grep -q "gpus is 3 but 2 MPI processes run" err || fail "message should name both counts"
+    ;;
+  plan_for_other_gpu_count)
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --output-dir first
+    [[ $status -eq 0 ]] || fail "first run failed"
+    mpi 1 "${small[@]}" --gpus 1 --steps 1 --plan first/plan.json --output-dir second
+    [[ $status -ne 0 ]] || fail "a plan for 2 GPUs must be refused on 1"
+    grep -q "the plan is for 2 GPUs but --gpus is 1" err || fail "message should say why"
+    ;;
+  bad_model)
+    mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
+    [[ $status -ne 0 ]] || fail "an unknown model must fail"
+    grep -q "unknown model 'transformer' (valid: gpt, mlp)" err || fail "message should list models"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+echo "ok [$case_name]"
