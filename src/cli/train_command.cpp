@@ -78,7 +78,12 @@ static po::options_description platform_group(madpipe::runtime::TrainConfig& c) 
 static po::options_description output_group(madpipe::runtime::TrainConfig& c) {
   po::options_description g("Output [output]", 100);
   g.add_options()("output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
-                  "where plan.json, profile.json and metrics.jsonl go")(
+                  "where plan.json, profile.json, metrics.jsonl and checkpoints/ go")(
+      "checkpoint-every",
+      po::value(&c.checkpoint_every)->default_value(c.checkpoint_every)->notifier(madpipe::cli::at_least(0, "--checkpoint-every")),
+      "steps between checkpoints (0: only after the last step)")(
+      "resume", po::bool_switch(&c.resume),
+      "continue from the newest checkpoint in --output-dir (same config and plan)")(
       "quiet,q", po::bool_switch(&c.quiet), "no progress lines");
   return g;
 }

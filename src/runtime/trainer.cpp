@@ -8,12 +8,14 @@
 #include <memory>
 #include <sstream>
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/mpi_session.hpp"
@@ -117,7 +119,12 @@ std::string stage_summary(const madpipe::schedule::Plan& plan,
 }
 }  // namespace
 
-int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
+int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) {
+  TrainConfig c = config;
+  // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
+  const fs::path saved_plan = fs::path(c.output_dir) / "plan.json";
+  if (c.resume && c.plan.empty() && read_latest(c.output_dir) > 0 && fs::exists(saved_plan))
+    c.plan = saved_plan.string();
   MpiSession session(argc, argv);
   const int rank = session.rank();
   auto say = [&](const std::string& line) {
@@ -184,16 +191,42 @@ int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
     std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
     PipelineExecutor executor(model, plan, rank, *transport, sample);
     std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+    std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;
     for (int s : executor.local_stages()) {
       std::vector<torch::Tensor> parameters = executor.stage_parameters(s);
-      if (!parameters.empty()) optimizers.push_back(make_optimizer(c, parameters));
+      torch::optim::Optimizer* optimizer = nullptr;
+      if (!parameters.empty()) {
+        optimizers.push_back(make_optimizer(c, parameters));
+        optimizer = optimizers.back().get();
+      }
+      stage_optimizers.emplace_back(s, optimizer);
     }
+    auto checkpoint = [&](int step) {
+      for (const auto& [s, optimizer] : stage_optimizers)
+        save_stage(c.output_dir, step, s, executor.stage_parameters(s), optimizer);
+      MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before `latest` names the step
+      if (rank == 0) write_latest(c.output_dir, step);
+    };
 
+    int first_step = 1;
+    if (c.resume) {
+      const int latest = read_latest(c.output_dir);
+      if (latest > 0) {
+        for (const auto& [s, optimizer] : stage_optimizers)
+          load_stage(c.output_dir, latest, s, executor.stage_parameters(s), optimizer);
+        first_step = latest + 1;
+        say("resumed from the checkpoint of step " + std::to_string(latest));
+      } else {
+        say("no checkpoint in " + c.output_dir + "; starting from step 1");
+      }
+    }
     std::ofstream metrics;
-    if (rank == 0) metrics.open(fs::path(c.output_dir) / "metrics.jsonl", std::ios::trunc);
+    if (rank == 0)
+      metrics.open(fs::path(c.output_dir) / "metrics.jsonl",
+                   first_step > 1 ? std::ios::app : std::ios::trunc);
     const auto started = Clock::now();
     double last_val = -1;
-    for (int step = 1; step <= c.steps; ++step) {
+    for (int step = first_step; step <= c.steps; ++step) {
       for (auto& optimizer : optimizers) optimizer->zero_grad();
       const StepLoss local = executor.run(program, [&](int i) {
         return data->micro_batch(step, i, false);
@@ -209,8 +242,8 @@ int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
       }
       if (rank == 0) {
         const double elapsed = seconds_since(started);
-        const double samples_per_s =
-            static_cast<double>(step) * c.micro_batches * c.micro_batch_size / elapsed;
+        const double samples_per_s = static_cast<double>(step - first_step + 1) *
+                                     c.micro_batches * c.micro_batch_size / elapsed;
         nlohmann::ordered_json line;
         line["step"] = step;
         line["loss"] = loss;
@@ -225,13 +258,15 @@ int madpipe::runtime::train(const TrainConfig& c, int* argc, char*** argv) {
                         c.steps, loss,
                         eval ? ("  val " + std::to_string(last_val).substr(0, 6)).c_str() : "",
                         samples_per_s,
-                        duration_text(elapsed / step * (c.steps - step)).c_str());
+                        duration_text(elapsed / (step - first_step + 1) * (c.steps - step)).c_str());
           say(buf);
         }
       }
+      if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
+        checkpoint(step);
     }
-    say("done in " + duration_text(seconds_since(started)) + "; plan, profile and metrics in " +
-        c.output_dir);
+    say("done in " + duration_text(seconds_since(started)) + "; plan, profile, metrics and " +
+        "checkpoints in " + c.output_dir);
     return 0;
   } catch (const std::exception& e) {
     session.abort(e.what(), 2);

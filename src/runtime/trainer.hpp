@@ -36,6 +36,8 @@ struct TrainConfig {
   std::string algorithm = "madpipe";
   std::string plan;        // load this plan instead of planning
   std::string output_dir = "runs/default";
+  int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  bool resume = false;       // continue from <output_dir>/checkpoints/latest
   bool quiet = false;
 };
 

@@ -74,6 +74,23 @@ INI
     [[ $status -ne 0 ]] || fail "a plan for 2 GPUs must be refused on 1"
     grep -q "the plan is for 2 GPUs but --gpus is 1" err || fail "message should say why"
     ;;
+  resume_equals_uninterrupted)
+    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir straight
+    [[ $status -eq 0 ]] || fail "uninterrupted run failed"
+    mpi 3 "${small[@]}" --gpus 3 --steps 2 --output-dir resumed
+    [[ $status -eq 0 ]] || fail "first half failed"
+    [[ $(cat resumed/checkpoints/latest) == 2 ]] || fail "latest should name step 2"
+    ls resumed/checkpoints/step-2/stage-*.pt >/dev/null || fail "no stage files"
+    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume
+    [[ $status -eq 0 ]] || fail "resumed run failed"
+    grep -q "resumed from the checkpoint of step 2" out || fail "no resume message"
+    [[ $(wc -l <resumed/metrics.jsonl) -eq 4 ]] || fail "metrics should hold steps 1..4"
+    for step in 3 4; do
+      a=$(grep "\"step\":$step," straight/metrics.jsonl | sed 's/.*"loss":\([^,]*\),.*/\1/')
+      b=$(grep "\"step\":$step," resumed/metrics.jsonl | sed 's/.*"loss":\([^,]*\),.*/\1/')
+      [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after resume, $a without"
+    done
+    ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"
