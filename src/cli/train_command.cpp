@@ -19,9 +19,9 @@ static const madpipe::cli::CommandSyntax kSyntax{
 // Option groups double as INI sections: "[training] steps = 100" is "--steps 100".
 static po::options_description model_group(madpipe::runtime::TrainConfig& c) {
   po::options_description g("Model [model]", 100);
-  g.add_options()("model", po::value(&c.model)->default_value(c.model), "gpt or mlp")(
+  g.add_options()("model", po::value(&c.model)->default_value(c.model), "gpt, mlp or cnn")(
       "layers", po::value(&c.layers)->default_value(c.layers)->notifier(madpipe::cli::at_least(1, "--layers")),
-      "transformer blocks (gpt) or hidden layers (mlp)")(
+      "transformer blocks (gpt), hidden layers (mlp) or residual blocks (cnn)")(
       "width", po::value(&c.width)->default_value(c.width)->notifier(madpipe::cli::at_least(1, "--width")),
       "embedding / hidden width")(
       "heads", po::value(&c.heads)->default_value(c.heads)->notifier(madpipe::cli::at_least(1, "--heads")),
@@ -31,7 +31,9 @@ static po::options_description model_group(madpipe::runtime::TrainConfig& c) {
       "inputs", po::value(&c.inputs)->default_value(c.inputs)->notifier(madpipe::cli::at_least(1, "--inputs")),
       "input features (mlp)")(
       "outputs", po::value(&c.outputs)->default_value(c.outputs)->notifier(madpipe::cli::at_least(1, "--outputs")),
-      "output features (mlp)");
+      "output features (mlp) or classes (cnn)")(
+      "image", po::value(&c.image)->default_value(c.image)->notifier(madpipe::cli::at_least(4, "--image")),
+      "image height and width (cnn)");
   return g;
 }
 

@@ -117,3 +117,32 @@ std::string madpipe::runtime::SyntheticData::description() const {
   return "synthetic regression (" + std::to_string(inputs_) + " -> " + std::to_string(outputs_) +
          ")";
 }
+
+madpipe::runtime::SyntheticImages::SyntheticImages(int image, int classes, int micro_batch_size,
+                                                   std::uint64_t seed)
+    : image_(image), classes_(classes), micro_batch_size_(micro_batch_size), seed_(seed) {
+  std::mt19937_64 rng(mix(seed, 0x1a2b3c));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int features = 3 * image * image;
+  projection_ = torch::empty({features, classes});
+  auto w = projection_.accessor<float, 2>();
+  for (int i = 0; i < features; ++i)
+    for (int c = 0; c < classes; ++c) w[i][c] = normal(rng);
+}
+
+madpipe::runtime::Batch madpipe::runtime::SyntheticImages::micro_batch(std::int64_t step,
+                                                                       int index,
+                                                                       bool validation) const {
+  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto input = torch::empty({micro_batch_size_, 3, image_, image_});
+  float* x = input.data_ptr<float>();
+  for (std::int64_t i = 0; i < input.numel(); ++i) x[i] = normal(rng);
+  auto target = torch::matmul(input.reshape({micro_batch_size_, -1}), projection_).argmax(1);
+  return {input, target};
+}
+
+std::string madpipe::runtime::SyntheticImages::description() const {
+  return "synthetic images (" + std::to_string(image_) + "x" + std::to_string(image_) + ", " +
+         std::to_string(classes_) + " classes)";
+}

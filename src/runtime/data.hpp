@@ -57,4 +57,18 @@ class SyntheticData final : public DataSource {
   std::uint64_t seed_;
 };
 
+// Image classification on random images: [B, 3, S, S] inputs, the class is the argmax of a fixed
+// random projection of the image, so a CNN can learn it.
+class SyntheticImages final : public DataSource {
+ public:
+  SyntheticImages(int image, int classes, int micro_batch_size, std::uint64_t seed);
+  Batch micro_batch(std::int64_t step, int index, bool validation) const override;
+  std::string description() const override;
+
+ private:
+  torch::Tensor projection_;
+  int image_, classes_, micro_batch_size_;
+  std::uint64_t seed_;
+};
+
 }  // namespace madpipe::runtime

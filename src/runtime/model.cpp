@@ -71,6 +71,57 @@ struct DenseImpl : torch::nn::Module {
   bool relu;
 };
 TORCH_MODULE(Dense);
+// 3x3 convolution, batch norm and ReLU: [B, 3, H, W] images -> [B, C, H, W].
+struct StemImpl : torch::nn::Module {
+  explicit StemImpl(int channels)
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, channels, 3)
+                                                            .padding(1)
+                                                            .bias(false)))),
+        bn(register_module("bn", torch::nn::BatchNorm2d(channels))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(bn(conv(x))); }
+  torch::nn::Conv2d conv;
+  torch::nn::BatchNorm2d bn;
+};
+TORCH_MODULE(Stem);
+
+// Basic residual block (two 3x3 convolutions); with stride 2 it halves the resolution and
+// doubles the channels, with a 1x1 convolution on the shortcut.
+struct ResidualImpl : torch::nn::Module {
+  ResidualImpl(int in, int out, int stride)
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3)
+                                                              .stride(stride)
+                                                              .padding(1)
+                                                              .bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3)
+                                                              .padding(1)
+                                                              .bias(false)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out)
+      shortcut = register_module(
+          "shortcut",
+          torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = bn2(conv2(torch::relu(bn1(conv1(x)))));
+    return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Conv2d shortcut{nullptr};
+};
+TORCH_MODULE(Residual);
+
+// Global average pooling and a linear classifier: [B, C, H, W] -> [B, classes].
+struct ClassifierImpl : torch::nn::Module {
+  ClassifierImpl(int channels, int classes)
+      : fc(register_module("fc", torch::nn::Linear(channels, classes))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc(x.mean({2, 3})); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Classifier);
 }  // namespace
 
 std::vector<torch::Tensor> madpipe::runtime::ChainModel::parameters(int first, int last) const {
@@ -110,9 +161,23 @@ madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& co
     model.loss = [](const torch::Tensor& output, const torch::Tensor& target) {
       return torch::mse_loss(output, target);
     };
+  } else if (config.name == "cnn") {
+    add("stem", torch::nn::AnyModule(Stem(config.width)));
+    int channels = config.width;
+    for (int b = 0; b < config.layers; ++b) {
+      // Every other block from the second on halves the resolution and doubles the channels.
+      const bool down = b % 2 == 1;
+      add("res" + std::to_string(b),
+          torch::nn::AnyModule(Residual(channels, down ? 2 * channels : channels, down ? 2 : 1)));
+      if (down) channels *= 2;
+    }
+    add("classifier", torch::nn::AnyModule(Classifier(channels, config.outputs)));
+    model.loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(logits, target);
+    };
   } else {
     throw Error(ErrorKind::InvalidInput, "", "model",
-                "unknown model '" + config.name + "' (valid: gpt, mlp)");
+                "unknown model '" + config.name + "' (valid: gpt, mlp, cnn)");
   }
   return model;
 }

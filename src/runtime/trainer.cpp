@@ -149,11 +149,14 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     model_config.context = c.context;
     model_config.inputs = c.inputs;
     model_config.outputs = c.outputs;
+    model_config.image = c.image;
     model_config.seed = c.seed;
     if (c.model == "gpt") {
       auto text = std::make_unique<TextData>(c.data, c.context, c.micro_batch_size, c.seed);
       model_config.vocab = text->vocab();
       data = std::move(text);
+    } else if (c.model == "cnn") {
+      data = std::make_unique<SyntheticImages>(c.image, c.outputs, c.micro_batch_size, c.seed);
     } else {
       data = std::make_unique<SyntheticData>(c.inputs, c.outputs, c.micro_batch_size, c.seed);
     }

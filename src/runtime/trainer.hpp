@@ -8,13 +8,14 @@ namespace madpipe::runtime {
 // Everything `madpipe train` needs; INI keys and flags share these names (see src/cli).
 struct TrainConfig {
   // model
-  std::string model = "gpt";  // gpt | mlp
+  std::string model = "gpt";  // gpt | mlp | cnn
   int layers = 4;
   int width = 64;
   int heads = 4;
   int context = 32;
   int inputs = 16;   // mlp
-  int outputs = 4;   // mlp
+  int outputs = 4;   // mlp outputs, cnn classes
+  int image = 32;    // cnn
   // data
   std::string data = "/usr/share/common-licenses";  // text corpus (gpt)
   // training

@@ -94,7 +94,7 @@ INI
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"
-    grep -q "unknown model 'transformer' (valid: gpt, mlp)" err || fail "message should list models"
+    grep -q "unknown model 'transformer' (valid: gpt, mlp, cnn)" err || fail "message should list models"
     ;;
   *)
     fail "unknown case"

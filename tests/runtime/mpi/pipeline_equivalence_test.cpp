@@ -98,8 +98,9 @@ struct Case {
 static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::ModelConfig config;
   config.name = c.model;
-  config.layers = c.model == "gpt" ? 3 : 4;
-  config.width = 16;
+  config.layers = c.model == "mlp" ? 4 : 3;
+  config.width = c.model == "cnn" ? 4 : 16;
+  config.image = 8;
   config.heads = 2;
   config.context = 8;
   config.vocab = 11;
@@ -116,6 +117,8 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
     auto text = std::make_unique<mr::TextData>(path, config.context, 3, 7);
     config.vocab = text->vocab();
     data = std::move(text);
+  } else if (c.model == "cnn") {
+    data = std::make_unique<mr::SyntheticImages>(config.image, config.outputs, 3, 7);
   } else {
     data = std::make_unique<mr::SyntheticData>(config.inputs, config.outputs, 3, 7);
   }
@@ -197,6 +200,13 @@ TEST(PipelineEquivalence, MlpMatchesUnsplitTraining) {
 
 TEST(PipelineEquivalence, GptMatchesUnsplitTraining) {
   for (const Case& c : cases_for("gpt", 5)) {
+    const double worst = train_and_compare(c, 2, 3);
+    EXPECT_LT(worst, 1e-5) << "schedule " << static_cast<int>(c.schedule);
+  }
+}
+
+TEST(PipelineEquivalence, CnnMatchesUnsplitTraining) {
+  for (const Case& c : cases_for("cnn", 5)) {
     const double worst = train_and_compare(c, 2, 3);
     EXPECT_LT(worst, 1e-5) << "schedule " << static_cast<int>(c.schedule);
   }
