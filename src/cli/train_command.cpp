@@ -41,6 +41,9 @@ static po::options_description training_group(madpipe::runtime::TrainConfig& c) 
   po::options_description g("Training [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
                   "text file or directory of text files (gpt)")(
+      "mode", po::value(&c.mode)->default_value(c.mode),
+      "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
+      "versions per stage, one update per micro-batches")(
       "steps", po::value(&c.steps)->default_value(c.steps)->notifier(madpipe::cli::at_least(1, "--steps")),
       "training steps")(
       "micro-batches",

@@ -33,13 +33,26 @@ std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
   return out;
 }
 
-std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage) const {
-  return model_.parameters(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
+std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage,
+                                                                               int copy) const {
+  const ChainModel& model = copy == 1 && second_ ? *second_ : model_;
+  return model.parameters(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
 }
 
-torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch::Tensor input) {
+void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
+    ChainModel& second, int update_micro_batches, std::function<int(int, int)> copy_of,
+    std::function<void(int, int)> after_backward) {
+  second_ = &second;
+  update_micro_batches_ = update_micro_batches;
+  copy_of_ = std::move(copy_of);
+  after_backward_ = std::move(after_backward);
+}
+
+torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch::Tensor input,
+                                                                int copy) {
+  ChainModel& model = copy == 1 && second_ ? *second_ : model_;
   for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l)
-    input = model_.layers[l].forward(input);
+    input = model.layers[l].forward(input);
   return input;
 }
 
@@ -96,12 +109,16 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
         }
         if (s > 0 && train) input = input.detach().requires_grad_(true);
-        torch::Tensor output = forward_stage(s, input);
+        torch::Tensor output = forward_stage(s, input, copy_of_ ? copy_of_(s, i) : 0);
         if (s == num_stages - 1) {
           torch::Tensor value = model_.loss(output, batch(i).target);
-          loss.sum += value.item<double>();
+          const double item = value.item<double>();
+          loss.sum += item;
           ++loss.count;
-          output = value / n;
+          if (on_loss_) on_loss_(i, item);
+          // Synchronous: the step's gradient is the mean over its micro-batches. 2BW divides by
+          // the micro-batches of one update instead (the trainer's scale).
+          output = value / (copy_of_ ? update_micro_batches_ : n);
           batches.erase(i);
         } else if (gpu_of(s + 1) == rank_) {
           handover[{s, i}] = output.detach();
@@ -134,6 +151,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           slot.output.backward(grad);
         }
         if (s > 0) grads[{s - 1, i}] = slot.input.grad();
+        if (after_backward_) after_backward_(s, i);
         break;
       }
       case InstrKind::SendGrad: {

@@ -35,14 +35,29 @@ class PipelineExecutor {
   StepLoss evaluate(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
 
   std::vector<int> local_stages() const;
-  std::vector<torch::Tensor> stage_parameters(int stage) const;
+  std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
+
+  // Asynchronous training with two weight versions (2BW): micro-batch i runs its forward and its
+  // backward on stage s with weight copy copy_of(s, i) (0: the constructor's model, 1: `second`;
+  // called once, at the forward), and
+  // after_backward(stage, i) runs when the backward of micro-batch i on a local stage is done
+  // (the trainer updates weights there). on_loss(i, loss) reports each micro-batch's loss.
+  void use_two_weight_copies(ChainModel& second, int update_micro_batches,
+                             std::function<int(int, int)> copy_of,
+                             std::function<void(int, int)> after_backward);
+  void on_loss(std::function<void(int, double)> callback) { on_loss_ = std::move(callback); }
 
  private:
   StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
-  torch::Tensor forward_stage(int stage, torch::Tensor input);
+  torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
 
   ChainModel& model_;
+  ChainModel* second_ = nullptr;
+  int update_micro_batches_ = 1;
+  std::function<int(int, int)> copy_of_;
+  std::function<void(int, int)> after_backward_;
+  std::function<void(int, double)> on_loss_;
   const schedule::Plan& plan_;
   int rank_;
   Transport& transport_;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -21,6 +22,8 @@
 #include "runtime/mpi_session.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/two_weight_versions.hpp"
+#include "schedule/memory.hpp"
 #include "schedule/program.hpp"
 #include "schedule/validate.hpp"
 
@@ -117,6 +120,67 @@ std::string stage_summary(const madpipe::schedule::Plan& plan,
         << model.names[stage.last_layer] << " on rank " << stage.gpu << '\n';
   return out.str();
 }
+// Asynchronous training (2BW): the pattern runs without a flush over steps x m micro-batches,
+// m = micro-batches per update. The rank of the last stage reports the loss of each update.
+int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
+                              const madpipe::schedule::Plan& plan,
+                              madpipe::runtime::ChainModel& model,
+                              const madpipe::runtime::ModelConfig& model_config,
+                              madpipe::runtime::PipelineExecutor& executor,
+                              const madpipe::runtime::DataSource& data,
+                              const std::function<void(const std::string&)>& say) {
+  using namespace madpipe;
+  const int m = c.micro_batches;
+  const std::vector<int> nca =
+      schedule::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
+  const int deepest = *std::max_element(nca.begin(), nca.end());
+  if (deepest > m)
+    throw Error(ErrorKind::InvalidInput, "", "micro-batches",
+                "2bw needs at least as many micro-batches per update as the plan keeps in flight "
+                "on a stage (" + std::to_string(deepest) + "), got " + std::to_string(m));
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool reports = plan.stages.back().gpu == rank;
+  runtime::ChainModel second = runtime::build_model(model_config);
+  runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
+    return make_optimizer(c, std::move(p));
+  });
+  const schedule::Program program = schedule::lower(plan, c.steps * m);
+  const std::string stuck = schedule::dry_run(program);
+  if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+  say("2bw: " + std::to_string(c.steps) + " updates of " + std::to_string(m) +
+      " micro-batches without a flush; two weight versions per stage");
+  std::ofstream metrics;
+  if (reports) metrics.open(fs::path(c.output_dir) / "metrics.jsonl", std::ios::trunc);
+  std::map<int, std::pair<double, int>> generation_loss;
+  const auto started = Clock::now();
+  executor.on_loss([&](int i, double loss) {
+    auto& entry = generation_loss[i / m];
+    entry.first += loss;
+    if (++entry.second < m) return;
+    const int step = i / m + 1;
+    const double elapsed = seconds_since(started);
+    nlohmann::ordered_json line;
+    line["step"] = step;
+    line["loss"] = entry.first / m;
+    line["samples_per_s"] = static_cast<double>(step) * m * c.micro_batch_size / elapsed;
+    line["seconds"] = elapsed;
+    metrics << line.dump() << '\n';
+    metrics.flush();
+    if (!c.quiet && (step == 1 || step == c.steps || step % std::max(1, c.steps / 20) == 0)) {
+      std::printf("step %d/%d  loss %.4f  (2bw, reported by rank %d)\n", step, c.steps,
+                  entry.first / m, rank);
+      std::fflush(stdout);
+    }
+    generation_loss.erase(i / m);
+  });
+  executor.run(program, [&](int i) { return data.micro_batch(i / m + 1, i % m, false); });
+  MPI_Barrier(MPI_COMM_WORLD);
+  say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
+      " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
+  (void)model;
+  return 0;
+}
 }  // namespace
 
 int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) {
@@ -193,6 +257,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
     std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
     PipelineExecutor executor(model, plan, rank, *transport, sample);
+    if (c.mode == "2bw") return train_two_weight_versions(c, plan, model, model_config, executor, *data, say);
+    if (c.mode != "sync")
+      throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
     std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
     std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;
     for (int s : executor.local_stages()) {

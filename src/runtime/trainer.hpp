@@ -19,6 +19,7 @@ struct TrainConfig {
   // data
   std::string data = "/usr/share/common-licenses";  // text corpus (gpt)
   // training
+  std::string mode = "sync";  // sync (flush every step) | 2bw (no flush, two weight versions)
   int steps = 100;
   int micro_batches = 8;  // per step
   int micro_batch_size = 8;

@@ -91,6 +91,18 @@ INI
       [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after resume, $a without"
     done
     ;;
+  gpt_2bw_learns)
+    printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..80} >corpus.txt
+    mpi 3 --mode 2bw --model gpt --layers 2 --width 16 --heads 2 --context 16 --data corpus.txt \
+      --gpus 3 --steps 30 --micro-batches 6 --micro-batch-size 4 --learning-rate 0.01 --output-dir run
+    [[ $status -eq 0 ]] || fail "exit status $status"
+    [[ $(wc -l <run/metrics.jsonl) -eq 30 ]] || fail "one metrics line per update expected"
+    first=$(head -1 run/metrics.jsonl | sed 's/.*"loss":\([^,]*\),.*/\1/')
+    last=$(tail -1 run/metrics.jsonl | sed 's/.*"loss":\([^,]*\),.*/\1/')
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
+      fail "2bw loss should fall by 20%: first $first, last $last"
+    grep -q "two weight versions per stage" out || fail "no 2bw announcement"
+    ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"

@@ -14,6 +14,8 @@
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/two_weight_versions.hpp"
+#include "schedule/memory.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
@@ -223,6 +225,93 @@ TEST(PipelineEquivalence, RandomAllocationsRunToCompletion) {
     const double worst = train_and_compare({"mlp", first, gpus, Schedule::Modulo}, 1, 2 + trial % 3);
     EXPECT_LT(worst, 1e-5) << "trial " << trial;
   }
+}
+
+// 2BW: the pipelined run follows W(g+1) = W(g) - step(gradient of generation g on W(g-1)),
+// computed here in one process for comparison.
+static double two_bw_against_rule(Schedule schedule, const std::vector<int>& first,
+                                  const std::vector<int>& gpus) {
+  mr::ModelConfig config;
+  config.name = "mlp";
+  config.layers = 4;
+  config.width = 12;
+  config.inputs = 6;
+  config.outputs = 3;
+  config.seed = 5;
+  mr::SyntheticData data(config.inputs, config.outputs, 3, 11);
+  const int generations = 4;
+  mr::ChainModel first_copy = mr::build_model(config);
+  mr::ChainModel second_copy = mr::build_model(config);
+  mr::ChainModel reference = mr::build_model(config);
+  const int layers = static_cast<int>(first_copy.layers.size());
+  const ms::Plan plan = make_test_plan(layers, first, gpus, schedule, 4);
+  // 2BW needs at least NCA micro-batches per update.
+  const std::vector<int> nca =
+      ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
+  const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
+  const ms::Program program = ms::lower(plan, generations * m);
+  EXPECT_EQ(ms::dry_run(program), "");
+  auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
+  auto make_sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  };
+
+  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  mr::PipelineExecutor executor(first_copy, plan, world_rank(), *transport, batch_of(0));
+  mr::TwoWeightVersions versions(executor, second_copy, m, make_sgd);
+  executor.run(program, batch_of);
+  EXPECT_EQ(versions.updates(), generations * static_cast<int>(executor.local_stages().size()));
+
+  // The rule, unsplit: gradients of generation g on W(g-1), applied to W(g).
+  std::vector<torch::Tensor> params = reference.parameters(0, layers - 1);
+  std::vector<torch::Tensor> newest;
+  for (const auto& p : params) newest.push_back(p.detach().clone().requires_grad_(true));
+  auto optimizer = make_sgd(newest);
+  std::vector<torch::Tensor> previous;
+  for (const auto& p : params) previous.push_back(p.detach().clone());
+  for (int g = 0; g < generations; ++g) {
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t p = 0; p < params.size(); ++p) params[p].copy_(previous[p]);
+    }
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    mr::run_unsplit(reference, m, [&](int j) { return batch_of(g * m + j); });
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      previous[p] = newest[p].detach().clone();  // W(g) serves generation g + 1
+      newest[p].mutable_grad() = params[p].grad().detach().clone();
+    }
+    optimizer->step();
+  }
+  double worst = 0;
+  for (int s : executor.local_stages()) {
+    const auto mine = versions.newest(s);
+    // The reference's tensors of stage s: count the parameters of the layers before it.
+    std::size_t offset = reference.parameters(0, plan.stages[s].first_layer - 1 < 0 ? -1 : plan.stages[s].first_layer - 1).size();
+    if (plan.stages[s].first_layer == 0) offset = 0;
+    for (std::size_t p = 0; p < mine.size(); ++p) {
+      const auto& theirs = newest[offset + p];
+      const double scale = theirs.abs().max().item<double>() + 1e-6;
+      worst = std::max(worst, (mine[p] - theirs).abs().max().item<double>() / scale);
+    }
+  }
+  return worst;
+}
+
+TEST(TwoWeightVersions, FollowsThe2BWUpdateRule) {
+  const int P = world_size();
+  std::vector<int> first, gpus;
+  for (int g = 0; g < P; ++g) {
+    first.push_back(g * 5 / P);
+    gpus.push_back(g);
+  }
+  EXPECT_LT(two_bw_against_rule(Schedule::OneFOneB, first, gpus), 1e-5);
+  // Non-contiguous: five one-layer stages, back and forth over the ranks.
+  std::vector<int> all_first, all_gpus;
+  for (int l = 0; l < 5; ++l) {
+    all_first.push_back(l);
+    all_gpus.push_back((l / P) % 2 == 0 ? l % P : P - 1 - l % P);
+  }
+  EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus), 1e-5);
 }
 
 int main(int argc, char** argv) {

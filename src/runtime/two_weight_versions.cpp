@@ -1,0 +1,61 @@
+#include "runtime/two_weight_versions.hpp"
+
+#include "core/error.hpp"
+
+madpipe::runtime::TwoWeightVersions::TwoWeightVersions(PipelineExecutor& executor,
+                                                       ChainModel& second,
+                                                       int update_micro_batches,
+                                                       const OptimizerFactory& make_optimizer)
+    : executor_(executor), m_(update_micro_batches) {
+  for (int s : executor.local_stages()) {
+    std::vector<torch::Tensor> newest;
+    for (const torch::Tensor& p : executor.stage_parameters(s, 0))
+      newest.push_back(p.detach().clone().requires_grad_(true));
+    if (!newest.empty()) optimizers_[s] = make_optimizer(newest);
+    newest_[s] = std::move(newest);
+  }
+  executor.use_two_weight_copies(
+      second, m_, [this](int stage, int i) { return copy_of(stage, i); },
+      [this](int stage, int i) { after_backward(stage, i); });
+  // Both copies start as W(0): copy 1 serves generation 0 (as W(-1)), copy 0 generation 1.
+  torch::NoGradGuard no_grad;
+  for (int s : executor.local_stages()) {
+    const auto first = executor.stage_parameters(s, 0);
+    const auto other = executor.stage_parameters(s, 1);
+    for (std::size_t p = 0; p < first.size(); ++p) other[p].copy_(first[p]);
+  }
+}
+
+int madpipe::runtime::TwoWeightVersions::copy_of(int stage, int micro_batch) {
+  in_flight_[stage].insert(micro_batch);
+  return (micro_batch / m_ + 1) % 2;
+}
+
+void madpipe::runtime::TwoWeightVersions::after_backward(int stage, int micro_batch) {
+  in_flight_[stage].erase(micro_batch);
+  const int generation = micro_batch / m_;
+  if (++done_[{stage, generation}] < m_) return;
+  done_.erase({stage, generation});
+  // W(g+1) = W(g) - step(gradient of generation g), written into the copy generation g used.
+  const int copy = (generation + 1) % 2;
+  for (int i : in_flight_[stage])
+    if ((i / m_ + 1) % 2 == copy)
+      throw Error(ErrorKind::Internal, "", "2bw",
+                  "micro-batch " + std::to_string(i) + " still uses the weight copy that the "
+                  "update of generation " + std::to_string(generation) + " overwrites (NCA > m?)");
+  const std::vector<torch::Tensor> params = executor_.stage_parameters(stage, copy);
+  std::vector<torch::Tensor>& newest = newest_.at(stage);
+  auto it = optimizers_.find(stage);
+  if (it != optimizers_.end()) {
+    for (std::size_t p = 0; p < params.size(); ++p)
+      newest[p].mutable_grad() = params[p].grad().defined() ? params[p].grad().detach().clone()
+                                                            : torch::zeros_like(newest[p]);
+    it->second->step();
+    torch::NoGradGuard no_grad;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      params[p].copy_(newest[p]);
+      params[p].mutable_grad() = torch::Tensor();
+    }
+  }
+  ++updates_;
+}

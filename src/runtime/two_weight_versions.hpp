@@ -1,0 +1,47 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/executor.hpp"
+
+namespace madpipe::runtime {
+
+// Asynchronous training with two weight versions per stage (PipeDream-2BW, thesis ch. 6.3.3):
+// no flush; micro-batches form generations of m; generation g runs forward and backward on
+// version W(g-1) (W(-1) = W(0)), and when the last backward of generation g on a stage is done,
+// the stage computes W(g+1) = W(g) - optimizer(gradient of generation g). With m >= NCA no
+// micro-batch of generation g+1 starts before generation g-1 is done, so exactly two versions
+// are alive: they live in two model copies, micro-batch i using copy (i/m + 1) mod 2. The
+// optimizer keeps its own copy of the newest version (and its state).
+class TwoWeightVersions {
+ public:
+  using OptimizerFactory =
+      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
+  TwoWeightVersions(PipelineExecutor& executor, ChainModel& second, int update_micro_batches,
+                    const OptimizerFactory& make_optimizer);
+
+  // Parameters of the newest version of a local stage.
+  const std::vector<torch::Tensor>& newest(int stage) const { return newest_.at(stage); }
+  int updates() const noexcept { return updates_; }
+
+ private:
+  int copy_of(int stage, int micro_batch);
+  void after_backward(int stage, int micro_batch);
+
+  PipelineExecutor& executor_;
+  int m_;
+  std::map<int, std::vector<torch::Tensor>> newest_;  // stage -> newest version
+  std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers_;
+  std::map<std::pair<int, int>, int> done_;  // (stage, generation) -> backwards done
+  std::map<int, std::set<int>> in_flight_;  // stage -> its micro-batches between F and B
+  int updates_ = 0;
+};
+
+}  // namespace madpipe::runtime
