@@ -26,7 +26,7 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->value_name("K")
                 ->default_value(0)
                 ->notifier(at_least(0, "--max-k")),
-            "largest k tried for k-periodic patterns (0: the number of GPUs)");
+            "largest k tried for k-periodic patterns (0: one per pipeline resource, 2S - 1)");
   add_group("time-steps",
             po::value(&d.time_steps)
                 ->value_name("N")

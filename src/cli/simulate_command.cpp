@@ -57,7 +57,7 @@ po::options_description madpipe::cli::simulate_options_description(SimulateOptio
                 ->value_name("N")
                 ->default_value(0)
                 ->notifier(at_least(0, "--micro-batches")),
-            "micro-batches in the simulated step (0: 4 x stages, a multiple of k)");
+            "micro-batches in the simulated step (0: 4 x max(stages, largest NCA), a multiple of k)");
   add_group(
       "policy",
       po::value<std::string>()

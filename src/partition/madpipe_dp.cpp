@@ -299,6 +299,7 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   double ub = std::min(costs.total_compute_ms() + total_links, upper_bound_ms);
   if (ub < lb) ub = lb;
   double target = lb;
+  std::vector<double> tried{target};
   std::vector<std::pair<double, Allocation>> found;
   for (int iter = 0; iter < discretization.iterations; ++iter) {
     // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
@@ -327,7 +328,10 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
     if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
     // When the DP met its target with room to spare, the best max(T, T^) may be reached at
     // T^ = T itself: try the lower bound first (DP(T^) does not increase with T^), else bisect.
-    target = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
+    const double next = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
+    // Never run the same target twice (a failed T^ = lb step would repeat): bisect instead.
+    target = std::find(tried.begin(), tried.end(), next) == tried.end() ? next : 0.5 * (lb + ub);
+    tried.push_back(target);
   }
   // Candidates beyond the search path, from targets spread over [lower bound, first bound].
   const double first_lb = std::max(costs.total_compute_ms() / platform.gpus,

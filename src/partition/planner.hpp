@@ -42,6 +42,7 @@ struct PlannerOptions {
   Discretization discretization{};
   int gpipe_micro_batches = 0;  // micro-batches per GPipe step; 0: number of GPUs
   int max_k = 0;                // largest k tried for k-periodic patterns; 0: 2 * stages - 1
+                                // (one per pipeline resource)
   int refine_evaluations = 150; // madpipe: schedules tried by the local search; 0: none
   // Progress lines for long runs; the planner itself never prints.
   std::function<void(const std::string&)> progress;
