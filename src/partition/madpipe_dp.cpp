@@ -336,15 +336,17 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   // Candidates beyond the search path, from targets spread over [lower bound, first bound].
   const double first_lb = std::max(costs.total_compute_ms() / platform.gpus,
                                    costs.max_layer_compute_ms());
-  const double first_ub = std::max(first_lb, std::min(costs.total_compute_ms() + total_links,
-                                                      upper_bound_ms));
+  // Only allocations that may beat the best estimate by the scheduler's measure are of use: the
+  // extra runs are pruned at 1.1 times Algorithm 8's final bound.
+  const double extra_bound = 1.1 * ub;
+  const double first_ub = std::max(first_lb, extra_bound);
   for (int e = 0; e < discretization.extra_targets; ++e) {
     const double fraction = discretization.extra_targets > 1
                                 ? static_cast<double>(e) / (discretization.extra_targets - 1)
                                 : 0.5;
-    const double extra_target = first_lb * std::pow(first_ub * 1.5 / first_lb, fraction);
+    const double extra_target = first_lb * std::pow(first_ub / first_lb, fraction);
     const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, extra_target,
-                                    kInf);
+                                    extra_bound);
     if (run.period_ms == kInf) continue;
     const double achieved = std::max(run.period_ms, extra_target);
     bool duplicate = false;
