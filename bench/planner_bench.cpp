@@ -75,7 +75,7 @@ static void bench_dp() {
   std::printf("== MadPipe first phase (contiguous bound + Algorithm 8), one core, best of 3 ==\n");
   std::printf("memory per GPU = 40%% of the whole model's weights + activations of one micro-batch\n");
   std::printf("%-8s %4s %-14s %10s %12s %14s\n", "layers", "P", "grid t/V/m", "seconds",
-              "allocations", "+4 targets (s)");
+              "allocations", "+8 targets (s)");
   const partition::Discretization thesis;
   for (int layers : {17, 34, 67, 134, 339}) {
     const Profile chain = joined_chain(layers);

@@ -337,8 +337,8 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   const double first_lb = std::max(costs.total_compute_ms() / platform.gpus,
                                    costs.max_layer_compute_ms());
   // Only allocations that may beat the best estimate by the scheduler's measure are of use: the
-  // extra runs are pruned at 1.1 times Algorithm 8's final bound.
-  const double extra_bound = 1.1 * ub;
+  // extra runs are pruned at 1.25 times Algorithm 8's final bound.
+  const double extra_bound = 1.25 * ub;
   const double first_ub = std::max(first_lb, extra_bound);
   for (int e = 0; e < discretization.extra_targets; ++e) {
     const double fraction = discretization.extra_targets > 1

@@ -34,7 +34,7 @@ struct Discretization {
   int iterations = 10;    // K of Algorithm 8
   // Extra MadPipe-DP runs at targets spread geometrically between the bounds of Algorithm 8:
   // more candidate allocations for the scheduler, which has the final word on the period.
-  int extra_targets = 4;
+  int extra_targets = 8;
 };
 
 struct PlannerOptions {
