@@ -1,0 +1,17 @@
+#pragma once
+
+// Umbrella header of the planner (no LibTorch, MPI or CUDA): profiles, platforms, plans,
+// schedules, the validator, the simulator and the partitioners.
+
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "core/units.hpp"
+#include "partition/planner.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/program.hpp"
+#include "schedule/simulate.hpp"
+#include "schedule/validate.hpp"
