@@ -1,0 +1,116 @@
+#include "solver/solve.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/error.hpp"
+#include "solver/backends/backends.hpp"
+
+namespace {
+
+// Wraps a backend: times the call and fills the fields every backend shares (backend, seconds,
+// gap), so no backend computes them on its own.
+class FinishingBackend final : public madpipe::solver::Backend {
+ public:
+  explicit FinishingBackend(std::unique_ptr<madpipe::solver::Backend> inner)
+      : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  madpipe::solver::SolveResult solve(const madpipe::solver::Model& model,
+                                     const madpipe::solver::SolveOptions& options) override;
+
+ private:
+  std::unique_ptr<madpipe::solver::Backend> inner_;
+};
+
+}  // namespace
+
+static void finish_result(madpipe::solver::SolveResult& result, std::string_view backend,
+                          double seconds) {
+  using madpipe::solver::Status;
+  result.backend = std::string(backend);
+  result.seconds = seconds;
+  const bool has_incumbent = result.status == Status::Optimal || result.status == Status::Feasible;
+  if (!has_incumbent) {
+    result.objective = madpipe::solver::kInf;
+    result.values.clear();
+  }
+  if (result.status == Status::Optimal && !std::isfinite(result.bound))
+    result.bound = result.objective;
+  // A bound never lies above the incumbent of a minimization (a backend's rounding aside).
+  if (has_incumbent && std::isfinite(result.bound))
+    result.bound = std::min(result.bound, result.objective);
+  result.gap = madpipe::solver::relative_gap(result.objective, result.bound);
+}
+
+madpipe::solver::SolveResult FinishingBackend::solve(const madpipe::solver::Model& model,
+                                                     const madpipe::solver::SolveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  madpipe::solver::SolveResult result = inner_->solve(model, options);
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  finish_result(result, inner_->name(), elapsed.count());
+  return result;
+}
+
+std::string_view madpipe::solver::to_string(Status status) noexcept {
+  switch (status) {
+    case Status::Optimal:
+      return "optimal";
+    case Status::Feasible:
+      return "feasible";
+    case Status::Infeasible:
+      return "infeasible";
+    case Status::Timeout:
+      return "timeout";
+    case Status::Error:
+      return "error";
+  }
+  return "error";
+}
+
+double madpipe::solver::SolveResult::value(Var v) const {
+  if (v.index < 0 || static_cast<std::size_t>(v.index) >= values.size()) {
+    throw Error(ErrorKind::InvalidInput, "", "solver",
+                "no value for variable index " + std::to_string(v.index) + " (status " +
+                    std::string(to_string(status)) + ")");
+  }
+  return values[static_cast<std::size_t>(v.index)];
+}
+
+madpipe::solver::Backend::~Backend() = default;
+
+double madpipe::solver::relative_gap(double objective, double bound) noexcept {
+  if (!std::isfinite(objective) || !std::isfinite(bound)) return kInf;
+  return std::abs(objective - bound) / std::max(1e-9, std::abs(objective));
+}
+
+std::vector<std::string> madpipe::solver::built_backends() {
+  std::vector<std::string> names;
+#ifdef MADPIPE_HAVE_CBC
+  names.emplace_back("cbc");
+#endif
+#ifdef MADPIPE_HAVE_GLPK
+  names.emplace_back("glpk");
+#endif
+  return names;
+}
+
+std::unique_ptr<madpipe::solver::Backend> madpipe::solver::make_backend(std::string_view name) {
+  std::unique_ptr<Backend> inner;
+#ifdef MADPIPE_HAVE_CBC
+  if (name == "cbc") inner = detail::make_cbc_backend();
+#endif
+#ifdef MADPIPE_HAVE_GLPK
+  if (name == "glpk") inner = detail::make_glpk_backend();
+#endif
+  if (!inner) {
+    std::string built;
+    for (const std::string& b : built_backends()) built += (built.empty() ? "" : ", ") + b;
+    if (built.empty()) built = "none";
+    throw Error(ErrorKind::Unsupported, "", "solver",
+                "unknown or not built backend '" + std::string(name) + "' (built: " + built + ")");
+  }
+  return std::make_unique<FinishingBackend>(std::move(inner));
+}

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "solver/model.hpp"
+
+namespace madpipe::solver {
+
+// What the solver concluded (FORMATS.md solver.status). A failed call throws madpipe::Error
+// instead.
+enum class Status { Optimal, Feasible, Infeasible, Timeout, Error };
+
+// "optimal", "feasible", "infeasible", "timeout", "error".
+std::string_view to_string(Status status) noexcept;
+
+struct SolveOptions {
+  double time_limit_s = 60, relative_gap = 1e-4;
+  int threads = 1;
+  bool log = false;  // backend log to stdout
+};
+
+struct SolveResult {
+  Status status = Status::Error;
+  // objective includes the model's offset; gap = |objective - bound| / max(1e-9, |objective|).
+  double objective = kInf, bound = -kInf, gap = kInf, seconds = 0;
+  std::vector<double> values;  // one per variable, empty without a solution
+  std::string backend, message;
+
+  double value(Var v) const;
+  bool has_solution() const noexcept { return !values.empty(); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend();
+  virtual std::string_view name() const = 0;
+  virtual SolveResult solve(const Model& model, const SolveOptions& options) = 0;
+};
+
+// "cbc" or "glpk"; throws madpipe::Error(Unsupported) naming the built backends otherwise. The
+// returned backend fills backend, seconds and gap of every result it returns.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+
+// Names of the backends compiled in, in a fixed order.
+std::vector<std::string> built_backends();
+
+// The relative gap of a result: |objective - bound| / max(1e-9, |objective|), kInf when either is
+// not finite. Applied by the solver layer to every backend result.
+double relative_gap(double objective, double bound) noexcept;
+
+}  // namespace madpipe::solver
