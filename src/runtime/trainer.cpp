@@ -124,7 +124,6 @@ std::string stage_summary(const madpipe::schedule::Plan& plan,
 // m = micro-batches per update. The rank of the last stage reports the loss of each update.
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
                               const madpipe::schedule::Plan& plan,
-                              madpipe::runtime::ChainModel& model,
                               const madpipe::runtime::ModelConfig& model_config,
                               madpipe::runtime::PipelineExecutor& executor,
                               const madpipe::runtime::DataSource& data,
@@ -178,7 +177,6 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   MPI_Barrier(MPI_COMM_WORLD);
   say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
-  (void)model;
   return 0;
 }
 }  // namespace
@@ -257,7 +255,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
     std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
     PipelineExecutor executor(model, plan, rank, *transport, sample);
-    if (c.mode == "2bw") return train_two_weight_versions(c, plan, model, model_config, executor, *data, say);
+    if (c.mode == "2bw") return train_two_weight_versions(c, plan, model_config, executor, *data, say);
     if (c.mode != "sync")
       throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
     std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
