@@ -1,0 +1,40 @@
+#include "schedule/ilp_schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "schedule/pattern_ilp.hpp"
+#include "schedule/search.hpp"
+
+namespace madpipe::schedule {
+
+double sequential_period_ms(const std::vector<Stage>& stages, const Platform& platform) {
+  double total = 0;
+  for (const Op& op : micro_batch_chain(stages, platform)) total += op.duration_ms;
+  return total;
+}
+
+IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
+                               const IlpScheduleOptions& options) {
+  auto backend = solver::make_backend(options.backend);
+  IlpScheduleResult result;
+  PatternIlp::Spec spec;
+  spec.blocks = stages;
+  spec.fixed_allocation = true;
+  spec.period_upper_bound_ms = std::min(options.period_upper_bound_ms, sequential_period_ms(stages, platform));
+  if (options.warm_start && options.warm_start->k == 1)
+    spec.period_upper_bound_ms = std::min(spec.period_upper_bound_ms, options.warm_start->period_ms);
+  spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
+  spec.period_lower_bound_ms = std::min(options.period_lower_bound_ms, spec.period_upper_bound_ms);
+  PatternIlp ilp(spec, platform);
+  if (options.warm_start) result.warm_started = ilp.set_start(stages, *options.warm_start);
+  result.solve = backend->solve(ilp.model(), options.solve);
+  if (result.solve.has_solution()) {
+    PatternIlp::Decoded decoded = ilp.decode(result.solve.values);
+    if (fits_memory(decoded.stages, decoded.pattern, platform)) result.pattern = std::move(decoded.pattern);
+  }
+  result.solve.values.clear();
+  return result;
+}
+
+}  // namespace madpipe::schedule

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "solver/solve.hpp"
+
+namespace madpipe::schedule {
+
+struct IlpScheduleOptions {
+  std::string backend = "cbc";
+  solver::SolveOptions solve{};
+  // A 1-periodic pattern of the same stages: the MIP start, and the period to beat.
+  std::optional<Pattern> warm_start;
+  // The ILP only looks for patterns at least this fast; +inf: the slowest sensible one (all ops
+  // of a micro-batch back to back).
+  double period_upper_bound_ms = std::numeric_limits<double>::infinity();
+  double period_lower_bound_ms = 0;  // a proven bound (tightens the relaxation)
+};
+
+struct IlpScheduleResult {
+  std::optional<Pattern> pattern;  // 1-periodic, fits memory; absent when the solver found none
+  solver::SolveResult solve;       // status, objective, bound, gap, seconds (values dropped)
+  bool warm_started = false;       // the MIP start was accepted by the encoder
+};
+
+// Schedules a fixed partition with the ILP of thesis ch. 6 on the stage chain (ch. 7.2): each
+// stage is a block with its own cost, stored activations and output. Throws Error(Unsupported)
+// when `options.backend` is not built.
+IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
+                               const IlpScheduleOptions& options);
+
+// Upper bound on the period of the best 1-periodic pattern of a chain: every op of one
+// micro-batch one after the other.
+double sequential_period_ms(const std::vector<Stage>& stages, const Platform& platform);
+
+}  // namespace madpipe::schedule

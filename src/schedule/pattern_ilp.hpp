@@ -1,0 +1,94 @@
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "solver/linear_expr.hpp"
+#include "solver/model.hpp"
+
+namespace madpipe::schedule {
+
+// The integer linear program of thesis ch. 6 over a chain of blocks: a 1-periodic pattern of
+// minimum period T in which every block's F and B, and every transfer between blocks on different
+// GPUs, runs once per period. Blocks are layers (the full ILP, ch. 6) or the stages of a fixed
+// partition (ch. 7.2). With a fixed allocation the GPU of each block is given; otherwise the
+// program also chooses it: blocks on one GPU form an equivalence class of at most P classes.
+//
+// Memory is that of evaluate_memory(), exactly: C * weights, send/receive buffers of every cut,
+// the largest workspace, and at the start of every F, sum over the blocks of its GPU of
+// stored_bytes times the micro-batches in flight (from the start of F to the end of B). A block's
+// micro-batches in flight at the start of the GPU's window are the period shifts accumulated on
+// the chain from its F to its B, each dependency contributing 0, 1 or 2 (thesis Lemma 17).
+class PatternIlp {
+ public:
+  struct Spec {
+    std::vector<Stage> blocks;       // in chain order; gpu is read only with a fixed allocation
+    bool fixed_allocation = true;
+    double period_upper_bound_ms = 0;  // T <= this (> 0); also scales the big-M constants
+    double period_lower_bound_ms = 0;  // a proven bound, to tighten the relaxation
+  };
+
+  struct Decoded {
+    std::vector<Stage> stages;  // the blocks with their GPUs
+    Pattern pattern;            // 1-periodic, retimed
+  };
+
+  PatternIlp(Spec spec, const Platform& platform);
+
+  const solver::Model& model() const noexcept { return model_; }
+  solver::Var period() const noexcept { return period_; }
+
+  // Sets a MIP start from a 1-periodic pattern of the blocks placed as in `stages` (same length
+  // and costs as the blocks). Returns false, setting nothing, when the pattern cannot be written
+  // in the program's variables (k > 1, a dependency spanning more than two periods, GPUs that
+  // differ from a fixed allocation).
+  bool set_start(const std::vector<Stage>& stages, const Pattern& pattern);
+
+  // The pattern of a solution; throws Error(Internal) if the values are inconsistent.
+  Decoded decode(const std::vector<double>& values) const;
+
+ private:
+  // A node of the micro-batch chain: F or B of a block, or the transfer after it.
+  struct Node {
+    OpKind kind = OpKind::F;
+    int block = 0;  // for transfers: the boundary (block, block + 1)
+    solver::Var start;
+  };
+  struct Edge {  // dependency node -> next node, shift v + v2 periods
+    int from = 0, to = 0;
+    solver::Var v, v2;
+  };
+
+  solver::LinearExpr same_gpu(int a, int b) const;  // 1 if blocks a and b share a GPU
+  solver::LinearExpr cut(int boundary) const { return 1.0 - same_gpu(boundary, boundary + 1); }
+  solver::LinearExpr duration(int node) const;
+  void add_variables();
+  void add_dependencies();
+  void add_compute_exclusivity();
+  void add_link_exclusivity();
+  void add_allocation_rules();
+  void add_memory();
+  // 1 if `first` runs before `second` in their common window (both on one resource); 0 if they
+  // are not on one resource (free allocation). Same node: 1.
+  solver::LinearExpr before(int first, int second) const;
+  solver::LinearExpr shifts_between(int from_node, int to_node) const;
+
+  Spec spec_;
+  Platform platform_;
+  solver::Model model_;
+  int n_ = 0;
+  double big_ = 0;  // 2 * T_max
+  solver::Var period_;
+  std::vector<Node> nodes_;  // chain order, transfers of uncut boundaries included when free
+  std::vector<Edge> edges_;
+  std::vector<int> f_node_, b_node_;                    // per block
+  std::vector<int> act_node_, grad_node_;               // per boundary, -1 when absent
+  std::vector<std::vector<solver::Var>> same_;          // free allocation: z, a < b
+  std::vector<std::vector<std::optional<solver::Var>>> order_;  // node pairs on one GPU/link
+  std::vector<std::vector<std::optional<solver::Var>>> link_same_;  // free: boundary pairs
+};
+
+}  // namespace madpipe::schedule
