@@ -53,9 +53,12 @@ po::options_description madpipe::cli::compare_options_description(CompareOptions
   auto add_planner = planner.add_options();
   add_planner(
       "algorithms",
-      po::value<std::string>()->value_name("LIST")->default_value("all")->notifier(
+      po::value<std::string>()
+          ->value_name("LIST")
+          ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe")
+          ->notifier(
           [&options](const std::string& text) { options.algorithms = parse_algorithm_list(text); }),
-      "comma-separated algorithms to compare, or all");
+      "comma-separated algorithms to compare, or all (all adds ilp, the full ILP)");
   po::options_description all(100);
   all.add(compare).add(platform_options_description(options.platform)).add(planner);
   return all;

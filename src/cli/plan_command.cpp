@@ -36,7 +36,8 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
                   [&options](const std::string& name) {
                     options.algorithm = parse_algorithm(name, "--algorithm");
                   }),
-              "madpipe, contiguous, pipedream, 1f1b or gpipe");
+              "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
+              "solver)");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -174,6 +175,14 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
                     std::to_string(violations.size()) + " violation(s); please report it)");
   }
   print_summary(result.plan, profile, result.planning_seconds);
+  if (result.plan.solver) {
+    const schedule::SolverInfo& solver = *result.plan.solver;
+    std::cout << "solver       " << solver.backend << ", " << solver.status << " in "
+              << cli::fixed(solver.seconds, 2) << " s, objective " << format_ms(solver.objective)
+              << ", bound " << format_ms(solver.bound) << ", gap "
+              << cli::fixed(100 * solver.gap, 2) << "%\n";
+  }
+  for (const std::string& note : result.notes) std::cout << "note         " << note << '\n';
   if (!options.output_path.empty()) {
     schedule::write_plan(result.plan, options.output_path);
     std::cout << "plan written to " << options.output_path << '\n';

@@ -27,6 +27,46 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->default_value(0)
                 ->notifier(at_least(0, "--max-k")),
             "largest k tried for k-periodic patterns (0: one per pipeline resource, 2S - 1)");
+  add_group("scheduler",
+            po::value(&settings.scheduler)
+                ->value_name("NAME")
+                ->default_value(settings.scheduler)
+                ->notifier([](const std::string& name) {
+                  try {
+                    partition::scheduler_from_string(name);
+                  } catch (const Error&) {
+                    throw_invalid("", "--scheduler",
+                                  "unknown scheduler '" + name + "' (valid: auto, ilp, heuristic)");
+                  }
+                }),
+            "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
+            "heuristic, or auto (ilp when a MILP solver is built)");
+  add_group("solver",
+            po::value(&settings.milp.backend)->value_name("NAME"),
+            "MILP solver of the ILPs: cbc or glpk (default: the first built)");
+  add_group("time-limit",
+            po::value(&settings.milp.time_limit_s)
+                ->value_name("SECONDS")
+                ->default_value(settings.milp.time_limit_s)
+                ->notifier([](double s) {
+                  if (!(s > 0)) throw_invalid("", "--time-limit", "must be > 0 seconds");
+                }),
+            "time limit of each ILP solved; the best solution found so far is kept");
+  add_group("gap",
+            po::value(&settings.milp.relative_gap)
+                ->value_name("RATIO")
+                ->default_value(settings.milp.relative_gap)
+                ->notifier([](double g) {
+                  if (!(g >= 0 && g < 1)) throw_invalid("", "--gap", "must be in [0, 1)");
+                }),
+            "relative gap at which an ILP stops (0.01: within 1% of optimal)");
+  add_group("solver-threads",
+            po::value(&settings.milp.threads)
+                ->value_name("N")
+                ->default_value(settings.milp.threads)
+                ->notifier(at_least(1, "--solver-threads")),
+            "threads of the MILP solver");
+  add_group("solver-log", po::bool_switch(&settings.milp.log), "print the MILP solver's log");
   add_group("time-steps",
             po::value(&d.time_steps)
                 ->value_name("N")
@@ -69,6 +109,8 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
   options.discretization = settings.discretization;
   options.gpipe_micro_batches = settings.gpipe_micro_batches;
   options.max_k = settings.max_k;
+  options.scheduler = partition::scheduler_from_string(settings.scheduler);
+  options.milp = settings.milp;
   return options;
 }
 

@@ -14,6 +14,8 @@ struct PlannerSettings {
   partition::Discretization discretization{};
   int gpipe_micro_batches = 0;  // --micro-batches: GPipe step size; 0: number of GPUs
   int max_k = 0;                // 0: number of GPUs
+  std::string scheduler = "auto";
+  partition::MilpSettings milp{};
 };
 
 po::options_description planner_options_description(PlannerSettings& settings);

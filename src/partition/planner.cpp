@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 
@@ -12,9 +13,11 @@
 #include "core/units.hpp"
 #include "partition/allocation.hpp"
 #include "partition/contiguous_dp.hpp"
+#include "partition/full_ilp.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/refine.hpp"
 #include "schedule/gpipe.hpp"
+#include "schedule/ilp_schedule.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/retime.hpp"
@@ -31,6 +34,17 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
     {madpipe::partition::Algorithm::GPipe, "gpipe"},
     {madpipe::partition::Algorithm::PipeDream, "pipedream"},
+    {madpipe::partition::Algorithm::Ilp, "ilp"},
+};
+
+struct SchedulerName {
+  madpipe::partition::Scheduler scheduler;
+  const char* name;
+};
+constexpr SchedulerName kSchedulerNames[] = {
+    {madpipe::partition::Scheduler::Auto, "auto"},
+    {madpipe::partition::Scheduler::Ilp, "ilp"},
+    {madpipe::partition::Scheduler::Heuristic, "heuristic"},
 };
 
 struct Candidate {
@@ -38,6 +52,17 @@ struct Candidate {
   std::vector<madpipe::schedule::Stage> stages;
   madpipe::schedule::Pattern pattern;
   std::string method;
+  std::optional<madpipe::schedule::SolverInfo> solver;
+};
+
+// What planning learned besides the plan: notes for the user.
+struct PlanningLog {
+  std::vector<std::string> notes;
+  std::function<void(const std::string&)> progress;
+  void note(const std::string& line) {
+    notes.push_back(line);
+    if (progress) progress(line);
+  }
 };
 }  // namespace
 
@@ -63,8 +88,72 @@ madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const st
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
   static const std::vector<Algorithm> algorithms{Algorithm::MadPipe, Algorithm::Contiguous,
                                                  Algorithm::PipeDream, Algorithm::OneFOneB,
-                                                 Algorithm::GPipe};
+                                                 Algorithm::GPipe, Algorithm::Ilp};
   return algorithms;
+}
+
+const char* madpipe::partition::to_string(Scheduler scheduler) {
+  for (const SchedulerName& entry : kSchedulerNames)
+    if (entry.scheduler == scheduler) return entry.name;
+  MADPIPE_UNREACHABLE("unknown scheduler");
+}
+
+madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const SchedulerName& entry : kSchedulerNames)
+    if (lower == entry.name) return entry.scheduler;
+  throw Error(ErrorKind::InvalidInput, "", "scheduler",
+              "unknown scheduler '" + name + "' (valid: auto, ilp, heuristic)");
+}
+
+// The backend the ILPs use, or "" when none is built and none was asked for.
+static std::string milp_backend(const madpipe::partition::MilpSettings& milp, bool required,
+                                const std::string& what) {
+  using namespace madpipe;
+  if (!milp.backend.empty()) return milp.backend;  // make_backend reports it if not built
+  const std::vector<std::string> built = solver::built_backends();
+  if (!built.empty()) return built.front();
+  if (required)
+    throw Error(ErrorKind::Unsupported, "", "solver",
+                what + " needs a MILP solver, and this build has none (install coinor-libcbc-dev "
+                       "or libglpk-dev and rebuild)");
+  return "";
+}
+
+static madpipe::solver::SolveOptions solve_options(const madpipe::partition::MilpSettings& milp) {
+  madpipe::solver::SolveOptions solve;
+  solve.time_limit_s = milp.time_limit_s;
+  solve.relative_gap = milp.relative_gap;
+  solve.threads = milp.threads;
+  solve.log = milp.log;
+  return solve;
+}
+
+static madpipe::schedule::SolverInfo solver_info(const madpipe::solver::SolveResult& result) {
+  madpipe::schedule::SolverInfo info;
+  info.backend = result.backend;
+  info.status = std::string(madpipe::solver::to_string(result.status));
+  info.objective = std::isfinite(result.objective) ? result.objective : 0;
+  info.bound = std::isfinite(result.bound) ? result.bound : 0;
+  info.gap = std::isfinite(result.gap) ? result.gap : 0;
+  info.seconds = result.seconds;
+  return info;
+}
+
+static std::string describe_solve(const madpipe::solver::SolveResult& result) {
+  std::ostringstream line;
+  line << madpipe::solver::to_string(result.status) << " after " << std::fixed
+       << std::setprecision(1) << result.seconds << " s" << std::defaultfloat;
+  if (result.has_solution() || std::isfinite(result.objective)) {
+    line << ", period " << madpipe::format_ms(result.objective);
+    if (std::isfinite(result.gap) && result.gap > 0)
+      line << ", gap " << std::fixed << std::setprecision(2) << 100 * result.gap << "%"
+           << std::defaultfloat;
+  }
+  if (!result.message.empty()) line << " (" << result.message << ")";
+  return line.str();
 }
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile,
@@ -126,7 +215,7 @@ static std::optional<Candidate> schedule_allocations(
     }
     if (scheduled)
       keep_better(best, Candidate{allocation, std::move(stages), scheduled->pattern,
-                                  scheduled->method});
+                                  scheduled->method, std::nullopt});
   }
   return best;
 }
@@ -154,9 +243,80 @@ static void add_unique(std::vector<madpipe::partition::Allocation>& all,
   if (std::find(all.begin(), all.end(), allocation) == all.end()) all.push_back(allocation);
 }
 
+// The stage-level ILP of thesis ch. 7.2 on the given allocations; keeps its pattern where it
+// beats `best`. Says what happened when the solver gives up or proves nothing better exists.
+static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                              const std::vector<madpipe::partition::Allocation>& allocations,
+                              const madpipe::partition::PlannerOptions& options,
+                              const std::string& backend, std::optional<Candidate>& best,
+                              PlanningLog& log) {
+  using namespace madpipe;
+  const double lower_bound = partition::lower_bound_period_ms(costs, platform);
+  // One time budget for all of them: --time-limit bounds what scheduling adds to planning.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(options.milp.time_limit_s);
+  for (const partition::Allocation& allocation : allocations) {
+    if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
+    const double seconds_left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (seconds_left < 0.1) {
+      log.note("ilp scheduler: time limit reached before all candidate allocations were tried");
+      return;
+    }
+    std::vector<schedule::Stage> stages = partition::stages_of(costs, allocation);
+    schedule::IlpScheduleOptions ilp;
+    ilp.backend = backend;
+    ilp.solve = solve_options(options.milp);
+    ilp.solve.time_limit_s = seconds_left;
+    ilp.period_lower_bound_ms = std::max(lower_bound, schedule::busiest_resource_ms(stages, platform));
+    if (best) ilp.period_upper_bound_ms = best->pattern.normalized_period_ms();
+    if (best && best->allocation == allocation && best->pattern.k == 1) {
+      ilp.warm_start = best->pattern;
+    } else {
+      schedule::ScheduleSearchOptions one_periodic;
+      one_periodic.max_k = 1;
+      if (auto scheduled = schedule::schedule_under_memory(stages, platform, one_periodic))
+        ilp.warm_start = scheduled->pattern;
+    }
+    const schedule::IlpScheduleResult result = schedule::ilp_schedule(stages, platform, ilp);
+    const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
+    if (result.pattern && (!best || result.pattern->period_ms <
+                                        best->pattern.normalized_period_ms() * (1 - 1e-9))) {
+      if (log.progress)
+        log.progress(what + describe_solve(result.solve) +
+                     (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
+                           : std::string(", the heuristic found none that fits")));
+      if (result.solve.status == solver::Status::Feasible)
+        log.note(what + "stopped at the time limit " + describe_solve(result.solve) +
+                 "; a longer --time-limit may find a shorter period, and the plan depends on "
+                 "the machine's speed");
+      best = Candidate{allocation, std::move(stages), *result.pattern,
+                       "ilp (" + std::string(solver::to_string(result.solve.status)) + ")",
+                       solver_info(result.solve)};
+      continue;
+    }
+    switch (result.solve.status) {
+      case solver::Status::Infeasible:
+        if (log.progress)
+          log.progress(what + (best ? "no 1-periodic pattern beats " +
+                                          format_ms(best->pattern.normalized_period_ms()) + " (proven)"
+                                    : std::string("no 1-periodic pattern fits in memory (proven)")));
+        break;
+      case solver::Status::Timeout:
+      case solver::Status::Error:
+        log.note(what + describe_solve(result.solve) + "; keeping the heuristic schedule");
+        break;
+      default:
+        if (log.progress) log.progress(what + describe_solve(result.solve) + ", no improvement");
+        break;
+    }
+  }
+}
+
 static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                              const madpipe::Platform& platform,
-                                             const madpipe::partition::PlannerOptions& options) {
+                                             const madpipe::partition::PlannerOptions& options,
+                                             PlanningLog& log) {
   using namespace madpipe;
   const double contiguous_bound =
       partition::contiguous_upper_bound(costs, platform, options.discretization);
@@ -171,27 +331,84 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
   schedule::ScheduleSearchOptions search;
   search.max_k = options.max_k;
   std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
-  if (!best || options.refine_evaluations <= 0) return best;
   const double lower_bound = partition::lower_bound_period_ms(costs, platform);
-  if (best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return best;
-  // The local search scores neighbours with a quicker schedule search (fewer pattern families,
-  // k <= 3); its result is then scheduled with the full search.
-  partition::RefineOptions refine;
-  refine.max_evaluations = options.refine_evaluations;
-  refine.search.families = {schedule::PatternFamily::OneFOneBStar,
-                            schedule::PatternFamily::GuidedModulo};
-  refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
-  const partition::ScheduledAllocation refined = partition::refine_allocation(
-      costs, platform, {best->allocation, {best->pattern, best->method}}, refine, options.progress);
-  if (refined.allocation == best->allocation) return best;
-  std::vector<schedule::Stage> stages = partition::stages_of(costs, refined.allocation);
-  schedule::ScheduledPattern scheduled = refined.scheduled;
-  if (auto full = schedule::schedule_under_memory(stages, platform, search))
-    if (full->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
-      scheduled = *full;
-  keep_better(best, Candidate{refined.allocation, std::move(stages), scheduled.pattern,
-                              scheduled.method});
+  if (best && options.refine_evaluations > 0 &&
+      best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
+    // The local search scores neighbours with a quicker schedule search (fewer pattern families,
+    // k <= 3); its result is then scheduled with the full search.
+    partition::RefineOptions refine;
+    refine.max_evaluations = options.refine_evaluations;
+    refine.search.families = {schedule::PatternFamily::OneFOneBStar,
+                              schedule::PatternFamily::GuidedModulo};
+    refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
+    const partition::ScheduledAllocation refined = partition::refine_allocation(
+        costs, platform, {best->allocation, {best->pattern, best->method}}, refine, options.progress);
+    if (!(refined.allocation == best->allocation)) {
+      std::vector<schedule::Stage> stages = partition::stages_of(costs, refined.allocation);
+      schedule::ScheduledPattern scheduled = refined.scheduled;
+      if (auto full = schedule::schedule_under_memory(stages, platform, search))
+        if (full->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
+          scheduled = *full;
+      keep_better(best, Candidate{refined.allocation, std::move(stages), scheduled.pattern,
+                                  scheduled.method, std::nullopt});
+    }
+  }
+  const std::string backend =
+      options.scheduler == partition::Scheduler::Heuristic
+          ? ""
+          : milp_backend(options.milp, options.scheduler == partition::Scheduler::Ilp,
+                         "--scheduler ilp");
+  if (backend.empty() || options.ilp_allocations <= 0) return best;
+  // The ILP's memory model is exact where the DP's is an estimate (the special GPU): it looks at
+  // the best allocation and at the DP's own favourites.
+  std::vector<partition::Allocation> for_ilp;
+  if (best) for_ilp.push_back(best->allocation);
+  for (const partition::Allocation& allocation : allocations) {
+    if (static_cast<int>(for_ilp.size()) >= options.ilp_allocations) break;
+    add_unique(for_ilp, allocation);
+  }
+  schedule_with_ilp(costs, platform, for_ilp, options, backend, best, log);
   return best;
+}
+
+// Thesis ch. 6: the full ILP, warm-started from MadPipe's best 1-periodic plan.
+static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
+                                         const madpipe::Platform& platform,
+                                         const madpipe::partition::PlannerOptions& options,
+                                         PlanningLog& log) {
+  using namespace madpipe;
+  const std::string backend = milp_backend(options.milp, true, "--algorithm ilp");
+  partition::PlannerOptions warm_options = options;
+  warm_options.algorithm = partition::Algorithm::MadPipe;
+  warm_options.max_k = 1;
+  std::optional<Candidate> warm = plan_madpipe(costs, platform, warm_options, log);
+  partition::FullIlpOptions ilp;
+  ilp.backend = backend;
+  ilp.solve = solve_options(options.milp);
+  ilp.period_lower_bound_ms = partition::lower_bound_period_ms(costs, platform);
+  if (warm) ilp.warm_start = partition::ScheduledStages{warm->stages, warm->pattern};
+  if (log.progress)
+    log.progress("full ILP over " + std::to_string(costs.num_layers()) + " layers, " +
+                 (warm ? "warm start at " + format_ms(warm->pattern.period_ms) : std::string("no warm start")) +
+                 ", time limit " + format_ms(options.milp.time_limit_s * 1000));
+  const partition::FullIlpResult result = partition::full_ilp(costs, platform, ilp);
+  const schedule::SolverInfo info = solver_info(result.solve);
+  if (log.progress)
+    log.progress("full ILP: " + describe_solve(result.solve) +
+                 (warm && !result.warm_started ? " (the warm start could not be expressed)" : ""));
+  if (result.solve.status == solver::Status::Timeout || result.solve.status == solver::Status::Error)
+    log.note("full ILP: " + describe_solve(result.solve) +
+             (warm ? "; returning the warm start" : "; no plan"));
+  if (result.plan && (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
+    partition::Allocation allocation;
+    for (const schedule::Stage& stage : result.plan->stages) {
+      allocation.first_layers.push_back(stage.first_layer);
+      allocation.gpus.push_back(stage.gpu);
+    }
+    return Candidate{allocation, result.plan->stages, result.plan->pattern, "ilp", info};
+  }
+  if (warm) warm->solver = info;
+  return warm;
 }
 
 static std::optional<Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
@@ -221,7 +438,8 @@ static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& 
   if (!gpipe)
     if (auto tight = schedule::retime(pattern, stages, platform)) pattern = *tight;
   if (!schedule::fits_memory(stages, pattern, platform)) return std::nullopt;
-  return Candidate{*allocation, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b"};
+  return Candidate{*allocation, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b",
+                   std::nullopt};
 }
 
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
@@ -232,9 +450,14 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   const auto started = std::chrono::steady_clock::now();
   const ChainCosts costs(profile);
   std::optional<Candidate> best;
+  PlanningLog log;
+  log.progress = options.progress;
   switch (options.algorithm) {
     case Algorithm::MadPipe:
-      best = plan_madpipe(costs, platform, options);
+      best = plan_madpipe(costs, platform, options, log);
+      break;
+    case Algorithm::Ilp:
+      best = plan_ilp(costs, platform, options, log);
       break;
     case Algorithm::Contiguous:
       best = plan_contiguous(costs, platform, options);
@@ -248,6 +471,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
       break;
   }
   PlanResult result;
+  result.notes = std::move(log.notes);
   result.planning_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!best) {
@@ -262,6 +486,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   plan.algorithm = to_string(options.algorithm);
   plan.stages = std::move(best->stages);
   plan.pattern = std::move(best->pattern);
+  plan.solver = best->solver;
   schedule::fill_predicted(plan, lower_bound_period_ms(profile, platform));
   return result;
 }
@@ -273,6 +498,12 @@ std::int64_t madpipe::partition::smallest_feasible_memory(const Profile& profile
   const ChainCosts costs(profile);
   PlannerOptions quick = options;
   quick.progress = nullptr;
+  // A binary search solves many plans: the heuristic scheduler answers "does it fit" well enough.
+  quick.scheduler = Scheduler::Heuristic;
+  if (quick.algorithm == Algorithm::Ilp) {
+    quick.algorithm = Algorithm::MadPipe;
+    quick.max_k = 1;
+  }
   if (quick.algorithm == Algorithm::MadPipe) {
     quick.discretization.iterations = std::min(quick.discretization.iterations, 6);
   }

@@ -20,6 +20,26 @@ enum class Algorithm {
   GPipe,       // contiguous DP with GPipe memory (NCA = micro-batches) + fill-drain
   PipeDream,   // PipeDream's partition (memory of 1F1B: NCA = stages after) scheduled with 1F1B*
                // and its k-periodic variants: the baseline of thesis ch. 7.3
+  Ilp,         // the full ILP of thesis ch. 6 (allocation + 1-periodic pattern), warm-started
+               // from MadPipe's best 1-periodic plan; needs a MILP backend
+};
+
+// How MadPipe schedules the allocations it found.
+enum class Scheduler {
+  Auto,       // Ilp when a MILP backend is built, else Heuristic
+  Ilp,        // heuristic families, then the stage-level ILP of ch. 7.2 on the best allocations
+  Heuristic,  // 1F1B*, modulo and guided-modulo families only
+};
+const char* to_string(Scheduler scheduler);               // "auto", "ilp", "heuristic"
+Scheduler scheduler_from_string(const std::string& name);  // Error lists names
+
+// The MILP solver the ILPs use.
+struct MilpSettings {
+  std::string backend;        // "cbc", "glpk"; empty: the first built
+  double time_limit_s = 60;   // per ILP solved
+  double relative_gap = 1e-4;
+  int threads = 1;
+  bool log = false;           // the backend's own log on stdout
 };
 
 const char* to_string(Algorithm algorithm);                     // "madpipe", "contiguous", ...
@@ -44,6 +64,9 @@ struct PlannerOptions {
   int max_k = 0;                // largest k tried for k-periodic patterns; 0: 2 * stages - 1
                                 // (one per pipeline resource)
   int refine_evaluations = 150; // madpipe: schedules tried by the local search; 0: none
+  Scheduler scheduler = Scheduler::Auto;
+  int ilp_allocations = 2;      // madpipe + ilp scheduler: best allocations given to the ILP
+  MilpSettings milp{};
   // Progress lines for long runs; the planner itself never prints.
   std::function<void(const std::string&)> progress;
 };
@@ -52,6 +75,7 @@ struct PlanResult {
   bool feasible = false;
   schedule::Plan plan;        // valid when feasible
   std::string reason;         // why no plan fits, when infeasible
+  std::vector<std::string> notes;  // what the user should know: solver fallbacks, limits hit
   double planning_seconds = 0;
 };
 

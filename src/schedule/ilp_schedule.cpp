@@ -14,6 +14,13 @@ double sequential_period_ms(const std::vector<Stage>& stages, const Platform& pl
   return total;
 }
 
+void tighten_bound(solver::SolveResult& result, double known_lower_bound) {
+  if (!(known_lower_bound > result.bound)) return;
+  result.bound = std::isfinite(result.objective) ? std::min(known_lower_bound, result.objective)
+                                                 : known_lower_bound;
+  result.gap = solver::relative_gap(result.objective, result.bound);
+}
+
 IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
                                const IlpScheduleOptions& options) {
   auto backend = solver::make_backend(options.backend);
@@ -25,7 +32,6 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
   if (options.warm_start && options.warm_start->k == 1)
     spec.period_upper_bound_ms = std::min(spec.period_upper_bound_ms, options.warm_start->period_ms);
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
-  spec.period_lower_bound_ms = std::min(options.period_lower_bound_ms, spec.period_upper_bound_ms);
   PatternIlp ilp(spec, platform);
   if (options.warm_start) result.warm_started = ilp.set_start(stages, *options.warm_start);
   result.solve = backend->solve(ilp.model(), options.solve);
@@ -34,6 +40,7 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
     if (fits_memory(decoded.stages, decoded.pattern, platform)) result.pattern = std::move(decoded.pattern);
   }
   result.solve.values.clear();
+  tighten_bound(result.solve, options.period_lower_bound_ms);
   return result;
 }
 

@@ -20,7 +20,7 @@ struct IlpScheduleOptions {
   // The ILP only looks for patterns at least this fast; +inf: the slowest sensible one (all ops
   // of a micro-batch back to back).
   double period_upper_bound_ms = std::numeric_limits<double>::infinity();
-  double period_lower_bound_ms = 0;  // a proven bound (tightens the relaxation)
+  double period_lower_bound_ms = 0;  // a proven bound, reported in the result's bound
 };
 
 struct IlpScheduleResult {
@@ -34,6 +34,11 @@ struct IlpScheduleResult {
 // when `options.backend` is not built.
 IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
                                const IlpScheduleOptions& options);
+
+// Raises a result's bound to a bound known from elsewhere (the gap follows). The bound is kept
+// out of the program itself: as a bound on T it slows CBC down by orders of magnitude on some
+// instances.
+void tighten_bound(solver::SolveResult& result, double known_lower_bound);
 
 // Upper bound on the period of the best 1-periodic pattern of a chain: every op of one
 // micro-batch one after the other.

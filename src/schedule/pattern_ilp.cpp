@@ -53,7 +53,7 @@ void PatternIlp::add_variables() {
   const double tmax = spec_.period_upper_bound_ms;
   double longest = 0;
   for (const Stage& b : spec_.blocks) longest = std::max({longest, b.forward_ms, b.backward_ms});
-  const double tmin = std::min(tmax, std::max(spec_.period_lower_bound_ms, longest));
+  const double tmin = std::min(tmax, longest);
   period_ = model_.add_var(tmin, tmax, false, "T");
 
   if (!spec_.fixed_allocation) {
@@ -174,7 +174,7 @@ void PatternIlp::add_link_exclusivity() {
       for (int k = j + 1; k < boundaries; ++k) {
         const Var s = model_.add_var(0, 1, true, "zl" + idx(j, k));
         link_same_[j][k] = s;
-        const std::string name = "link_" + idx(j, k);
+        const std::string name = "zl_" + idx(j, k);
         const LinearExpr cj = cut(j), ck = cut(k);
         add_constraint(model_, LinearExpr(s) - same_gpu(j, k) - same_gpu(j + 1, k + 1) - cj, -2, kInf,
                        name + "a");

@@ -28,7 +28,6 @@ class PatternIlp {
     std::vector<Stage> blocks;       // in chain order; gpu is read only with a fixed allocation
     bool fixed_allocation = true;
     double period_upper_bound_ms = 0;  // T <= this (> 0); also scales the big-M constants
-    double period_lower_bound_ms = 0;  // a proven bound, to tighten the relaxation
   };
 
   struct Decoded {

@@ -26,6 +26,9 @@ struct SolveResult {
   Status status = Status::Error;
   // objective includes the model's offset; gap = |objective - bound| / max(1e-9, |objective|).
   double objective = kInf, bound = -kInf, gap = kInf, seconds = 0;
+  // When the first incumbent appeared (a MIP start counts, at 0); -1 without one or when the
+  // backend does not tell.
+  double first_solution_seconds = -1;
   std::vector<double> values;  // one per variable, empty without a solution
   std::string backend, message;
 

@@ -17,6 +17,7 @@ work_root=$4
 resnet=$source_dir/configs/profiles/resnet50.json
 gpt2=$source_dir/configs/profiles/gpt2_small.json
 minimal=$source_dir/tests/data/profiles/minimal.json
+resnet5=$source_dir/tests/data/profiles/resnet50_first5.json
 platform=(--gpus 4 --memory 8GiB --bandwidth 12GB/s)
 
 # --- helpers --------------------------------------------------------------------------------
@@ -158,6 +159,38 @@ case_plan_every_algorithm() {
   done
 }
 
+# The full ILP beats MadPipe's heuristics on the first 5 layers of ResNet-50 at 4 GiB (35.69 ms
+# against 47.94 ms with a non-contiguous allocation) and proves it optimal.
+case_plan_ilp() {
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --algorithm ilp \
+    --time-limit 100 --output ilp.json
+  expect_status 0
+  expect_in out "algorithm    ilp: "
+  expect_in out "non-contiguous allocation, 1-periodic pattern"
+  expect_match out "^period +35\.69 ms per micro-batch"
+  expect_match out "^solver +cbc, optimal in [0-9.]+ s, objective 35\.69 ms, bound 35\.69 ms"
+  expect_in err "plan: full ILP over 5 layers, warm start at 47.94 ms"
+  expect_in ilp.json '"solver": {'
+  expect_in ilp.json '"status": "optimal"'
+  run simulate --plan ilp.json --profile "$resnet5"
+  expect_status 0
+  expect_match out "ratio 1\.000$"
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --scheduler heuristic \
+    --quiet
+  expect_status 0
+  expect_not_in out "solver "
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --scheduler greedy
+  expect_status 2
+  expect_in err "madpipe: error: --scheduler: unknown scheduler 'greedy' (valid: auto, ilp, heuristic)"
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --algorithm ilp \
+    --solver cplex
+  expect_status 2
+  expect_in err "cplex"
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --time-limit 0
+  expect_status 2
+  expect_in err "madpipe: error: --time-limit: must be > 0 seconds"
+}
+
 case_plan_is_deterministic() {
   run plan --profile "$resnet" "${platform[@]}" --quiet --output a.json
   expect_status 0
@@ -190,7 +223,7 @@ case_bad_options() {
   run plan --profile "$resnet" "${platform[@]}" --algorithm nosuch
   expect_status 2
   expect_in err "madpipe: error: --algorithm: unknown algorithm 'nosuch'"
-  expect_in err "(valid: madpipe, contiguous, pipedream, 1f1b, gpipe)"
+  expect_in err "(valid: madpipe, contiguous, pipedream, 1f1b, gpipe, ilp)"
   run plan --profile "$resnet" "${platform[@]}" --mem 4GiB
   expect_status 2
   expect_in err "madpipe: error: unrecognised option '--mem'"

@@ -101,7 +101,7 @@ TEST(PatternIlp, KnownPatternsAreFeasiblePointsOfTheProgram) {
   for (const Instance& instance : instances(12, 7)) {
     const auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
     ASSERT_TRUE(pattern);
-    ms::PatternIlp::Spec spec{instance.stages, true, pattern->period_ms * 1.5, 0};
+    ms::PatternIlp::Spec spec{instance.stages, true, pattern->period_ms * 1.5};
     ms::PatternIlp ilp(spec, instance.platform);
     ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
     EXPECT_EQ(violated(ilp.model(), hints_of(ilp.model())), std::vector<std::string>{});
@@ -116,7 +116,7 @@ TEST(PatternIlp, FreeAllocationAcceptsKnownPatternsToo) {
   for (const Instance& instance : instances(8, 11)) {
     const auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
     ASSERT_TRUE(pattern);
-    ms::PatternIlp::Spec spec{instance.stages, false, pattern->period_ms * 1.5, 0};
+    ms::PatternIlp::Spec spec{instance.stages, false, pattern->period_ms * 1.5};
     ms::PatternIlp ilp(spec, instance.platform);
     ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
     EXPECT_EQ(violated(ilp.model(), hints_of(ilp.model())), std::vector<std::string>{});
@@ -127,7 +127,7 @@ TEST(PatternIlp, RejectsPatternsItCannotExpress) {
   const auto stages = mt::chain_stages({1, 1}, {2, 2});
   const madpipe::Platform platform = mt::huge_memory_platform(2);
   ms::Pattern pattern = ms::one_f_one_b(stages, platform);
-  ms::PatternIlp ilp({stages, true, 100, 0}, platform);
+  ms::PatternIlp ilp({stages, true, 100}, platform);
   pattern.k = 2;
   EXPECT_FALSE(ilp.set_start(stages, pattern));
   EXPECT_TRUE(ilp.model().hints().empty());

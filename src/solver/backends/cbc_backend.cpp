@@ -1,13 +1,16 @@
 // CBC backend: OsiClpSolverInterface + CbcModel, solved through CbcMain1 (cuts, heuristics and the
 // MIP start are applied there).
 
+#include <coin/CbcEventHandler.hpp>
 #include <coin/CbcModel.hpp>
 #include <coin/CbcSolver.hpp>
 #include <coin/CoinPackedMatrix.hpp>
 #include <coin/OsiClpSolverInterface.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +24,26 @@ class CbcBackend final : public madpipe::solver::Backend {
   std::string_view name() const override { return "cbc"; }
   madpipe::solver::SolveResult solve(const madpipe::solver::Model& model,
                                      const madpipe::solver::SolveOptions& options) override;
+};
+
+// Records when the first integer solution appears (CBC clones handlers: the record is shared).
+class FirstSolutionClock final : public CbcEventHandler {
+ public:
+  struct Record {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    double first_seconds = -1;
+  };
+  explicit FirstSolutionClock(std::shared_ptr<Record> record) : record_(std::move(record)) {}
+  CbcAction event(CbcEvent which) override {
+    if ((which == solution || which == heuristicSolution) && record_->first_seconds < 0)
+      record_->first_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - record_->start).count();
+    return noAction;
+  }
+  CbcEventHandler* clone() const override { return new FirstSolutionClock(*this); }
+
+ private:
+  std::shared_ptr<Record> record_;
 };
 
 }  // namespace
@@ -126,6 +149,9 @@ madpipe::solver::SolveResult CbcBackend::solve(const madpipe::solver::Model& mod
   for (const auto& [var, value] : model.hints())
     start.emplace_back(model.var_name(var.index), value);
   if (!start.empty()) cbc.setMIPStart(start);
+  auto clock = std::make_shared<FirstSolutionClock::Record>();
+  const FirstSolutionClock handler(clock);
+  cbc.passInEventHandler(&handler);
 
   const std::string seconds = std::to_string(std::max(0.0, options.time_limit_s));
   const std::string ratio = std::to_string(std::max(0.0, options.relative_gap));
@@ -154,6 +180,8 @@ madpipe::solver::SolveResult CbcBackend::solve(const madpipe::solver::Model& mod
     result.status = Status::Error;
     result.message = "cbc: reported a solution but returned none";
   }
+  if (result.has_solution())
+    result.first_solution_seconds = clock->first_seconds >= 0 ? clock->first_seconds : 0.0;
   const double bound = from_coin(cbc.getBestPossibleObjValue());
   result.bound = std::isfinite(bound) ? bound + offset : bound;
   return result;
