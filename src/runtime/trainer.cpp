@@ -89,6 +89,7 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
         const auto result = madpipe::partition::make_plan(profile, platform, options);
         if (!result.feasible) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory", result.reason);
         plan = result.plan;
+        for (const std::string& note : result.notes) say("planner note: " + note);
         say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
       }
       if (plan.platform.gpus != c.gpus)

@@ -115,6 +115,12 @@ void PatternIlp::add_allocation_rules() {
     classes += first;
   }
   add_constraint(model_, classes, -kInf, platform_.gpus, "gpus");
+  // Implied by the windows, but the relaxation does not see it: a GPU's work fits in T.
+  for (int s = 0; s < n_; ++s) {
+    LinearExpr load;
+    for (int t = 0; t < n_; ++t) load += spec_.blocks[t].compute_ms() * same_gpu(s, t);
+    add_constraint(model_, LinearExpr(period_) - load, 0, kInf, "load" + idx(s));
+  }
 }
 
 // Each dependency x -> y of the chain holds with a shift of v + v2 periods (thesis (6.23)-(6.30)):
@@ -270,6 +276,10 @@ void PatternIlp::add_memory() {
       used += stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));
     }
     add_constraint(model_, scale * used, -kInf, 1.0, name);
+    // A B that ends before its own F starts in the window belongs to an earlier period: implied
+    // by the dependencies, stated for the relaxation.
+    add_constraint(model_, shifts_between(f_node_[s], b_node_[s]) - before(b_node_[s], f_node_[s]),
+                   0, kInf, "wrap" + idx(s));
   }
 }
 

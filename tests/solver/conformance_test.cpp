@@ -332,3 +332,20 @@ TEST(SolverBackends, BackendsAgreeOnObjectives) {
     for (double o : objectives) EXPECT_NEAR(o, objectives.front(), 1e-6);
   }
 }
+
+TEST_P(Conformance, FirstSolutionTimeIsWithinTheSolveOrUnknown) {
+  const Model m = knapsack({10, 13, 7, 8, 9, 4}, {5, 6, 3, 4, 5, 2}, 12);
+  const SolveResult r = solve(m);
+  ASSERT_EQ(r.status, Status::Optimal) << r.message;
+  if (GetParam() == "cbc") {
+    EXPECT_GE(r.first_solution_seconds, 0);
+    EXPECT_LE(r.first_solution_seconds, r.seconds);
+  } else {
+    EXPECT_EQ(r.first_solution_seconds, -1);  // the backend does not tell
+  }
+  Model infeasible;
+  const Var x = infeasible.add_var(0, 1, true, "x");
+  const auto row = infeasible.add_row(2, kInf, "impossible");
+  infeasible.add_term(row, x, 1);
+  EXPECT_EQ(solve(infeasible).first_solution_seconds, -1);
+}

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "solver/linear_expr.hpp"
 #include "solver/model.hpp"
 #include "solver/mps.hpp"
 #include "solver/solve.hpp"
@@ -157,4 +158,24 @@ TEST(SolverMps, EmptyModelHasAllSections) {
   std::ostringstream out;
   madpipe::solver::write_mps(Model{}, out);
   EXPECT_EQ(out.str(), "NAME madpipe\nROWS\n N  obj\nCOLUMNS\nRHS\nENDATA\n");
+}
+
+TEST(LinearExpr, ArithmeticAndConstraints) {
+  using madpipe::solver::LinearExpr;
+  madpipe::solver::Model m;
+  const madpipe::solver::Var x = m.add_var(0, 10, false, "x");
+  const madpipe::solver::Var y = m.add_var(0, 10, true, "y");
+  const LinearExpr e = 2.0 * (LinearExpr(x) - y) + 3.0 - (1.0 - LinearExpr(y)) * 4.0;
+  // 2x - 2y + 3 - 4 + 4y = 2x + 2y - 1
+  EXPECT_DOUBLE_EQ(e.constant(), -1.0);
+  EXPECT_DOUBLE_EQ(e.evaluate({1.5, 2.0}), 2 * 1.5 + 2 * 2.0 - 1);
+  const auto row = madpipe::solver::add_constraint(m, e, 0, 5, "r");
+  EXPECT_DOUBLE_EQ(m.row_lb(row.index), 1.0);  // the constant moves to the bounds
+  EXPECT_DOUBLE_EQ(m.row_ub(row.index), 6.0);
+  double sum_x = 0, sum_y = 0;
+  for (const auto& t : m.row_terms(row.index)) (t.var == x.index ? sum_x : sum_y) += t.coeff;
+  EXPECT_DOUBLE_EQ(sum_x, 2.0);
+  EXPECT_DOUBLE_EQ(sum_y, 2.0);
+  EXPECT_DOUBLE_EQ(madpipe::solver::add_constraint(m, -LinearExpr(x), -madpipe::solver::kInf, 0, "s")
+                       .index, 1);
 }
