@@ -276,10 +276,6 @@ void PatternIlp::add_memory() {
       used += stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));
     }
     add_constraint(model_, scale * used, -kInf, 1.0, name);
-    // A B that ends before its own F starts in the window belongs to an earlier period: implied
-    // by the dependencies, stated for the relaxation.
-    add_constraint(model_, shifts_between(f_node_[s], b_node_[s]) - before(b_node_[s], f_node_[s]),
-                   0, kInf, "wrap" + idx(s));
   }
 }
 
