@@ -67,6 +67,9 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->notifier(at_least(1, "--solver-threads")),
             "threads of the MILP solver");
   add_group("solver-log", po::bool_switch(&settings.milp.log), "print the MILP solver's log");
+  add_group("write-mps",
+            po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
+            "also write every ILP solved in MPS: PREFIX-schedule-N.mps, PREFIX-full.mps");
   add_group("time-steps",
             po::value(&d.time_steps)
                 ->value_name("N")

@@ -8,6 +8,7 @@
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
+#include "solver/mps.hpp"
 
 namespace madpipe::partition {
 
@@ -128,6 +129,7 @@ FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   schedule::PatternIlp ilp(spec, platform);
   if (start) result.warm_started = ilp.set_start(start->stages, start->pattern);
+  if (!options.mps_path.empty()) solver::write_mps(ilp.model(), options.mps_path);
   result.solve = backend->solve(ilp.model(), options.solve);
   if (result.solve.has_solution()) {
     schedule::PatternIlp::Decoded decoded = ilp.decode(result.solve.values);

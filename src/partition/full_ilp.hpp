@@ -23,6 +23,7 @@ struct FullIlpOptions {
   // A 1-periodic plan of the same chain: the MIP start and the period to beat.
   std::optional<ScheduledStages> warm_start;
   double period_lower_bound_ms = 0;
+  std::string mps_path;  // also write the model there (MPS) before solving
 };
 
 struct FullIlpResult {

@@ -255,6 +255,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   // One time budget for all of them: --time-limit bounds what scheduling adds to planning.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(options.milp.time_limit_s);
+  int solved = 0;
   for (const partition::Allocation& allocation : allocations) {
     if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
     const double seconds_left =
@@ -268,6 +269,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     ilp.backend = backend;
     ilp.solve = solve_options(options.milp);
     ilp.solve.time_limit_s = seconds_left;
+    if (!options.milp.mps_prefix.empty())
+      ilp.mps_path = options.milp.mps_prefix + "-schedule-" + std::to_string(++solved) + ".mps";
     ilp.period_lower_bound_ms = std::max(lower_bound, schedule::busiest_resource_ms(stages, platform));
     if (best) ilp.period_upper_bound_ms = best->pattern.normalized_period_ms();
     if (best && best->allocation == allocation && best->pattern.k == 1) {
@@ -386,6 +389,7 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
   ilp.backend = backend;
   ilp.solve = solve_options(options.milp);
   ilp.period_lower_bound_ms = partition::lower_bound_period_ms(costs, platform);
+  if (!options.milp.mps_prefix.empty()) ilp.mps_path = options.milp.mps_prefix + "-full.mps";
   if (warm) ilp.warm_start = partition::ScheduledStages{warm->stages, warm->pattern};
   if (log.progress)
     log.progress("full ILP over " + std::to_string(costs.num_layers()) + " layers, " +

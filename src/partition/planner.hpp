@@ -40,6 +40,9 @@ struct MilpSettings {
   double relative_gap = 1e-4;
   int threads = 1;
   bool log = false;           // the backend's own log on stdout
+  // Non-empty: every ILP solved is also written in MPS, to PREFIX-schedule-N.mps (the stage
+  // ILPs, in order) and PREFIX-full.mps (the full ILP), for solving with another solver.
+  std::string mps_prefix;
 };
 
 const char* to_string(Algorithm algorithm);                     // "madpipe", "contiguous", ...

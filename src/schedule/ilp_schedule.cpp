@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "schedule/pattern_ilp.hpp"
+#include "solver/mps.hpp"
 #include "schedule/search.hpp"
 
 namespace madpipe::schedule {
@@ -34,6 +35,7 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   PatternIlp ilp(spec, platform);
   if (options.warm_start) result.warm_started = ilp.set_start(stages, *options.warm_start);
+  if (!options.mps_path.empty()) solver::write_mps(ilp.model(), options.mps_path);
   result.solve = backend->solve(ilp.model(), options.solve);
   if (result.solve.has_solution()) {
     PatternIlp::Decoded decoded = ilp.decode(result.solve.values);

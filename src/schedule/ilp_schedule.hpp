@@ -21,6 +21,7 @@ struct IlpScheduleOptions {
   // of a micro-batch back to back).
   double period_upper_bound_ms = std::numeric_limits<double>::infinity();
   double period_lower_bound_ms = 0;  // a proven bound, reported in the result's bound
+  std::string mps_path;              // also write the model there (MPS) before solving
 };
 
 struct IlpScheduleResult {

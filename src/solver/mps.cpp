@@ -3,8 +3,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include "core/error.hpp"
 
 static std::string format_number(double x) {
   char buf[40];
@@ -132,4 +135,19 @@ void madpipe::solver::write_mps(const Model& model, std::ostream& out) {
     }
   }
   out << "ENDATA\n";
+}
+
+void madpipe::solver::write_mps(const Model& model, const std::string& path) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    if (!out) throw Error(ErrorKind::Io, path, "", "cannot open for writing");
+    write_mps(model, out);
+    out.flush();
+    if (!out) throw Error(ErrorKind::Io, path, "", "write failed");
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw Error(ErrorKind::Io, path, "", "cannot rename the temporary file into place");
+  }
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "solver/model.hpp"
 
@@ -12,5 +13,7 @@ namespace madpipe::solver {
 // RANGES, BOUNDS (FX, BV, FR, MI, LO, UP, PL where the default [0, +inf) does not hold), ENDATA.
 // Names are written as given; the objective row is "obj" unless a row holds that name.
 void write_mps(const Model& model, std::ostream& out);
+// Same, to a file (temporary file, then rename); throws Error(Io) naming the path.
+void write_mps(const Model& model, const std::string& path);
 
 }  // namespace madpipe::solver

@@ -179,6 +179,15 @@ case_plan_ilp() {
     --quiet
   expect_status 0
   expect_not_in out "solver "
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --scheduler ilp \
+    --write-mps model --quiet
+  expect_status 0
+  [[ -s model-schedule-1.mps ]] || fail "--write-mps wrote no model-schedule-1.mps"
+  expect_in model-schedule-1.mps "ENDATA"
+  run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --scheduler ilp \
+    --write-mps no/such/dir/model --quiet
+  expect_status 2
+  expect_in err "no/such/dir/model-schedule-1.mps"
   run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --scheduler greedy
   expect_status 2
   expect_in err "madpipe: error: --scheduler: unknown scheduler 'greedy' (valid: auto, ilp, heuristic)"
