@@ -24,11 +24,12 @@
 #include "schedule/search.hpp"
 
 namespace {
-struct AlgorithmName {
-  madpipe::partition::Algorithm algorithm;
+template <typename Enum>
+struct Named {
+  Enum value;
   const char* name;
 };
-constexpr AlgorithmName kAlgorithmNames[] = {
+constexpr Named<madpipe::partition::Algorithm> kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::MadPipe, "madpipe"},
     {madpipe::partition::Algorithm::Contiguous, "contiguous"},
     {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
@@ -36,16 +37,32 @@ constexpr AlgorithmName kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::PipeDream, "pipedream"},
     {madpipe::partition::Algorithm::Ilp, "ilp"},
 };
-
-struct SchedulerName {
-  madpipe::partition::Scheduler scheduler;
-  const char* name;
-};
-constexpr SchedulerName kSchedulerNames[] = {
+constexpr Named<madpipe::partition::Scheduler> kSchedulerNames[] = {
     {madpipe::partition::Scheduler::Auto, "auto"},
     {madpipe::partition::Scheduler::Ilp, "ilp"},
     {madpipe::partition::Scheduler::Heuristic, "heuristic"},
 };
+
+template <typename Enum, std::size_t N>
+const char* name_of(const Named<Enum> (&table)[N], Enum value) {
+  for (const Named<Enum>& entry : table)
+    if (entry.value == value) return entry.name;
+  MADPIPE_UNREACHABLE("value without a name");
+}
+
+// Case-insensitive lookup; the error names `what` and lists the valid names.
+template <typename Enum, std::size_t N>
+Enum value_of(const Named<Enum> (&table)[N], const std::string& name, const std::string& what) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const Named<Enum>& entry : table)
+    if (lower == entry.name) return entry.value;
+  std::string valid;
+  for (const Named<Enum>& entry : table) valid += std::string(valid.empty() ? "" : ", ") + entry.name;
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", what,
+                       "unknown " + what + " '" + name + "' (valid: " + valid + ")");
+}
 
 struct Candidate {
   madpipe::partition::Allocation allocation;
@@ -67,22 +84,11 @@ struct PlanningLog {
 }  // namespace
 
 const char* madpipe::partition::to_string(Algorithm algorithm) {
-  for (const AlgorithmName& entry : kAlgorithmNames)
-    if (entry.algorithm == algorithm) return entry.name;
-  MADPIPE_UNREACHABLE("unknown algorithm");
+  return name_of(kAlgorithmNames, algorithm);
 }
 
 madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const AlgorithmName& entry : kAlgorithmNames)
-    if (lower == entry.name) return entry.algorithm;
-  std::string valid;
-  for (const AlgorithmName& entry : kAlgorithmNames)
-    valid += std::string(valid.empty() ? "" : ", ") + entry.name;
-  throw Error(ErrorKind::InvalidInput, "", "algorithm",
-              "unknown algorithm '" + name + "' (valid: " + valid + ")");
+  return value_of(kAlgorithmNames, name, "algorithm");
 }
 
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
@@ -93,19 +99,11 @@ const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algori
 }
 
 const char* madpipe::partition::to_string(Scheduler scheduler) {
-  for (const SchedulerName& entry : kSchedulerNames)
-    if (entry.scheduler == scheduler) return entry.name;
-  MADPIPE_UNREACHABLE("unknown scheduler");
+  return name_of(kSchedulerNames, scheduler);
 }
 
 madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const SchedulerName& entry : kSchedulerNames)
-    if (lower == entry.name) return entry.scheduler;
-  throw Error(ErrorKind::InvalidInput, "", "scheduler",
-              "unknown scheduler '" + name + "' (valid: auto, ilp, heuristic)");
+  return value_of(kSchedulerNames, name, "scheduler");
 }
 
 // The backend the ILPs use, or "" when none is built and none was asked for.
