@@ -20,6 +20,7 @@
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/search.hpp"
+#include "schedule/simulate.hpp"
 #include "schedule/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/schedule_support.hpp"
@@ -146,6 +147,11 @@ TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
     EXPECT_FALSE(ilp.plan.solver->backend.empty());
     EXPECT_LE(ilp.plan.predicted.period_ms, madpipe.plan.predicted.period_ms * (1 + 1e-9));
     EXPECT_GE(ilp.plan.predicted.period_ms, ilp.plan.predicted.lower_bound_period_ms * (1 - 1e-9));
+    // The simulator replays the plan at its period, within its predicted memory.
+    const ms::SimResult sim = ms::simulate(ilp.plan);
+    EXPECT_NEAR(sim.steady_period_ms, ilp.plan.pattern.period_ms, 1e-6 * ilp.plan.pattern.period_ms);
+    for (int g = 0; g < platform.gpus; ++g)
+      EXPECT_LE(sim.peak_memory_bytes[g], ilp.plan.predicted.memory_bytes[g]) << "gpu " << g;
   }
 }
 
