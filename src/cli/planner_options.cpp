@@ -51,7 +51,8 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->notifier([](double s) {
                   if (!(s > 0)) throw_invalid("", "--time-limit", "must be > 0 seconds");
                 }),
-            "time limit of each ILP solved; the best solution found so far is kept");
+            "time budget of madpipe's stage ILPs (shared), and of the full ILP of --algorithm "
+            "ilp (its own); the best solution found in time is kept");
   add_group("gap",
             po::value(&settings.milp.relative_gap)
                 ->value_name("RATIO")

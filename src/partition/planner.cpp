@@ -110,7 +110,10 @@ madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const st
 static std::string milp_backend(const madpipe::partition::MilpSettings& milp, bool required,
                                 const std::string& what) {
   using namespace madpipe;
-  if (!milp.backend.empty()) return milp.backend;  // make_backend reports it if not built
+  if (!milp.backend.empty()) {
+    solver::make_backend(milp.backend);  // before any work: an unknown name fails at once
+    return milp.backend;
+  }
   const std::vector<std::string> built = solver::built_backends();
   if (!built.empty()) return built.front();
   if (required)
@@ -287,9 +290,10 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
         log.progress(what + describe_solve(result.solve) +
                      (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
                            : std::string(", the heuristic found none that fits")));
-      if (result.solve.status == solver::Status::Feasible)
-        log.note(what + "stopped at the time limit " + describe_solve(result.solve) +
-                 "; a longer --time-limit may find a shorter period, and the plan depends on "
+      if (result.solve.status == solver::Status::Feasible &&
+          result.solve.gap > options.milp.relative_gap)
+        log.note(what + "the time limit stopped the solver (" + describe_solve(result.solve) +
+                 "): a longer --time-limit may find a shorter period, and the plan depends on "
                  "the machine's speed");
       best = Candidate{allocation, std::move(stages), *result.pattern,
                        "ilp (" + std::string(solver::to_string(result.solve.status)) + ")",
@@ -319,6 +323,11 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                              const madpipe::partition::PlannerOptions& options,
                                              PlanningLog& log) {
   using namespace madpipe;
+  const std::string backend =
+      options.scheduler == partition::Scheduler::Heuristic
+          ? ""
+          : milp_backend(options.milp, options.scheduler == partition::Scheduler::Ilp,
+                         "--scheduler ilp");
   const double contiguous_bound =
       partition::contiguous_upper_bound(costs, platform, options.discretization);
   std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
@@ -354,11 +363,6 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                   scheduled.method, std::nullopt});
     }
   }
-  const std::string backend =
-      options.scheduler == partition::Scheduler::Heuristic
-          ? ""
-          : milp_backend(options.milp, options.scheduler == partition::Scheduler::Ilp,
-                         "--scheduler ilp");
   if (backend.empty() || options.ilp_allocations <= 0) return best;
   // The ILP's memory model is exact where the DP's is an estimate (the special GPU): it looks at
   // the best allocation and at the DP's own favourites.
@@ -401,6 +405,10 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
   if (result.solve.status == solver::Status::Timeout || result.solve.status == solver::Status::Error)
     log.note("full ILP: " + describe_solve(result.solve) +
              (warm ? "; returning the warm start" : "; no plan"));
+  if (result.solve.status == solver::Status::Feasible && result.solve.gap > options.milp.relative_gap)
+    log.note("full ILP: the time limit stopped the solver (" + describe_solve(result.solve) +
+             "): a longer --time-limit may find a shorter period, and the plan depends on the "
+             "machine's speed");
   if (result.plan && (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
     partition::Allocation allocation;
     for (const schedule::Stage& stage : result.plan->stages) {
