@@ -124,7 +124,8 @@ FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
   std::optional<ScheduledStages> start;
   if (options.warm_start && options.warm_start->pattern.k == 1) {
     start = expand_to_layers(costs, *options.warm_start);
-    spec.period_upper_bound_ms = start->pattern.period_ms;
+    // A hair above the start's period: the solver must be able to take the start as it is.
+    spec.period_upper_bound_ms = start->pattern.period_ms * (1 + 1e-6);
   }
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   schedule::PatternIlp ilp(spec, platform);

@@ -29,9 +29,12 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
   PatternIlp::Spec spec;
   spec.blocks = stages;
   spec.fixed_allocation = true;
-  spec.period_upper_bound_ms = std::min(options.period_upper_bound_ms, sequential_period_ms(stages, platform));
+  spec.period_upper_bound_ms = std::min(options.period_upper_bound_ms * (1 + 1e-6),
+                                        sequential_period_ms(stages, platform));
   if (options.warm_start && options.warm_start->k == 1)
-    spec.period_upper_bound_ms = std::min(spec.period_upper_bound_ms, options.warm_start->period_ms);
+    // A hair above the start's period: the solver must be able to take the start as it is.
+    spec.period_upper_bound_ms =
+        std::min(spec.period_upper_bound_ms, options.warm_start->period_ms * (1 + 1e-6));
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   PatternIlp ilp(spec, platform);
   if (options.warm_start) result.warm_started = ilp.set_start(stages, *options.warm_start);

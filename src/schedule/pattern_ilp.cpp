@@ -209,12 +209,12 @@ void PatternIlp::add_link_exclusivity() {
       } else {
         share = *link_same_[std::min(bi, bj)][std::max(bi, bj)];
       }
-      const double di = transfer_ms(spec_.blocks[bi].output_bytes, platform_);
-      const double dj = transfer_ms(spec_.blocks[bj].output_bytes, platform_);
+      // duration() is 0 for a transfer that does not happen: the big-M bounds assume that every
+      // op, real or not, ends within [0, T].
       const Var order = model_.add_var(0, 1, true, "o" + idx(i, j));
       order_[i][j] = order;
-      add_disjunction(model_, period_, big_, share, order, nodes_[i].start, di, nodes_[j].start, dj,
-                      "link_" + idx(i, j));
+      add_disjunction(model_, period_, big_, share, order, nodes_[i].start, duration(i),
+                      nodes_[j].start, duration(j), "link_" + idx(i, j));
     }
 }
 

@@ -114,13 +114,17 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
     set(node.start, start[x]);
     previous_end = end;
   }
+  // Each dependency takes the smallest shift it allows (at most 2 with every op ending in
+  // [0, T]): the same ops at the same times, with fewer micro-batches in flight when the given
+  // pattern waited longer than it had to.
+  const double eps = 1e-9 * period;
   for (int x = 0; x + 1 < m; ++x) {
-    const long long shift = period_of[x + 1] - period_of[x];
-    if (shift < 0 || shift > 2) return false;
+    long long shift = 0;
+    while (shift <= 2 && start[x + 1] + shift * period < start[x] + length[x] - eps) ++shift;
+    if (shift > 2 || shift > period_of[x + 1] - period_of[x]) return false;
     set(edges_[x].v, shift >= 1 ? 1 : 0);
     set(edges_[x].v2, shift >= 2 ? 1 : 0);
   }
-  const double eps = 1e-9 * period;
   for (int i = 0; i < m; ++i)
     for (int j = i + 1; j < m; ++j)
       if (order_[i][j]) set(*order_[i][j], start[i] + length[i] <= start[j] + eps ? 1 : 0);

@@ -19,6 +19,7 @@
 #include "partition/planner.hpp"
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/pattern_ilp.hpp"
 #include "schedule/search.hpp"
 #include "schedule/simulate.hpp"
 #include "schedule/validate.hpp"
@@ -223,4 +224,31 @@ TEST(Scheduler, IlpSchedulerNeverLosesToTheHeuristicOne) {
       }
     }
   }
+}
+
+// MadPipe's 1-periodic plans, expanded to layers, satisfy every row of the full ILP: the warm
+// start is a real start. Slow links (transfers about as long as the period) and neighbouring
+// layers on one GPU (transfers that do not happen) are where big-M constants are tightest.
+TEST(FullIlp, MadPipePlansAreFeasiblePointsOfTheProgram) {
+  madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  profile.layers.resize(12);
+  const madpipe::ChainCosts costs(profile);
+  int checked = 0;
+  for (double gib : {8.0, 12.0, 24.0}) {
+    const madpipe::Platform platform =
+        mt::make_platform(4, static_cast<std::int64_t>(gib * (1LL << 30)), 12e6, 3);
+    mp::PlannerOptions options;
+    options.max_k = 1;
+    options.scheduler = mp::Scheduler::Heuristic;
+    const mp::PlanResult plan = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(plan.feasible) << gib;
+    const mp::ScheduledStages layers = mp::expand_to_layers(costs, {plan.plan.stages, plan.plan.pattern});
+    std::vector<ms::Stage> blocks = layers.stages;
+    ms::PatternIlp ilp({blocks, false, plan.plan.pattern.period_ms * (1 + 1e-6)}, platform);
+    ASSERT_TRUE(ilp.set_start(layers.stages, layers.pattern)) << gib;
+    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())), std::vector<std::string>{})
+        << gib << " GiB";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
 }

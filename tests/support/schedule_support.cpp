@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -159,4 +160,32 @@ std::string madpipe::testing::describe(const std::vector<ms::Violation>& violati
   std::ostringstream out;
   for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
   return out.str();
+}
+
+std::vector<std::string> madpipe::testing::violated_rows(const solver::Model& model,
+                                                         const std::vector<double>& values) {
+  std::vector<std::string> out;
+  for (int v = 0; v < model.num_vars(); ++v) {
+    const double x = values[static_cast<std::size_t>(v)];
+    if (x < model.var_lb(v) - 1e-6 || x > model.var_ub(v) + 1e-6)
+      out.push_back("bound of " + model.var_name(v));
+    if (model.var_integer(v) && std::abs(x - std::round(x)) > 1e-9)
+      out.push_back("integrality of " + model.var_name(v));
+  }
+  for (int r = 0; r < model.num_rows(); ++r) {
+    double sum = 0, scale = 1;
+    for (const solver::Term& t : model.row_terms(r)) {
+      sum += t.coeff * values[static_cast<std::size_t>(t.var)];
+      scale = std::max(scale, std::abs(t.coeff * values[static_cast<std::size_t>(t.var)]));
+    }
+    if (sum < model.row_lb(r) - 1e-7 * scale || sum > model.row_ub(r) + 1e-7 * scale)
+      out.push_back(model.row_name(r));
+  }
+  return out;
+}
+
+std::vector<double> madpipe::testing::hint_values(const solver::Model& model) {
+  std::vector<double> values(static_cast<std::size_t>(model.num_vars()), 0.0);
+  for (const auto& [var, value] : model.hints()) values[static_cast<std::size_t>(var.index)] = value;
+  return values;
 }

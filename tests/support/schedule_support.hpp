@@ -16,6 +16,7 @@
 #include "schedule/plan.hpp"
 #include "schedule/stage.hpp"
 #include "schedule/validate.hpp"
+#include "solver/model.hpp"
 
 namespace madpipe::testing {
 
@@ -71,5 +72,12 @@ std::size_t find_op(const schedule::Plan& plan, schedule::OpKind kind, int stage
 
 // One "field: problem" line per violation.
 std::string describe(const std::vector<schedule::Violation>& violations);
+
+// Names of the bounds, integralities and rows of `model` that `values` violates (tolerance
+// relative to each row's terms).
+std::vector<std::string> violated_rows(const solver::Model& model, const std::vector<double>& values);
+
+// The model's MIP start as one value per variable (0 where none is set).
+std::vector<double> hint_values(const solver::Model& model);
 
 }  // namespace madpipe::testing
