@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
-#include "solver/mps.hpp"
 
 namespace madpipe::partition {
 
@@ -16,11 +16,11 @@ using schedule::Op;
 using schedule::OpKind;
 using schedule::Stage;
 
+// One stage per layer, layer l on gpu_of_layer[l].
 static std::vector<Stage> layer_stages(const ChainCosts& costs, const std::vector<int>& gpu_of_layer) {
-  std::vector<Stage> stages;
-  for (int l = 0; l < costs.num_layers(); ++l)
-    stages.push_back(schedule::make_stage(costs, l, l, l, gpu_of_layer[static_cast<std::size_t>(l)]));
-  return stages;
+  std::vector<int> first_layers(gpu_of_layer.size());
+  std::iota(first_layers.begin(), first_layers.end(), 0);
+  return schedule::make_stages(costs, first_layers, gpu_of_layer);
 }
 
 ScheduledStages expand_to_layers(const ChainCosts& costs, const ScheduledStages& scheduled) {
@@ -109,7 +109,6 @@ ScheduledStages merge_stages(const ChainCosts& costs, const Platform& platform,
 
 FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
                        const FullIlpOptions& options) {
-  auto backend = solver::make_backend(options.backend);
   FullIlpResult result;
   // Blocks = layers; their GPUs are what the program decides. With every boundary cut between
   // two GPUs, running one micro-batch at a time is the least memory any allocation can use: its
@@ -130,16 +129,12 @@ FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   schedule::PatternIlp ilp(spec, platform);
   if (start) result.warm_started = ilp.set_start(start->stages, start->pattern);
-  if (!options.mps_path.empty()) solver::write_mps(ilp.model(), options.mps_path);
-  result.solve = backend->solve(ilp.model(), options.solve);
-  if (result.solve.has_solution()) {
-    schedule::PatternIlp::Decoded decoded = ilp.decode(result.solve.values);
-    ScheduledStages plan{std::move(decoded.stages), std::move(decoded.pattern)};
-    if (schedule::fits_memory(plan.stages, plan.pattern, platform))
-      result.plan = merge_stages(costs, platform, std::move(plan));
-  }
-  result.solve.values.clear();
-  schedule::tighten_bound(result.solve, options.period_lower_bound_ms);
+  schedule::SolvedPatternIlp solved = schedule::solve_pattern_ilp(
+      ilp, options.backend, options.solve, options.mps_path, options.period_lower_bound_ms);
+  result.solve = std::move(solved.solve);
+  if (solved.decoded)
+    result.plan = merge_stages(
+        costs, platform, ScheduledStages{std::move(solved.decoded->stages), std::move(solved.decoded->pattern)});
   return result;
 }
 

@@ -22,9 +22,24 @@ void tighten_bound(solver::SolveResult& result, double known_lower_bound) {
   result.gap = solver::relative_gap(result.objective, result.bound);
 }
 
+SolvedPatternIlp solve_pattern_ilp(const PatternIlp& ilp, const std::string& backend,
+                                   const solver::SolveOptions& options, const std::string& mps_path,
+                                   double known_lower_bound) {
+  auto solver = solver::make_backend(backend);
+  if (!mps_path.empty()) solver::write_mps(ilp.model(), mps_path);
+  SolvedPatternIlp out;
+  out.solve = solver->solve(ilp.model(), options);
+  if (out.solve.has_solution()) {
+    PatternIlp::Decoded decoded = ilp.decode(out.solve.values);
+    if (fits_memory(decoded.stages, decoded.pattern, ilp.platform())) out.decoded = std::move(decoded);
+  }
+  out.solve.values.clear();
+  tighten_bound(out.solve, known_lower_bound);
+  return out;
+}
+
 IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
                                const IlpScheduleOptions& options) {
-  auto backend = solver::make_backend(options.backend);
   IlpScheduleResult result;
   PatternIlp::Spec spec;
   spec.blocks = stages;
@@ -38,14 +53,10 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
   spec.period_upper_bound_ms = std::max(spec.period_upper_bound_ms, 1e-9);
   PatternIlp ilp(spec, platform);
   if (options.warm_start) result.warm_started = ilp.set_start(stages, *options.warm_start);
-  if (!options.mps_path.empty()) solver::write_mps(ilp.model(), options.mps_path);
-  result.solve = backend->solve(ilp.model(), options.solve);
-  if (result.solve.has_solution()) {
-    PatternIlp::Decoded decoded = ilp.decode(result.solve.values);
-    if (fits_memory(decoded.stages, decoded.pattern, platform)) result.pattern = std::move(decoded.pattern);
-  }
-  result.solve.values.clear();
-  tighten_bound(result.solve, options.period_lower_bound_ms);
+  SolvedPatternIlp solved = solve_pattern_ilp(ilp, options.backend, options.solve, options.mps_path,
+                                              options.period_lower_bound_ms);
+  result.solve = std::move(solved.solve);
+  if (solved.decoded) result.pattern = std::move(solved.decoded->pattern);
   return result;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
+#include "schedule/pattern_ilp.hpp"
 #include "schedule/stage.hpp"
 #include "solver/solve.hpp"
 
@@ -35,6 +36,20 @@ struct IlpScheduleResult {
 // when `options.backend` is not built.
 IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform& platform,
                                const IlpScheduleOptions& options);
+
+// What solving a PatternIlp gave: the decoded pattern when the solver found one that fits memory
+// (it always should; checked all the same), and the solver's result without its values.
+struct SolvedPatternIlp {
+  std::optional<PatternIlp::Decoded> decoded;
+  solver::SolveResult solve;
+};
+
+// Solves `ilp` with the named backend (writing it to `mps_path` first when that is not empty),
+// decodes the incumbent, and raises the bound to `known_lower_bound`. Throws Error(Unsupported)
+// when the backend is not built.
+SolvedPatternIlp solve_pattern_ilp(const PatternIlp& ilp, const std::string& backend,
+                                   const solver::SolveOptions& options, const std::string& mps_path,
+                                   double known_lower_bound);
 
 // Raises a result's bound to a bound known from elsewhere (the gap follows). The bound is kept
 // out of the program itself: as a bound on T it slows CBC down by orders of magnitude on some

@@ -111,7 +111,7 @@ void PatternIlp::add_allocation_rules() {
     const Var first = model_.add_var(0, 1, false, "first" + idx(b));
     LinearExpr partners;
     for (int a = 0; a < b; ++a) partners += same_gpu(a, b);
-    add_constraint(model_, LinearExpr(first) + partners, 1, kInf, "first" + idx(b));
+    add_helper_row(first, -1.0 * partners, 1, "first" + idx(b));
     classes += first;
   }
   add_constraint(model_, classes, -kInf, platform_.gpus, "gpus");
@@ -218,6 +218,11 @@ void PatternIlp::add_link_exclusivity() {
     }
 }
 
+void PatternIlp::add_helper_row(Var helper, const LinearExpr& rest, double lb, std::string name) {
+  helper_rows_.emplace_back(helper, add_constraint(model_, LinearExpr(helper) - rest, lb, kInf,
+                                                   std::move(name)));
+}
+
 LinearExpr PatternIlp::before(int first, int second) const {
   if (first == second) return 1.0;
   if (first < second) {
@@ -249,14 +254,14 @@ void PatternIlp::add_memory() {
       for (int t = 0; t < n_; ++t) {
         const Stage& other = spec_.blocks[t];
         used += static_cast<double>(platform_.weight_copies * other.weight_bytes) * same_gpu(s, t);
-        add_constraint(model_, LinearExpr(workspace) - static_cast<double>(other.workspace_bytes) * same_gpu(s, t),
-                       0, kInf, name + "_ws" + idx(t));
+        add_helper_row(workspace, static_cast<double>(other.workspace_bytes) * same_gpu(s, t), 0,
+                       name + "_ws" + idx(t));
       }
       for (int j = 0; j + 1 < n_; ++j) {
         const Var buffer = model_.add_var(0, 1, false, "buf" + idx(s, j));
         const LinearExpr diff = same_gpu(s, j) - same_gpu(s, j + 1);
-        add_constraint(model_, LinearExpr(buffer) - diff, 0, kInf, name + "_bufa" + idx(j));
-        add_constraint(model_, LinearExpr(buffer) + diff, 0, kInf, name + "_bufb" + idx(j));
+        add_helper_row(buffer, diff, 0, name + "_bufa" + idx(j));
+        add_helper_row(buffer, -1.0 * diff, 0, name + "_bufb" + idx(j));
         used += 2.0 * static_cast<double>(spec_.blocks[j].output_bytes) * LinearExpr(buffer);
       }
     }
@@ -269,8 +274,7 @@ void PatternIlp::add_memory() {
       if (!share.terms().empty()) {  // sigma >= shifts when t shares s's GPU (thesis (6.31)-(6.32))
         const double most = 2.0 * (b_node_[t] - f_node_[t]);
         const Var sigma = model_.add_var(0, most, false, "sigma" + idx(s, t));
-        add_constraint(model_, LinearExpr(sigma) - in_flight + most * (1.0 - share), 0, kInf,
-                       name + "_sigma" + idx(t));
+        add_helper_row(sigma, in_flight - most * (1.0 - share), 0, name + "_sigma" + idx(t));
         in_flight = sigma;
       }
       used += stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));

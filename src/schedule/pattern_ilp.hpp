@@ -39,6 +39,7 @@ class PatternIlp {
 
   const solver::Model& model() const noexcept { return model_; }
   solver::Var period() const noexcept { return period_; }
+  const Platform& platform() const noexcept { return platform_; }
 
   // Sets a MIP start from a 1-periodic pattern of the blocks placed as in `stages` (same length
   // and costs as the blocks). Returns false, setting nothing, when the pattern cannot be written
@@ -75,6 +76,11 @@ class PatternIlp {
   solver::LinearExpr before(int first, int second) const;
   solver::LinearExpr shifts_between(int from_node, int to_node) const;
 
+  // Adds "helper - rest >= lb", a row whose only job is to bound a continuous helper variable
+  // (first, sigma, buffer, workspace) from below; set_start() gives helpers their least value.
+  void add_helper_row(solver::Var helper, const solver::LinearExpr& rest, double lb,
+                      std::string name);
+
   Spec spec_;
   Platform platform_;
   solver::Model model_;
@@ -88,6 +94,7 @@ class PatternIlp {
   std::vector<std::vector<solver::Var>> same_;          // free allocation: z, a < b
   std::vector<std::vector<std::optional<solver::Var>>> order_;  // node pairs on one GPU/link
   std::vector<std::vector<std::optional<solver::Var>>> link_same_;  // free: boundary pairs
+  std::vector<std::pair<solver::Var, solver::Row>> helper_rows_;
 };
 
 }  // namespace madpipe::schedule

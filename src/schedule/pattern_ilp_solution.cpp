@@ -153,21 +153,14 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
   }
   set(period_, period);
   // Continuous helpers (first, sigma, buffers, workspaces) take their smallest feasible values:
-  // each row that defines one reads "helper - expr >= 0" with the helper alone, so the largest
-  // requirement over its rows is the value.
-  for (int r = 0; r < model_.num_rows(); ++r) {
-    const auto& terms = model_.row_terms(r);
-    const std::string& name = model_.row_name(r);
-    const bool defines = name.rfind("first", 0) == 0 || name.find("_sigma") != std::string::npos ||
-                         name.find("_buf") != std::string::npos || name.find("_ws") != std::string::npos;
-    if (!defines) continue;
-    const solver::Term& helper = terms.front();
+  // the largest requirement over the rows that bound them.
+  for (const auto& [helper, row] : helper_rows_) {
     double rest = 0;
-    for (std::size_t t = 1; t < terms.size(); ++t)
-      rest += terms[t].coeff * values[static_cast<std::size_t>(terms[t].var)];
-    const double needed = (model_.row_lb(r) - rest) / helper.coeff;
-    double& slot = values[static_cast<std::size_t>(helper.var)];
-    slot = std::min(model_.var_ub(helper.var), std::max({slot, needed, model_.var_lb(helper.var)}));
+    for (const solver::Term& t : model_.row_terms(row.index))
+      if (t.var != helper.index) rest += t.coeff * values[static_cast<std::size_t>(t.var)];
+    double& slot = values[static_cast<std::size_t>(helper.index)];
+    const double needed = model_.row_lb(row.index) - rest;  // the helper's coefficient is 1
+    slot = std::min(model_.var_ub(helper.index), std::max({slot, needed, model_.var_lb(helper.index)}));
   }
   for (int v = 0; v < model_.num_vars(); ++v) model_.set_hint(solver::Var{v}, values[static_cast<std::size_t>(v)]);
   return true;
