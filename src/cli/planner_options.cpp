@@ -3,8 +3,6 @@
 #include "cli/platform_options.hpp"
 #include "core/error.hpp"
 
-#include <algorithm>
-#include <cctype>
 #include <string>
 
 #include <boost/program_options/value_semantic.hpp>
@@ -34,9 +32,8 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->notifier([](const std::string& name) {
                   try {
                     partition::scheduler_from_string(name);
-                  } catch (const Error&) {
-                    throw_invalid("", "--scheduler",
-                                  "unknown scheduler '" + name + "' (valid: auto, ilp, heuristic)");
+                  } catch (const Error& e) {
+                    throw_invalid("", "--scheduler", e.problem());
                   }
                 }),
             "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
@@ -127,10 +124,9 @@ std::string madpipe::cli::algorithm_names() {
 
 madpipe::partition::Algorithm madpipe::cli::parse_algorithm(const std::string& name,
                                                             const std::string& option) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (partition::Algorithm algorithm : partition::all_algorithms())
-    if (lower == partition::to_string(algorithm)) return algorithm;
-  throw_invalid("", option, "unknown algorithm '" + name + "' (valid: " + algorithm_names() + ")");
+  try {
+    return partition::algorithm_from_string(name);
+  } catch (const Error& e) {
+    throw_invalid("", option, e.problem());
+  }
 }

@@ -32,9 +32,9 @@ struct Named {
 constexpr Named<madpipe::partition::Algorithm> kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::MadPipe, "madpipe"},
     {madpipe::partition::Algorithm::Contiguous, "contiguous"},
+    {madpipe::partition::Algorithm::PipeDream, "pipedream"},
     {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
     {madpipe::partition::Algorithm::GPipe, "gpipe"},
-    {madpipe::partition::Algorithm::PipeDream, "pipedream"},
     {madpipe::partition::Algorithm::Ilp, "ilp"},
 };
 constexpr Named<madpipe::partition::Scheduler> kSchedulerNames[] = {
