@@ -36,6 +36,8 @@ static Json plan_json(const madpipe::schedule::Plan& plan) {
   platform["memory_bytes"] = plan.platform.memory_bytes;
   platform["bandwidth_bytes_per_ms"] = plan.platform.bandwidth_bytes_per_ms;
   platform["weight_copies"] = plan.platform.weight_copies;
+  if (plan.platform.host_bandwidth_bytes_per_ms > 0)
+    platform["host_bandwidth_bytes_per_ms"] = plan.platform.host_bandwidth_bytes_per_ms;
   j["platform"] = std::move(platform);
 
   j["algorithm"] = plan.algorithm;
@@ -59,6 +61,7 @@ static Json plan_json(const madpipe::schedule::Plan& plan) {
     Json offload = Json::object();
     offload["strategy"] = stage.offload;
     s["offload"] = std::move(offload);
+    if (!stage.sequence.empty()) s["sequence"] = stage.sequence;
     stages.push_back(std::move(s));
   }
   j["stages"] = std::move(stages);
@@ -343,6 +346,9 @@ static madpipe::Platform read_platform(const json& j, const std::string& file) {
   platform.memory_bytes = int64_member(o, "memory_bytes", 1, p, file);
   platform.bandwidth_bytes_per_ms = double_member(o, "bandwidth_bytes_per_ms", Sign::Positive, p, file);
   platform.weight_copies = int_member(o, "weight_copies", 1, p, file);
+  if (o.contains("host_bandwidth_bytes_per_ms"))
+    platform.host_bandwidth_bytes_per_ms =
+        double_member(o, "host_bandwidth_bytes_per_ms", Sign::Positive, p, file);
   return platform;
 }
 
@@ -362,6 +368,7 @@ static madpipe::schedule::Stage read_stage(const json& o, const std::string& p,
   if (o.contains("workspace_bytes")) stage.workspace_bytes = int64_member(o, "workspace_bytes", 0, p, file);
   stage.remat = strategy_member(o, "remat", p, file);
   stage.offload = strategy_member(o, "offload", p, file);
+  if (o.contains("sequence")) stage.sequence = string_member(o, "sequence", p, file);
   return stage;
 }
 

@@ -8,10 +8,10 @@
 bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
   return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,
                   a.weight_bytes, a.stored_bytes, a.output_bytes, a.workspace_bytes, a.remat,
-                  a.offload) ==
+                  a.offload, a.sequence) ==
          std::tie(b.id, b.first_layer, b.last_layer, b.gpu, b.forward_ms, b.backward_ms,
                   b.weight_bytes, b.stored_bytes, b.output_bytes, b.workspace_bytes, b.remat,
-                  b.offload);
+                  b.offload, b.sequence);
 }
 
 madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, int id,

@@ -23,6 +23,9 @@ struct Stage {
   std::int64_t workspace_bytes = 0;  // largest transient workspace of its layers
   std::string remat = "none";        // remat.strategy
   std::string offload = "none";      // offload.strategy
+  // With remat or offload: the stage's operation sequence (remat_sequence.hpp text form), whose
+  // replay gives its times and memory. Empty: plain forward and backward.
+  std::string sequence;
 
   double compute_ms() const noexcept { return forward_ms + backward_ms; }
 };
