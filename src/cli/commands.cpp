@@ -2,6 +2,7 @@
 
 #include "cli/compare_command.hpp"
 #include "cli/plan_command.hpp"
+#include "cli/remat_command.hpp"
 #include "cli/simulate_command.hpp"
 #include "cli/train_command.hpp"
 #include "core/error.hpp"
@@ -15,6 +16,8 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
       {"simulate", "replay a plan for one training step: period and peak memory", simulate_command},
       {"compare", "plan with every algorithm and tabulate period, memory and time",
        compare_command},
+      {"remat", "optimal rematerialization of a stage for a memory budget (ROTOR)",
+       remat_command},
       {"train", "train a built-in model with a plan, one MPI process per pipeline rank",
        train_command},
   };

@@ -68,6 +68,22 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
   add_group("write-mps",
             po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
             "also write every ILP solved in MPS: PREFIX-schedule-N.mps, PREFIX-full.mps");
+  add_group("remat",
+            po::value(&settings.remat)
+                ->value_name("NAME")
+                ->default_value(settings.remat)
+                ->notifier([](const std::string& name) {
+                  if (name != "none" && name != "rotor")
+                    throw_invalid("", "--remat", "unknown strategy '" + name + "' (valid: none, rotor)");
+                }),
+            "per-stage rematerialization: rotor lets a stage that does not fit recompute "
+            "activations in its backward (optimal ROTOR sequences), none keeps everything");
+  add_group("remat-slots",
+            po::value(&settings.remat_slots)
+                ->value_name("N")
+                ->default_value(settings.remat_slots)
+                ->notifier(at_least(10, "--remat-slots")),
+            "memory slots of the ROTOR DP per stage (more: finer, slower)");
   add_group("time-steps",
             po::value(&d.time_steps)
                 ->value_name("N")
@@ -112,6 +128,8 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
   options.max_k = settings.max_k;
   options.scheduler = partition::scheduler_from_string(settings.scheduler);
   options.milp = settings.milp;
+  options.remat.rotor = settings.remat == "rotor";
+  options.remat.slots = settings.remat_slots;
   return options;
 }
 

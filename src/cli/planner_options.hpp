@@ -16,6 +16,8 @@ struct PlannerSettings {
   int max_k = 0;                // 0: number of GPUs
   std::string scheduler = "auto";
   partition::MilpSettings milp{};
+  std::string remat = "none";  // --remat none|rotor
+  int remat_slots = 200;
 };
 
 po::options_description planner_options_description(PlannerSettings& settings);

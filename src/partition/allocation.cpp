@@ -6,7 +6,24 @@ bool madpipe::partition::operator==(const Allocation& a, const Allocation& b) {
 
 std::vector<madpipe::schedule::Stage> madpipe::partition::stages_of(
     const ChainCosts& costs, const Allocation& allocation) {
-  return schedule::make_stages(costs, allocation.first_layers, allocation.gpus);
+  std::vector<schedule::Stage> stages =
+      schedule::make_stages(costs, allocation.first_layers, allocation.gpus);
+  for (schedule::Stage& stage : stages) {
+    const auto it = allocation.remat.find({stage.first_layer, stage.last_layer});
+    if (it != allocation.remat.end()) apply_remat(stage, it->second);
+  }
+  return stages;
+}
+
+void madpipe::partition::apply_remat(schedule::Stage& stage, const schedule::RematOption& option) {
+  schedule::RematChain chain = schedule::make_remat_chain(stage.last_layer - stage.first_layer + 1);
+  chain.first_layer = stage.first_layer;
+  stage.forward_ms = option.forward_ms;
+  stage.backward_ms = option.backward_ms;
+  stage.stored_bytes = option.stored_bytes;
+  stage.workspace_bytes = option.transient_bytes;
+  stage.remat = "rotor";
+  stage.sequence = schedule::to_string(option.sequence, chain);
 }
 
 std::int64_t madpipe::partition::stage_buffer_bytes(const ChainCosts& costs, int first,

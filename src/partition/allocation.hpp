@@ -1,8 +1,11 @@
 #pragma once
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "core/chain.hpp"
+#include "schedule/rotor.hpp"
 #include "schedule/stage.hpp"
 
 namespace madpipe::partition {
@@ -12,11 +15,17 @@ struct Allocation {
   std::vector<int> first_layers;  // ascending, starts at 0
   std::vector<int> gpus;          // one per stage
   double estimated_period_ms = 0;  // what the partitioner expected
+  // Rematerialization chosen for stages, by (first, last) layer: a stage whose range is not here
+  // (or changed) runs plain.
+  std::map<std::pair<int, int>, schedule::RematOption> remat;
 };
 
 bool operator==(const Allocation& a, const Allocation& b);
 
 std::vector<schedule::Stage> stages_of(const ChainCosts& costs, const Allocation& allocation);
+
+// Makes `stage` run `option`: its effective times and memory, remat "rotor" and the sequence.
+void apply_remat(schedule::Stage& stage, const schedule::RematOption& option);
 
 // Communication buffers of a stage [first, last] whose neighbours sit on other GPUs: the received
 // activation and sent gradient of its input, the sent activation and received gradient of its

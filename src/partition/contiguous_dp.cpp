@@ -5,7 +5,8 @@
 #include <vector>
 
 std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_flight_partition(
-    const ChainCosts& costs, const Platform& platform, const std::function<int(int)>& in_flight) {
+    const ChainCosts& costs, const Platform& platform, const std::function<int(int)>& in_flight,
+    StageOptions* remat) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const int L = costs.num_layers();
   const int P = platform.gpus;
@@ -13,24 +14,35 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
   // first layer of the second of those stages.
   std::vector<std::vector<double>> best(P + 1, std::vector<double>(L + 1, kInf));
   std::vector<std::vector<int>> next(P + 1, std::vector<int>(L + 1, -1));
+  std::vector<std::vector<int>> option(P + 1, std::vector<int>(L + 1, -1));  // remat, -1 plain
   best[0][L] = 0;
   for (int q = 1; q <= P; ++q) {
     const int nca = in_flight(q);
     for (int i = L - 1; i >= 0; --i) {
       for (int j = i; j < L; ++j) {  // stage i..j
-        const double load = costs.compute_ms(i, j);
+        double load = costs.compute_ms(i, j);
         if (load >= best[q][i]) break;
         const double rest = best[q - 1][j + 1];
         if (rest == kInf) continue;
-        const std::int64_t memory = platform.weight_copies * costs.weight_bytes(i, j) +
-                                    nca * costs.stored_bytes(i, j) +
-                                    stage_buffer_bytes(costs, i, j) + costs.workspace_bytes(i, j);
-        if (memory > platform.memory_bytes) continue;
+        const std::int64_t fixed = platform.weight_copies * costs.weight_bytes(i, j) +
+                                   stage_buffer_bytes(costs, i, j);
+        const std::int64_t memory =
+            fixed + nca * costs.stored_bytes(i, j) + costs.workspace_bytes(i, j);
+        int choice = -1;
+        if (memory > platform.memory_bytes) {
+          if (!remat || !remat->enabled() || fixed > platform.memory_bytes) continue;
+          choice = remat->fastest_fitting(i, j, nca, static_cast<double>(platform.memory_bytes - fixed));
+          if (choice < 0) continue;
+          const schedule::RematOption& o = remat->of(i, j)[choice];
+          load = o.forward_ms + o.backward_ms;
+          if (load >= best[q][i]) continue;
+        }
         const double link = j + 1 < L ? link_ms(costs, j, platform) : 0.0;
         const double value = std::max({load, link, rest});
         if (value < best[q][i]) {
           best[q][i] = value;
           next[q][i] = j + 1;
+          option[q][i] = choice;
         }
       }
     }
@@ -45,6 +57,8 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
   for (int q = best_q; q > 0; --q) {
     allocation.first_layers.push_back(i);
     allocation.gpus.push_back(best_q - q);
+    if (option[q][i] >= 0)
+      allocation.remat.emplace(std::make_pair(i, next[q][i] - 1), remat->of(i, next[q][i] - 1)[option[q][i]]);
     i = next[q][i];
   }
   return allocation;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/units.hpp"
 
@@ -82,15 +83,17 @@ struct Choice {
   int first_layer = -1;
   bool special = false;
   State child;
+  int remat = -1;  // index in StageOptions::of(first, last); -1: plain
 };
 
 class Solver {
  public:
   Solver(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
          const madpipe::partition::Discretization& d, bool allow_special, double target,
-         double upper_bound)
+         double upper_bound, madpipe::partition::StageOptions* remat)
       : costs_(costs),
         platform_(platform),
+        remat_(remat && remat->enabled() ? remat : nullptr),
         allow_special_(allow_special),
         target_(target),
         upper_bound_(upper_bound),
@@ -160,10 +163,25 @@ class Solver {
     if (s.p == 0) {  // everything left goes to the special GPU, as one stage
       if (!allow_special_) return kInf;
       const StageCost& c = row[s.j - 1];
-      const int g = groups(V, c.load);
-      if (m + c.weights + (g - 1) * c.stored + c.buffers + c.workspace > M) return kInf;
-      if (best_choice) *best_choice = Choice{0, true, State{0, 0, s.ti, s.mi, s.vi}};
-      return t + c.load;
+      auto fits = [&](double load, double stored, double workspace) {
+        return m + c.weights + (groups(V, load) - 1) * stored + c.buffers + workspace <= M;
+      };
+      if (fits(c.load, c.stored, c.workspace)) {
+        if (best_choice) *best_choice = Choice{0, true, State{0, 0, s.ti, s.mi, s.vi}};
+        return t + c.load;
+      }
+      if (!remat_) return kInf;
+      const auto& options = remat_->of(0, s.j - 1);
+      for (std::size_t o = 0; o < options.size(); ++o) {
+        const double load = options[o].forward_ms + options[o].backward_ms;
+        if (!fits(load, static_cast<double>(options[o].stored_bytes),
+                  static_cast<double>(options[o].transient_bytes)))
+          continue;
+        if (best_choice)
+          *best_choice = Choice{0, true, State{0, 0, s.ti, s.mi, s.vi}, static_cast<int>(o)};
+        return t + load;
+      }
+      return kInf;
     }
     const double state_lower = std::max(t, (prefix(s.j).load + t) / (s.p + 1));
     for (int i = s.j - 1; i >= 0; --i) {
@@ -172,32 +190,49 @@ class Solver {
       const double bound = std::min(best, upper_bound_);
       if (c.load >= bound) break;
       if (c.link_in >= bound) continue;
-      const int g = groups(V, c.load);
-      // Weights and kept activations only grow as the stage grows leftwards.
-      if (c.weights + (g - 1) * c.stored > M) break;
-      const int vi = grid(oplus(oplus(V, c.load), c.link_in), inverse_dv_, nv_ - 1);
-      if (s.p >= 1 && c.weights + g * c.stored + c.buffers + c.workspace <= M) {
-        const State child{i, s.p - 1, s.ti, s.mi, vi};
-        const double value = std::max({c.load, c.link_in, solve(child)});
-        if (value < best) {
-          best = value;
-          if (best_choice) *best_choice = Choice{i, false, child};
-        }
-      }
-      const double special_load = t + c.load;
-      const double special_memory = m + c.weights + (g - 1) * c.stored + c.buffers;
-      if (allow_special_ && special_load < std::min(best, upper_bound_) &&
-          special_memory + c.workspace <= M) {
-        const int ti = static_cast<int>(special_load * inverse_dt_ + 0.5);
-        if (ti < nt_) {
-          const State child{i, s.p, ti, grid(special_memory, inverse_dm_, nm_ - 1), vi};
-          const double value = std::max({special_load, c.link_in, solve(child)});
+      // Weights and kept activations only grow as the stage grows leftwards (rematerialization
+      // keeps at least the stage's input).
+      const double kept = remat_ ? static_cast<double>(costs_.activation_bytes(i - 1)) : c.stored;
+      if (c.weights + (groups(V, c.load) - 1) * kept > M) break;
+      // Each of the two placements takes the fastest variant that fits its memory: plain first,
+      // then the rematerialization options, fastest first.
+      bool normal_placed = s.p < 1, special_placed = !allow_special_;
+      auto consider = [&](double load, double stored, double workspace, int option) {
+        if (load >= std::min(best, upper_bound_)) return false;
+        const int g = groups(V, load);
+        const int vi = grid(oplus(oplus(V, load), c.link_in), inverse_dv_, nv_ - 1);
+        if (!normal_placed && c.weights + g * stored + c.buffers + workspace <= M) {
+          normal_placed = true;
+          const State child{i, s.p - 1, s.ti, s.mi, vi};
+          const double value = std::max({load, c.link_in, solve(child)});
           if (value < best) {
             best = value;
-            if (best_choice) *best_choice = Choice{i, true, child};
+            if (best_choice) *best_choice = Choice{i, false, child, option};
           }
         }
-      }
+        const double special_load = t + load;
+        const double special_memory = m + c.weights + (g - 1) * stored + c.buffers;
+        if (!special_placed && special_memory + workspace <= M) {
+          special_placed = true;
+          const int ti = static_cast<int>(special_load * inverse_dt_ + 0.5);
+          if (special_load < std::min(best, upper_bound_) && ti < nt_) {
+            const State child{i, s.p, ti, grid(special_memory, inverse_dm_, nm_ - 1), vi};
+            const double value = std::max({special_load, c.link_in, solve(child)});
+            if (value < best) {
+              best = value;
+              if (best_choice) *best_choice = Choice{i, true, child, option};
+            }
+          }
+        }
+        return !(normal_placed && special_placed);
+      };
+      if (!consider(c.load, c.stored, c.workspace, -1) || !remat_) continue;
+      const auto& options = remat_->of(i, s.j - 1);
+      for (std::size_t o = 0; o < options.size(); ++o)
+        if (!consider(options[o].forward_ms + options[o].backward_ms,
+                      static_cast<double>(options[o].stored_bytes),
+                      static_cast<double>(options[o].transient_bytes), static_cast<int>(o)))
+          break;
     }
     return best;
   }
@@ -231,6 +266,7 @@ class Solver {
 
   const madpipe::ChainCosts& costs_;
   const madpipe::Platform& platform_;
+  madpipe::partition::StageOptions* remat_;
   bool allow_special_;
   double target_;
   double upper_bound_;
@@ -246,13 +282,13 @@ class Solver {
 
 madpipe::partition::DpResult madpipe::partition::madpipe_dp(
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
-    bool allow_special, double target_ms, double upper_bound_ms) {
+    bool allow_special, double target_ms, double upper_bound_ms, StageOptions* remat) {
   DpResult result;
   if (costs.num_layers() == 0 || platform.gpus < 1) {
     result.period_ms = kInf;
     return result;
   }
-  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms);
+  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms, remat);
   const State root = solver.root();
   result.period_ms = solver.solve(root);
   if (result.period_ms == kInf) {
@@ -260,18 +296,21 @@ madpipe::partition::DpResult madpipe::partition::madpipe_dp(
     return result;
   }
   // Walk the decisions back from the root: stages come out from the last to the first.
-  std::vector<std::pair<int, bool>> stages;  // (first layer, on the special GPU)
+  std::vector<std::tuple<int, bool, int>> stages;  // (first layer, on the special GPU, remat)
   State s = root;
   while (s.j > 0) {
     Choice choice;
     solver.evaluate(s, &choice);
     if (choice.first_layer < 0) break;
-    stages.emplace_back(choice.first_layer, choice.special);
+    stages.emplace_back(choice.first_layer, choice.special, choice.remat);
     s = choice.child;
   }
   std::reverse(stages.begin(), stages.end());
   int next_gpu = 0, special_gpu = -1;
-  for (const auto& [first, special] : stages) {
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const auto& [first, special, option] = stages[k];
+    const int last = k + 1 < stages.size() ? std::get<0>(stages[k + 1]) - 1 : costs.num_layers() - 1;
+    if (option >= 0) result.allocation.remat.emplace(std::make_pair(first, last), remat->of(first, last)[option]);
     result.allocation.first_layers.push_back(first);
     if (special) {
       if (special_gpu < 0) special_gpu = next_gpu++;
@@ -289,7 +328,8 @@ madpipe::partition::DpResult madpipe::partition::madpipe_dp(
 static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
     const madpipe::partition::Discretization& discretization, bool allow_special,
-    const std::function<void(const std::string&)>& progress, double upper_bound_ms) {
+    const std::function<void(const std::string&)>& progress, double upper_bound_ms,
+    madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
   using namespace madpipe::partition;
   const int L = costs.num_layers();
@@ -304,7 +344,7 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   for (int iter = 0; iter < discretization.iterations; ++iter) {
     // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
     const DpResult run =
-        madpipe_dp(costs, platform, discretization, allow_special, target, ub * 1.0001);
+        madpipe_dp(costs, platform, discretization, allow_special, target, ub * 1.0001, remat);
     const double achieved = std::max(run.period_ms, target);
     if (progress) {
       std::ostringstream line;
@@ -346,7 +386,7 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
                                 : 0.5;
     const double extra_target = first_lb * std::pow(first_ub / first_lb, fraction);
     const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, extra_target,
-                                    extra_bound);
+                                    extra_bound, remat);
     if (run.period_ms == kInf) continue;
     const double achieved = std::max(run.period_ms, extra_target);
     bool duplicate = false;
@@ -363,17 +403,18 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
 std::vector<madpipe::partition::Allocation> madpipe::partition::madpipe_allocations(
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
     bool allow_special, const std::function<void(const std::string&)>& progress,
-    double upper_bound_ms) {
+    double upper_bound_ms, StageOptions* remat) {
   std::vector<Allocation> out;
   for (auto& [period, allocation] :
-       algorithm8(costs, platform, discretization, allow_special, progress, upper_bound_ms))
+       algorithm8(costs, platform, discretization, allow_special, progress, upper_bound_ms, remat))
     out.push_back(allocation);
   return out;
 }
 
 double madpipe::partition::contiguous_upper_bound(const ChainCosts& costs,
                                                   const Platform& platform,
-                                                  const Discretization& discretization) {
-  const auto found = algorithm8(costs, platform, discretization, false, {}, kInf);
+                                                  const Discretization& discretization,
+                                                  StageOptions* remat) {
+  const auto found = algorithm8(costs, platform, discretization, false, {}, kInf, remat);
   return found.empty() ? kInf : found.front().first;
 }

@@ -9,6 +9,7 @@
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
 #include "partition/planner.hpp"
+#include "partition/stage_options.hpp"
 
 namespace madpipe::partition {
 
@@ -23,10 +24,11 @@ struct DpResult {
 // end of F_j and the start of B_j; the memory of a stage uses the 1F1B* group number
 // ceil((V + U) / T^). With allow_special = false it is the contiguous DP (PipeDream-style
 // partition with 1F1B* memory estimates) on P normal GPUs. States whose period cannot beat
-// `upper_bound_ms` are pruned.
+// `upper_bound_ms` are pruned. With `remat`, a stage that does not fit its GPU runs the fastest
+// rematerialization option that does (recorded in the allocation).
 DpResult madpipe_dp(const ChainCosts& costs, const Platform& platform,
                     const Discretization& discretization, bool allow_special, double target_ms,
-                    double upper_bound_ms);
+                    double upper_bound_ms, StageOptions* remat = nullptr);
 
 // Algorithm 8: the modified binary search on T^ with K iterations. Returns the distinct
 // allocations found, best estimated period first. `upper_bound_ms` is a known achievable
@@ -34,10 +36,10 @@ DpResult madpipe_dp(const ChainCosts& costs, const Platform& platform,
 std::vector<Allocation> madpipe_allocations(
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
     bool allow_special, const std::function<void(const std::string&)>& progress = {},
-    double upper_bound_ms = std::numeric_limits<double>::infinity());
+    double upper_bound_ms = std::numeric_limits<double>::infinity(), StageOptions* remat = nullptr);
 
 // The contiguous DP's best max(T, T^) over Algorithm 8: a valid upper bound for MadPipe-DP.
 double contiguous_upper_bound(const ChainCosts& costs, const Platform& platform,
-                              const Discretization& discretization);
+                              const Discretization& discretization, StageOptions* remat = nullptr);
 
 }  // namespace madpipe::partition

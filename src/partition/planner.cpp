@@ -223,10 +223,12 @@ static std::optional<Candidate> schedule_allocations(
 
 static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
                                                 const madpipe::Platform& platform,
-                                                const madpipe::partition::PlannerOptions& options) {
+                                                const madpipe::partition::PlannerOptions& options,
+                                                madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
-  const auto allocations = partition::madpipe_allocations(costs, platform, options.discretization,
-                                                          false, options.progress);
+  const auto allocations =
+      partition::madpipe_allocations(costs, platform, options.discretization, false,
+                                     options.progress, std::numeric_limits<double>::infinity(), remat);
   schedule::ScheduleSearchOptions search;
   search.families = {schedule::PatternFamily::OneFOneBStar};
   search.max_k = options.max_k;
@@ -234,9 +236,10 @@ static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs
 }
 
 static std::optional<madpipe::partition::Allocation> pipedream_allocation(
-    const madpipe::ChainCosts& costs, const madpipe::Platform& platform) {
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    madpipe::partition::StageOptions* remat) {
   return madpipe::partition::fixed_in_flight_partition(
-      costs, platform, [](int stages_after) { return stages_after; });
+      costs, platform, [](int stages_after) { return stages_after; }, remat);
 }
 
 static void add_unique(std::vector<madpipe::partition::Allocation>& all,
@@ -321,7 +324,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
 static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                              const madpipe::Platform& platform,
                                              const madpipe::partition::PlannerOptions& options,
-                                             PlanningLog& log) {
+                                             PlanningLog& log, madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
   const std::string backend =
       options.scheduler == partition::Scheduler::Heuristic
@@ -329,15 +332,16 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
           : milp_backend(options.milp, options.scheduler == partition::Scheduler::Ilp,
                          "--scheduler ilp");
   const double contiguous_bound =
-      partition::contiguous_upper_bound(costs, platform, options.discretization);
+      partition::contiguous_upper_bound(costs, platform, options.discretization, remat);
   std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
-      costs, platform, options.discretization, true, options.progress, contiguous_bound);
+      costs, platform, options.discretization, true, options.progress, contiguous_bound, remat);
   // Never worse than a baseline it could have returned: the contiguous DP's and PipeDream's
   // allocations compete too.
-  for (const partition::Allocation& allocation : partition::madpipe_allocations(
-           costs, platform, options.discretization, false, options.progress))
+  for (const partition::Allocation& allocation :
+       partition::madpipe_allocations(costs, platform, options.discretization, false,
+                                      options.progress, std::numeric_limits<double>::infinity(), remat))
     add_unique(allocations, allocation);
-  if (auto pipedream = pipedream_allocation(costs, platform)) add_unique(allocations, *pipedream);
+  if (auto pipedream = pipedream_allocation(costs, platform, remat)) add_unique(allocations, *pipedream);
   schedule::ScheduleSearchOptions search;
   search.max_k = options.max_k;
   std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
@@ -380,13 +384,13 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
 static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
                                          const madpipe::Platform& platform,
                                          const madpipe::partition::PlannerOptions& options,
-                                         PlanningLog& log) {
+                                         PlanningLog& log, madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
   const std::string backend = milp_backend(options.milp, true, "--algorithm ilp");
   partition::PlannerOptions warm_options = options;
   warm_options.algorithm = partition::Algorithm::MadPipe;
   warm_options.max_k = 1;
-  std::optional<Candidate> warm = plan_madpipe(costs, platform, warm_options, log);
+  std::optional<Candidate> warm = plan_madpipe(costs, platform, warm_options, log, remat);
   partition::FullIlpOptions ilp;
   ilp.backend = backend;
   ilp.solve = solve_options(options.milp);
@@ -423,9 +427,10 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
 
 static std::optional<Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
                                                const madpipe::Platform& platform,
-                                               const madpipe::partition::PlannerOptions& options) {
+                                               const madpipe::partition::PlannerOptions& options,
+                                               madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
-  const auto allocation = pipedream_allocation(costs, platform);
+  const auto allocation = pipedream_allocation(costs, platform, remat);
   if (!allocation) return std::nullopt;
   schedule::ScheduleSearchOptions search;
   search.families = {schedule::PatternFamily::OneFOneBStar};
@@ -435,12 +440,14 @@ static std::optional<Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
 
 static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
                                                      const madpipe::Platform& platform,
-                                                     const madpipe::partition::PlannerOptions& options) {
+                                                     const madpipe::partition::PlannerOptions& options,
+                                                     madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
   const bool gpipe = options.algorithm == partition::Algorithm::GPipe;
   const int micro_batches = options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
   const auto allocation = partition::fixed_in_flight_partition(
-      costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; });
+      costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; },
+      remat);
   if (!allocation) return std::nullopt;
   std::vector<schedule::Stage> stages = partition::stages_of(costs, *allocation);
   schedule::Pattern pattern = gpipe ? schedule::gpipe(stages, platform, micro_batches)
@@ -462,23 +469,38 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   std::optional<Candidate> best;
   PlanningLog log;
   log.progress = options.progress;
-  switch (options.algorithm) {
-    case Algorithm::MadPipe:
-      best = plan_madpipe(costs, platform, options, log);
-      break;
-    case Algorithm::Ilp:
-      best = plan_ilp(costs, platform, options, log);
-      break;
-    case Algorithm::Contiguous:
-      best = plan_contiguous(costs, platform, options);
-      break;
-    case Algorithm::OneFOneB:
-    case Algorithm::GPipe:
-      best = plan_fixed_in_flight(costs, platform, options);
-      break;
-    case Algorithm::PipeDream:
-      best = plan_pipedream(costs, platform, options);
-      break;
+  StageOptions remat(profile, options.remat);
+  auto plan_once = [&](StageOptions* options_of_stages) -> std::optional<Candidate> {
+    switch (options.algorithm) {
+      case Algorithm::MadPipe:
+        return plan_madpipe(costs, platform, options, log, options_of_stages);
+      case Algorithm::Ilp:
+        return plan_ilp(costs, platform, options, log, options_of_stages);
+      case Algorithm::Contiguous:
+        return plan_contiguous(costs, platform, options, options_of_stages);
+      case Algorithm::OneFOneB:
+      case Algorithm::GPipe:
+        return plan_fixed_in_flight(costs, platform, options, options_of_stages);
+      case Algorithm::PipeDream:
+        return plan_pipedream(costs, platform, options, options_of_stages);
+    }
+    MADPIPE_UNREACHABLE("unknown algorithm");
+  };
+  best = plan_once(nullptr);
+  // Rematerialization changes which allocations the DPs estimate best; planning once without it
+  // makes the result never worse than plain planning.
+  if (remat.enabled()) {
+    if (options.progress) options.progress("planning again with per-stage rematerialization");
+    if (std::optional<Candidate> with_remat = plan_once(&remat)) {
+      if (best) {
+        keep_better(best, std::move(*with_remat));
+      } else {
+        best = std::move(with_remat);
+      }
+    }
+    if (options.progress)
+      options.progress("rematerialization options computed for " +
+                       std::to_string(remat.ranges_computed()) + " stage ranges");
   }
   PlanResult result;
   result.notes = std::move(log.notes);

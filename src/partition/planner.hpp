@@ -8,6 +8,7 @@
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
+#include "partition/stage_options.hpp"
 #include "schedule/plan.hpp"
 
 namespace madpipe::partition {
@@ -70,6 +71,7 @@ struct PlannerOptions {
   Scheduler scheduler = Scheduler::Auto;
   int ilp_allocations = 2;      // madpipe + ilp scheduler: best allocations given to the ILP
   MilpSettings milp{};
+  RematSettings remat{};        // per-stage rematerialization (ROTOR) where memory is short
   // Progress lines for long runs; the planner itself never prints.
   std::function<void(const std::string&)> progress;
 };

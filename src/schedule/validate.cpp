@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
+#include "schedule/remat_sequence.hpp"
 
 namespace {
 using madpipe::schedule::Violation;
@@ -129,6 +130,60 @@ static bool check_stages(const madpipe::schedule::Plan& plan, Report& report) {
   return sound;
 }
 
+
+// A stage's strategies and sequence agree, and its effective costs are the replay of its sequence.
+static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe::Profile& profile,
+                           const std::string& p, Report& report) {
+  using namespace madpipe::schedule;
+  if (stage.remat != "none" && stage.remat != "rotor")
+    report.add(p + "/remat/strategy", "must be \"none\" or \"rotor\", got \"" + stage.remat + "\"");
+  if (stage.offload != "none" && stage.offload != "host")
+    report.add(p + "/offload/strategy",
+               "must be \"none\" or \"host\", got \"" + stage.offload + "\"");
+  const bool plain = stage.remat == "none" && stage.offload == "none";
+  if (stage.sequence.empty()) {
+    if (!plain) report.add(p + "/sequence", "is required when remat or offload is not \"none\"");
+    return;
+  }
+  if (plain) {
+    report.add(p + "/sequence", "must be absent when remat and offload are both \"none\"");
+    return;
+  }
+  const RematChain chain = stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+  RematSequence sequence;
+  try {
+    sequence = parse_remat_sequence(stage.sequence, chain);
+  } catch (const madpipe::Error& e) {
+    report.add(p + "/sequence", e.problem());
+    return;
+  }
+  const bool offloads = std::any_of(sequence.begin(), sequence.end(), [](const RematOp& op) {
+    return op.kind == RematOpKind::Offload || op.kind == RematOpKind::Prefetch;
+  });
+  if (offloads && stage.offload != "host")
+    report.add(p + "/offload/strategy", "must be \"host\": the sequence offloads");
+  if (offloads) return;  // offloading sequences are replayed with the host bandwidth elsewhere
+  const SequenceReplay replay = replay_sequence(chain, sequence);
+  if (!replay.valid) {
+    report.add(p + "/sequence", replay.problem);
+    return;
+  }
+  auto check = [&](const char* key, double value, double expected) {
+    if (!close_to(value, expected, kCostTolerance, 1e-9))
+      report.add(p + "/" + key, "must equal the replay of the sequence (" + num(expected) +
+                                    "), got " + num(value));
+  };
+  check("forward_ms", stage.forward_ms, replay.forward_ms);
+  check("backward_ms", stage.backward_ms, replay.backward_ms);
+  check("stored_bytes", static_cast<double>(stage.stored_bytes),
+        static_cast<double>(replay.stored_bytes));
+  if (stage.workspace_bytes < replay.transient_bytes())
+    report.add(p + "/workspace_bytes",
+               "must cover the sequence's transient memory (" +
+                   std::to_string(replay.transient_bytes()) + "), got " +
+                   std::to_string(stage.workspace_bytes));
+}
+
 static void check_against_profile(const madpipe::schedule::Plan& plan,
                                   const madpipe::Profile& profile, Report& report) {
   const int num_layers = static_cast<int>(profile.layers.size());
@@ -178,6 +233,7 @@ static void check_against_profile(const madpipe::schedule::Plan& plan,
     check_bytes("output_bytes", stage.output_bytes, costs.activation_bytes(l),
                 "the output of the last layer");
     const std::int64_t stored = costs.stored_bytes(f, l);
+    check_sequence(stage, profile, p, report);
     if (plain) {
       check_bytes("stored_bytes", stage.stored_bytes, stored, "inputs plus saved bytes");
     } else if (static_cast<double>(stage.stored_bytes) >

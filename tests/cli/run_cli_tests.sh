@@ -107,7 +107,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, train)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, remat, train)"
   expect_empty out
   run
   expect_status 2
@@ -260,6 +260,40 @@ case_missing_profile() {
   expect_match err "^madpipe: error: missing-plan\.json: "
 }
 
+case_remat() {
+  run remat --profile "$resnet" --memory 6GiB
+  expect_status 0
+  expect_in out "stage          layers 0..20 of resnet50 (21 layers)"
+  expect_match out "^time           [0-9.]+ ms \(\+[0-9.]+% over no remat; [0-9]+ forwards recomputed\)$"
+  expect_match out "^sequence       F0(all|ck) .*Loss dLoss .*B0$"
+  run remat --profile "$resnet" --memory 6GiB --first-layer 0 --last-layer 5 --nca 3
+  expect_status 0
+  expect_match out "with 3 in flight [0-9.]+ [KMG]iB$"
+  run remat --profile "$resnet" --memory 10MB
+  expect_status 2
+  expect_in err "madpipe: error: --memory: no rematerialization sequence of layers 0..20 fits in"
+  run remat --profile "$resnet" --memory 6GiB --last-layer 21
+  expect_status 2
+  expect_in err "madpipe: error: --last-layer: must be < 21"
+}
+
+case_plan_remat() {
+  # 5 GiB per GPU: ResNet-50 fits on 4 GPUs only when stages recompute activations.
+  run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --quiet --output none.json
+  expect_status 2
+  run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat rotor \
+    --scheduler heuristic --output remat.json
+  expect_status 0
+  grep -q '"strategy": "rotor"' remat.json || fail "no stage of the plan rematerializes"
+  grep -q '"sequence": "F' remat.json || fail "the plan has no sequence"
+  run simulate --plan remat.json --profile "$resnet"
+  expect_status 0
+  expect_match out "ratio 1.000$"
+  run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat everything
+  expect_status 2
+  expect_in err "--remat: unknown strategy 'everything' (valid: none, rotor)"
+}
+
 case_too_little_memory() {
   run plan --profile "$resnet" --gpus 4 --memory 1MB --bandwidth 12GB/s --output never.json
   expect_status 2
@@ -361,7 +395,7 @@ case_simulate_rejects_invalid_plan() {
 
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
-  compare_csv config_file simulate_rejects_invalid_plan)
+  compare_csv config_file simulate_rejects_invalid_plan remat plan_remat)
 
 run_case() {
   case_name=$1

@@ -12,6 +12,8 @@
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/plan.hpp"
+#include "schedule/remat_chain.hpp"
+#include "schedule/remat_sequence.hpp"
 #include "schedule/stage.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
@@ -456,42 +458,55 @@ TEST(PlanValidate, ChecksStageCostsAgainstTheProfile) {
   expect_has(ms::validate(plan, profile), "/stages/0/output_bytes", "(500), got 400");
 }
 
-TEST(PlanValidate, StoredBytesMayShrinkWithRematerialization) {
+TEST(PlanValidate, RematStagesAreCheckedAgainstTheReplayOfTheirSequence) {
   const auto profile = mt::two_layer_profile();
   ms::Plan plan = mt::pipelined_plan();
-  plan.stages[0].stored_bytes = 100;
+  const ms::RematChain chain = ms::stage_remat_chain(profile, 0, 0);
+  const std::string text = "F0ck Loss dLoss F0all B0";
+  const ms::SequenceReplay replay = ms::replay_sequence(chain, ms::parse_remat_sequence(text, chain));
+  ASSERT_TRUE(replay.valid);
+  ms::Stage& stage = plan.stages[0];
+  stage.stored_bytes = 100;
   expect_only(ms::validate(plan, profile), "/stages/0/stored_bytes",
               "must equal inputs plus saved bytes of layers 0..0 in the profile (300), got 100");
-  plan.stages[0].remat = "rotor";
-  EXPECT_TRUE(ms::validate(plan, profile).empty()) << dump(ms::validate(plan, profile));
-  plan.stages[0].remat = "none";
-  plan.stages[0].offload = "activations";
-  EXPECT_TRUE(ms::validate(plan, profile).empty());
-  plan.stages[0].stored_bytes = 301;  // storing more than without offloading is wrong
-  expect_only(ms::validate(plan, profile), "/stages/0/stored_bytes",
-              "must not exceed inputs plus saved bytes of layers 0..0 in the profile (300), got 301");
-}
-
-TEST(PlanValidate, RecomputationMayLengthenTheBackward) {
-  const auto profile = mt::two_layer_profile();
-  ms::Plan plan = mt::pipelined_plan();
-  plan.stages[0].remat = "rotor";
-  plan.stages[0].stored_bytes = 100;
-  plan.stages[0].backward_ms = 2.5;  // B0 [1, 3.5) still fits between F0 runs
-  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].duration_ms = 2.5;
+  stage.remat = "rotor";
+  expect_has(ms::validate(plan, profile), "/stages/0/sequence",
+             "is required when remat or offload is not \"none\"");
+  stage.sequence = text;
+  stage.stored_bytes = replay.stored_bytes;
+  stage.backward_ms = replay.backward_ms;
+  stage.workspace_bytes = replay.transient_bytes();
+  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].duration_ms = replay.backward_ms;
   ms::fill_predicted(plan, 2.0);
   EXPECT_TRUE(ms::validate(plan, profile).empty()) << dump(ms::validate(plan, profile));
-  plan.stages[0].remat = "none";
-  auto violations = ms::validate(plan, profile);
-  expect_has(violations, "/stages/0/backward_ms", "must equal the sum of layers 0..0");
-  expect_has(violations, "/stages/0/stored_bytes", "must equal inputs plus saved bytes");
 
-  plan.stages[0].remat = "rotor";
-  plan.stages[0].backward_ms = 1.5;  // faster than the layers themselves
-  plan.pattern.ops[mt::find_op(plan, OpKind::B, 0)].duration_ms = 1.5;
-  ms::fill_predicted(plan, 2.0);
-  expect_only(ms::validate(plan, profile), "/stages/0/backward_ms",
-              "must be at least the sum of layers 0..0 in the profile (2), got 1.5");
+  ms::Plan changed = plan;
+  changed.stages[0].stored_bytes += 1;
+  expect_has(ms::validate(changed, profile), "/stages/0/stored_bytes",
+             "must equal the replay of the sequence");
+  changed = plan;
+  changed.stages[0].workspace_bytes = replay.transient_bytes() - 1;
+  expect_has(ms::validate(changed, profile), "/stages/0/workspace_bytes",
+             "must cover the sequence's transient memory");
+  changed = plan;
+  changed.stages[0].sequence = "F0ck Loss dLoss B0";
+  expect_has(ms::validate(changed, profile), "/stages/0/sequence", "not recorded");
+  changed = plan;
+  changed.stages[0].sequence = "F1all";
+  expect_has(ms::validate(changed, profile), "/stages/0/sequence", "outside the stage's layers");
+  changed = plan;
+  changed.stages[0].offload = "activations";
+  expect_has(ms::validate(changed, profile), "/stages/0/offload/strategy",
+             "must be \"none\" or \"host\"");
+  changed = plan;
+  changed.stages[0].remat = "none";
+  expect_has(ms::validate(changed, profile), "/stages/0/sequence", "must be absent");
+  changed = plan;
+  changed.stages[0].backward_ms = 1.5;  // faster than the layers themselves
+  changed.pattern.ops[mt::find_op(changed, OpKind::B, 0)].duration_ms = 1.5;
+  ms::fill_predicted(changed, 2.0);
+  expect_has(ms::validate(changed, profile), "/stages/0/backward_ms",
+             "must be at least the sum of layers 0..0 in the profile (2), got 1.5");
 }
 
 TEST(PlanValidate, RejectsPlansNotCoveringTheProfile) {

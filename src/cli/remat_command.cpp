@@ -1,0 +1,124 @@
+#include "cli/remat_command.hpp"
+
+#include "cli/platform_options.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "core/units.hpp"
+#include "schedule/remat_chain.hpp"
+#include "schedule/remat_sequence.hpp"
+#include "schedule/rotor.hpp"
+#include "cli/table.hpp"
+
+#include <chrono>
+#include <iostream>
+
+#include <boost/program_options/value_semantic.hpp>
+
+namespace po = boost::program_options;
+
+static const madpipe::cli::CommandSyntax kSyntax{
+    "remat", "--profile FILE --memory SIZE [options]",
+    "Computes the optimal rematerialization sequence (ROTOR, thesis ch. 2) of layers\n"
+    "[--first-layer, --last-layer] run as one pipeline stage, for a memory budget that holds\n"
+    "its activations (weights excluded): which forwards keep their activations, which are\n"
+    "recomputed during the backward, the time overhead and the peak memory. With --nca N the\n"
+    "memory the forward keeps is charged once per micro-batch in flight, as in a pipeline."};
+
+po::options_description madpipe::cli::remat_options_description(RematCommandOptions& options) {
+  po::options_description group("Remat options", 100);
+  auto add_group = group.add_options();
+  add_group("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
+            "madpipe.profile/1 JSON file");
+  add_group("memory",
+            po::value<std::string>()->value_name("SIZE")->required()->notifier(
+                [&options](const std::string& text) {
+                  options.memory_bytes = parse_bytes(text, "--memory");
+                  if (options.memory_bytes <= 0) throw_invalid("", "--memory", "must be > 0");
+                }),
+            "memory for the stage's activations, e.g. 6GiB");
+  add_group("first-layer",
+            po::value(&options.first_layer)->value_name("I")->default_value(0)->notifier(
+                at_least(0, "--first-layer")),
+            "first layer of the stage");
+  add_group("last-layer", po::value(&options.last_layer)->value_name("J")->default_value(-1),
+            "last layer of the stage (-1: the profile's last)");
+  add_group("nca",
+            po::value(&options.nca)->value_name("N")->default_value(1)->notifier(
+                at_least(1, "--nca")),
+            "micro-batches in flight on the stage: what the forward keeps counts N times");
+  add_group("slots",
+            po::value(&options.slots)->value_name("N")->default_value(500)->notifier(
+                at_least(10, "--slots")),
+            "memory slots of the DP (sizes round up to whole slots)");
+  po::options_description all(100);
+  all.add(group);
+  return all;
+}
+
+static std::string bytes(std::int64_t value) {
+  return madpipe::format_bytes(static_cast<double>(value));
+}
+
+int madpipe::cli::run_remat(const RematCommandOptions& options) {
+  const Profile profile = read_profile(options.profile_path);
+  const int layers = static_cast<int>(profile.layers.size());
+  const int last = options.last_layer < 0 ? layers - 1 : options.last_layer;
+  if (last >= layers)
+    throw_invalid("", "--last-layer",
+                  "must be < " + std::to_string(layers) + " (layers of " + options.profile_path +
+                      "), got " + std::to_string(last));
+  if (options.first_layer > last)
+    throw_invalid("", "--first-layer",
+                  "must be <= the last layer (" + std::to_string(last) + "), got " +
+                      std::to_string(options.first_layer));
+  const schedule::RematChain chain = schedule::stage_remat_chain(profile, options.first_layer, last);
+  const schedule::SequenceReplay all =
+      schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
+  const std::int64_t all_memory = (options.nca - 1) * all.stored_bytes + all.peak_bytes;
+  std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
+            << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
+            << "no remat       " << format_ms(all.total_ms()) << ", needs " << bytes(all_memory)
+            << (options.nca > 1 ? " with " + std::to_string(options.nca) + " micro-batches in flight"
+                                : std::string())
+            << '\n'
+            << "budget         " << bytes(options.memory_bytes) << " ("
+            << fixed(100.0 * static_cast<double>(options.memory_bytes) / static_cast<double>(all_memory), 0)
+            << "% of that), " << options.slots << " slots\n";
+  const auto started = std::chrono::steady_clock::now();
+  const schedule::RematResult result =
+      options.nca == 1
+          ? schedule::optimal_remat(chain, options.memory_bytes, options.slots)
+          : schedule::optimal_pipelined_remat(chain, options.nca, options.memory_bytes, options.slots);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!result.feasible) {
+    std::cout << "result         no sequence fits (DP took " << fixed(seconds, 2) << " s)\n";
+    throw Error(ErrorKind::InvalidInput, "", "--memory",
+                "no rematerialization sequence of layers " + std::to_string(options.first_layer) +
+                    ".." + std::to_string(last) + " fits in " + bytes(options.memory_bytes) +
+                    "; the stage's input alone and its largest layer need more");
+  }
+  const schedule::SequenceReplay& r = result.replay;
+  int recomputed = 0;
+  for (const schedule::RematOp& op : result.sequence)
+    recomputed += op.kind != schedule::RematOpKind::Backward;
+  recomputed -= chain.length();
+  std::cout << "time           " << format_ms(r.total_ms()) << " (+"
+            << fixed(100.0 * (r.total_ms() / all.total_ms() - 1), 1) << "% over no remat; "
+            << recomputed << " forwards recomputed)\n"
+            << "memory         peak " << bytes(r.peak_bytes) << ", kept from forward to backward "
+            << bytes(r.stored_bytes) << ", transient " << bytes(r.transient_bytes());
+  if (options.nca > 1)
+    std::cout << "; with " << options.nca << " in flight "
+              << bytes((options.nca - 1) * r.stored_bytes + r.peak_bytes);
+  std::cout << "\nDP time        " << fixed(seconds, 3) << " s\n"
+            << "sequence       " << schedule::to_string(result.sequence, chain) << '\n';
+  return 0;
+}
+
+int madpipe::cli::remat_command(const std::vector<std::string>& args) {
+  RematCommandOptions options;
+  const po::options_description description = remat_options_description(options);
+  if (!parse_options(args, kSyntax, description)) return 0;
+  return run_remat(options);
+}

@@ -1,0 +1,27 @@
+#pragma once
+
+#include "cli/options.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/options_description.hpp>
+
+namespace madpipe::cli {
+
+// madpipe remat --profile FILE --memory SIZE [--first-layer I] [--last-layer J] [--nca N]
+struct RematCommandOptions {
+  std::string profile_path;
+  std::int64_t memory_bytes = 0;  // for the activations of one stage
+  int first_layer = 0;
+  int last_layer = -1;            // -1: the profile's last layer
+  int nca = 1;                    // micro-batches in flight (pipelined variant)
+  int slots = 500;
+};
+
+po::options_description remat_options_description(RematCommandOptions& options);
+int run_remat(const RematCommandOptions& options);
+int remat_command(const std::vector<std::string>& args);
+
+}  // namespace madpipe::cli

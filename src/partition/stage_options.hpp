@@ -1,0 +1,38 @@
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/profile.hpp"
+#include "schedule/rotor.hpp"
+
+namespace madpipe::partition {
+
+// Per-stage rematerialization the partitioners may use (`--remat rotor`).
+struct RematSettings {
+  bool rotor = false;
+  int slots = 200;            // memory slots of the ROTOR DP, over the stage's store-all peak
+  int threshold_steps = 24;   // values of the memory left free at the loss (pipelined variant)
+};
+
+// The ways to run a stage [first, last] that keep less memory than the plain one, computed once
+// per range on first use (ROTOR's pipelined Pareto front): fastest first, plain excluded.
+class StageOptions {
+ public:
+  StageOptions(const Profile& profile, RematSettings settings);
+
+  bool enabled() const noexcept { return settings_.rotor; }
+  const std::vector<schedule::RematOption>& of(int first, int last);
+  // Index in of(first, last) of the fastest option with nca * stored + transient <= budget; -1
+  // if none.
+  int fastest_fitting(int first, int last, int nca, double budget_bytes);
+  std::size_t ranges_computed() const noexcept { return cache_.size(); }
+
+ private:
+  const Profile& profile_;
+  RematSettings settings_;
+  std::map<std::pair<int, int>, std::vector<schedule::RematOption>> cache_;
+};
+
+}  // namespace madpipe::partition

@@ -1,0 +1,146 @@
+// The partitioners with per-stage rematerialization (--remat rotor): plans stay valid, replay at
+// their period within their memory, and are never worse than without rematerialization.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "partition/stage_options.hpp"
+#include "schedule/remat_sequence.hpp"
+#include "schedule/simulate.hpp"
+#include "schedule/validate.hpp"
+#include "support/test_support.hpp"
+
+namespace mp = madpipe::partition;
+namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
+
+namespace {
+
+constexpr std::int64_t kGiB = 1024LL * 1024 * 1024;
+
+mp::PlanResult plan_with(const madpipe::Profile& profile, mp::Algorithm algorithm,
+                         std::int64_t memory, bool rotor) {
+  mp::PlannerOptions options;
+  options.algorithm = algorithm;
+  options.scheduler = mp::Scheduler::Heuristic;
+  options.remat.rotor = rotor;
+  return mp::make_plan(profile, mt::make_platform(4, memory, 12e6, 3), options);
+}
+
+int remat_stages(const ms::Plan& plan) {
+  int count = 0;
+  for (const ms::Stage& stage : plan.stages) count += stage.remat == "rotor";
+  return count;
+}
+
+void expect_valid_and_replayable(const ms::Plan& plan, const madpipe::Profile& profile) {
+  const auto violations = ms::validate(plan, profile);
+  for (const auto& v : violations) ADD_FAILURE() << v.field << ": " << v.problem;
+  const ms::SimResult sim = ms::simulate(plan, {});
+  ASSERT_GT(sim.steady_period_ms, 0);
+  EXPECT_NEAR(sim.steady_normalized_ms, plan.predicted.period_ms, 1e-6 * plan.predicted.period_ms);
+  for (std::size_t g = 0; g < sim.peak_memory_bytes.size(); ++g)
+    EXPECT_LE(sim.peak_memory_bytes[g], plan.platform.memory_bytes) << "gpu " << g;
+}
+
+}  // namespace
+
+TEST(RematPlanner, ResNet50OnFourGpusGainsFromRematerialization) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  const mp::PlanResult plain = plan_with(profile, mp::Algorithm::MadPipe, 8 * kGiB, false);
+  const mp::PlanResult remat = plan_with(profile, mp::Algorithm::MadPipe, 8 * kGiB, true);
+  ASSERT_TRUE(plain.feasible);
+  ASSERT_TRUE(remat.feasible) << remat.reason;
+  EXPECT_LT(remat.plan.predicted.period_ms, plain.plan.predicted.period_ms);
+  EXPECT_GE(remat_stages(remat.plan), 1);
+  EXPECT_EQ(remat_stages(plain.plan), 0);
+  expect_valid_and_replayable(remat.plan, profile);
+}
+
+TEST(RematPlanner, FindsPlansWhereNothingFitsWithoutRematerialization) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  for (mp::Algorithm algorithm :
+       {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous, mp::Algorithm::OneFOneB,
+        mp::Algorithm::PipeDream}) {
+    const mp::PlanResult plain = plan_with(profile, algorithm, 5 * kGiB, false);
+    const mp::PlanResult remat = plan_with(profile, algorithm, 5 * kGiB, true);
+    EXPECT_FALSE(plain.feasible) << mp::to_string(algorithm);
+    ASSERT_TRUE(remat.feasible) << mp::to_string(algorithm) << ": " << remat.reason;
+    EXPECT_GE(remat_stages(remat.plan), 1) << mp::to_string(algorithm);
+    expect_valid_and_replayable(remat.plan, profile);
+  }
+}
+
+TEST(RematPlanner, NeverWorseThanWithoutOnTheShippedProfiles) {
+  for (const char* name : {"gpt2_small", "gpt2_xl16"}) {
+    const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(name));
+    const std::int64_t smallest = mp::smallest_feasible_memory(
+        profile, mt::make_platform(4, 64 * kGiB, 12e6, 3), [] {
+          mp::PlannerOptions o;
+          o.algorithm = mp::Algorithm::Contiguous;
+          return o;
+        }());
+    ASSERT_GT(smallest, 0) << name;
+    for (double factor : {1.0, 1.3}) {
+      const auto memory = static_cast<std::int64_t>(smallest * factor);
+      const mp::PlanResult plain = plan_with(profile, mp::Algorithm::Contiguous, memory, false);
+      const mp::PlanResult remat = plan_with(profile, mp::Algorithm::Contiguous, memory, true);
+      ASSERT_TRUE(plain.feasible) << name;
+      ASSERT_TRUE(remat.feasible) << name;
+      EXPECT_LE(remat.plan.predicted.period_ms, plain.plan.predicted.period_ms * (1 + 1e-9))
+          << name << " x" << factor;
+      expect_valid_and_replayable(remat.plan, profile);
+    }
+  }
+}
+
+TEST(RematPlanner, ValidatorChecksSequencesAgainstTheProfile) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  const mp::PlanResult remat = plan_with(profile, mp::Algorithm::MadPipe, 5 * kGiB, true);
+  ASSERT_TRUE(remat.feasible);
+  std::size_t s = 0;
+  while (remat.plan.stages[s].remat != "rotor") ++s;
+  auto violations_after = [&](auto&& change) {
+    ms::Plan plan = remat.plan;
+    change(plan.stages[s]);
+    return ms::validate(plan, profile);
+  };
+  auto mentions = [](const std::vector<ms::Violation>& list, const std::string& text) {
+    for (const ms::Violation& v : list)
+      if ((v.field + ": " + v.problem).find(text) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(violations_after([](ms::Stage&) {}).empty());
+  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.backward_ms *= 0.9; }),
+                       "backward_ms"));
+  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.stored_bytes /= 2; }),
+                       "stored_bytes"));
+  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.sequence += " F999all"; }),
+                       "sequence"));
+  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.sequence.clear(); }),
+                       "is required"));
+  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.remat = "magic"; }),
+                       "remat/strategy"));
+}
+
+TEST(RematPlanner, StageOptionsAreFastestFirstAndFitQueries) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  mp::StageOptions options(profile, mp::RematSettings{true, 200, 24});
+  const auto& front = options.of(0, 7);
+  ASSERT_GE(front.size(), 2u);
+  for (std::size_t i = 1; i < front.size(); ++i)
+    EXPECT_LE(front[i - 1].backward_ms, front[i].backward_ms);
+  const ms::RematOption& slowest = front.back();
+  const double budget = 3.0 * static_cast<double>(slowest.stored_bytes) + slowest.transient_bytes;
+  const int fit = options.fastest_fitting(0, 7, 3, budget);
+  ASSERT_GE(fit, 0);
+  EXPECT_LE(3.0 * front[fit].stored_bytes + front[fit].transient_bytes, budget);
+  for (int i = 0; i < fit; ++i)
+    EXPECT_GT(3.0 * front[i].stored_bytes + front[i].transient_bytes, budget);
+  EXPECT_EQ(options.fastest_fitting(0, 7, 3, 1.0), -1);
+  EXPECT_EQ(options.ranges_computed(), 1u);
+}
