@@ -264,3 +264,24 @@ std::vector<madpipe::schedule::RematOption> madpipe::schedule::remat_options(
   });
   return options;
 }
+
+madpipe::schedule::RematSequence madpipe::schedule::sequential_checkpoint_sequence(
+    const RematChain& chain, int segments) {
+  const int n = chain.length();  // the loss is the last stage of the last segment
+  segments = std::max(1, std::min(segments, n));
+  std::vector<int> starts;
+  for (int i = 0; i < segments; ++i) starts.push_back(1 + static_cast<int>(static_cast<long long>(i) * n / segments));
+  starts.push_back(n + 1);
+  RematSequence sequence;
+  for (int i = 0; i + 1 < segments; ++i) {
+    sequence.push_back({RematOpKind::ForwardCheckpoint, starts[i]});
+    for (int k = starts[i] + 1; k < starts[i + 1]; ++k) sequence.push_back({RematOpKind::ForwardNone, k});
+  }
+  for (int k = starts[segments - 1]; k <= n; ++k) sequence.push_back({RematOpKind::ForwardAll, k});
+  for (int k = n; k >= starts[segments - 1]; --k) sequence.push_back({RematOpKind::Backward, k});
+  for (int i = segments - 2; i >= 0; --i) {
+    for (int k = starts[i]; k < starts[i + 1]; ++k) sequence.push_back({RematOpKind::ForwardAll, k});
+    for (int k = starts[i + 1] - 1; k >= starts[i]; --k) sequence.push_back({RematOpKind::Backward, k});
+  }
+  return sequence;
+}

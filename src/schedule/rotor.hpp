@@ -73,6 +73,11 @@ RematResult optimal_remat(const RematChain& chain, std::int64_t budget_bytes, in
 RematResult optimal_pipelined_remat(const RematChain& chain, int nca, std::int64_t budget_bytes,
                                     int slots = 500, int threshold_steps = 0);
 
+// The baseline of thesis §2.1.2 (checkpoint_sequential): the chain cut into `segments` segments
+// of about equal length; the forward keeps each segment's input, the backward recomputes a
+// segment with F^all before its backwards; the last segment (with the loss) is not recomputed.
+RematSequence sequential_checkpoint_sequence(const RematChain& chain, int segments);
+
 // One way to run a pipeline stage: its effective times and memory (exact replay).
 struct RematOption {
   double forward_ms = 0;

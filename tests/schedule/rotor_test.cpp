@@ -316,3 +316,34 @@ TEST(PipelinedRemat, OptionsFormAParetoFrontStartingWithStoreAll) {
 
 }  // namespace
 }  // namespace madpipe::schedule
+
+namespace madpipe::schedule {
+namespace {
+TEST(Rotor, NeverSlowerThanSequentialCheckpointingAtItsMemory) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> size(1, 60);
+  std::uniform_real_distribution<double> ms(0.2, 2.0);
+  RematChain chain = make_remat_chain(16);
+  chain.a[0] = chain.abar[0] = chain.delta[0] = size(rng);
+  for (int k = 1; k <= 16; ++k) {
+    chain.forward_ms[k] = ms(rng);
+    chain.backward_ms[k] = 2 * ms(rng);
+    chain.a[k] = chain.delta[k] = size(rng);
+    chain.abar[k] = chain.a[k] + size(rng);
+  }
+  for (int segments = 1; segments <= 8; ++segments) {
+    const RematSequence sequence = sequential_checkpoint_sequence(chain, segments);
+    const SequenceReplay baseline = replay_sequence(chain, sequence);
+    ASSERT_TRUE(baseline.valid) << segments << ": " << baseline.problem;
+    if (segments == 1) {
+      EXPECT_DOUBLE_EQ(baseline.total_ms(), chain.sequential_ms());
+    }
+    // Exact sizes (one byte per slot) make ROTOR optimal at that memory.
+    const RematResult rotor = optimal_remat(chain, baseline.peak_bytes,
+                                            static_cast<int>(baseline.peak_bytes - chain.a[0]));
+    ASSERT_TRUE(rotor.feasible);
+    EXPECT_LE(rotor.replay.total_ms(), baseline.total_ms() + 1e-9) << segments << " segments";
+  }
+}
+}  // namespace
+}  // namespace madpipe::schedule
