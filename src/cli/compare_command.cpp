@@ -72,77 +72,140 @@ struct Row {
   double throughput_per_s = 0;
   std::int64_t max_memory_bytes = 0;
   double planning_seconds = 0;
+  // With --remat rotor: the same algorithm allowed to rematerialize (period_ms is without).
+  bool remat_feasible = false;
+  double remat_period_ms = 0;
+  int remat_stages = 0;
 };
 }  // namespace
+
+static madpipe::partition::PlanResult plan_checked(const madpipe::Profile& profile,
+                                                   const madpipe::Platform& platform,
+                                                   const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  partition::PlanResult result = partition::make_plan(profile, platform, options);
+  if (!result.feasible) return result;
+  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
+  if (!violations.empty()) {
+    throw Error(ErrorKind::Internal, "", violations.front().field,
+                violations.front().problem + " (the " + partition::to_string(options.algorithm) +
+                    " planner produced an invalid plan; please report it)");
+  }
+  return result;
+}
 
 static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& platform,
                     const madpipe::cli::PlannerSettings& settings,
                     madpipe::partition::Algorithm algorithm) {
   using namespace madpipe;
-  const partition::PlanResult result =
-      partition::make_plan(profile, platform, cli::to_planner_options(settings, algorithm));
+  partition::PlannerOptions options = cli::to_planner_options(settings, algorithm);
+  options.remat.rotor = false;
+  const partition::PlanResult result = plan_checked(profile, platform, options);
   Row row{algorithm};
   row.planning_seconds = result.planning_seconds;
-  if (!result.feasible) return row;
-  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
-  if (!violations.empty()) {
-    throw Error(ErrorKind::Internal, "", violations.front().field,
-                violations.front().problem + " (the " + partition::to_string(algorithm) +
-                    " planner produced an invalid plan; please report it)");
+  if (result.feasible) {
+    const schedule::Predicted& predicted = result.plan.predicted;
+    row.feasible = true;
+    row.period_ms = predicted.period_ms;
+    row.throughput_per_s = predicted.throughput_per_s;
+    row.max_memory_bytes =
+        *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
   }
-  const schedule::Predicted& predicted = result.plan.predicted;
-  row.feasible = true;
-  row.period_ms = predicted.period_ms;
-  row.throughput_per_s = predicted.throughput_per_s;
-  row.max_memory_bytes =
-      *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
+  if (settings.remat == "rotor") {
+    options.remat.rotor = true;
+    const partition::PlanResult remat = plan_checked(profile, platform, options);
+    row.planning_seconds += remat.planning_seconds;
+    row.remat_feasible = remat.feasible;
+    if (remat.feasible) {
+      row.remat_period_ms = remat.plan.predicted.period_ms;
+      for (const schedule::Stage& stage : remat.plan.stages) row.remat_stages += stage.remat != "none";
+    }
+  }
   return row;
 }
 
-static std::vector<madpipe::cli::Column> table_columns() {
+static std::vector<madpipe::cli::Column> table_columns(bool remat) {
   using madpipe::cli::Align;
-  return {{"algorithm", Align::Left}, {"period (ms)"},    {"vs best"},     {"vs bound"},
-          {"throughput (/s)"},        {"max GPU memory"}, {"planning (s)"}};
+  std::vector<madpipe::cli::Column> columns{
+      {"algorithm", Align::Left}, {"period (ms)"},    {"vs best"},     {"vs bound"},
+      {"throughput (/s)"},        {"max GPU memory"}, {"planning (s)"}};
+  if (remat) {
+    columns.push_back({"with remat (ms)"});
+    columns.push_back({"remat / plain"});
+    columns.push_back({"remat stages"});
+  }
+  return columns;
 }
 
-static std::vector<std::string> table_row(const Row& row, double best, double lower_bound) {
+// The remat columns of a row: period with remat, its ratio to the plain period, stages that use it.
+static void append_remat(std::vector<std::string>& cells, const Row& row, int decimals,
+                         const char* none) {
+  using madpipe::cli::fixed;
+  if (!row.remat_feasible) {
+    cells.insert(cells.end(), {none, "", ""});
+    return;
+  }
+  cells.push_back(fixed(row.remat_period_ms, decimals));
+  cells.push_back(row.feasible ? fixed(row.remat_period_ms / row.period_ms, decimals + 1) : "");
+  cells.push_back(std::to_string(row.remat_stages));
+}
+
+static std::vector<std::string> table_row(const Row& row, double best, double lower_bound,
+                                          bool remat) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 2);
-  if (!row.feasible) return {name, "does not fit", "-", "-", "-", "-", seconds};
-  return {name,
-          fixed(row.period_ms, 2),
-          fixed(row.period_ms / best, 3),
-          fixed(row.period_ms / lower_bound, 3),
-          fixed(row.throughput_per_s, 2),
-          madpipe::format_bytes(static_cast<double>(row.max_memory_bytes)),
-          seconds};
+  std::vector<std::string> cells =
+      row.feasible ? std::vector<std::string>{name,
+                                              fixed(row.period_ms, 2),
+                                              fixed(row.period_ms / best, 3),
+                                              fixed(row.period_ms / lower_bound, 3),
+                                              fixed(row.throughput_per_s, 2),
+                                              madpipe::format_bytes(
+                                                  static_cast<double>(row.max_memory_bytes)),
+                                              seconds}
+                   : std::vector<std::string>{name, "does not fit", "-", "-", "-", "-", seconds};
+  if (remat) {
+    append_remat(cells, row, 2, "does not fit");
+    if (row.remat_feasible && !row.feasible) cells[cells.size() - 2] = "-";
+  }
+  return cells;
 }
 
-static std::vector<madpipe::cli::Column> csv_columns() {
-  return {{"algorithm"},
-          {"status"},
-          {"period_ms"},
-          {"ratio_to_best"},
-          {"ratio_to_lower_bound"},
-          {"throughput_per_s"},
-          {"max_memory_bytes"},
-          {"planning_s"}};
+static std::vector<madpipe::cli::Column> csv_columns(bool remat) {
+  std::vector<madpipe::cli::Column> columns{{"algorithm"},
+                                            {"status"},
+                                            {"period_ms"},
+                                            {"ratio_to_best"},
+                                            {"ratio_to_lower_bound"},
+                                            {"throughput_per_s"},
+                                            {"max_memory_bytes"},
+                                            {"planning_s"}};
+  if (remat) {
+    columns.push_back({"remat_period_ms"});
+    columns.push_back({"remat_ratio_to_plain"});
+    columns.push_back({"remat_stages"});
+  }
+  return columns;
 }
 
-static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound) {
+static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound,
+                                        bool remat) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 3);
-  if (!row.feasible) return {name, "does not fit", "", "", "", "", "", seconds};
-  return {name,
-          "ok",
-          fixed(row.period_ms, 4),
-          fixed(row.period_ms / best, 4),
-          fixed(row.period_ms / lower_bound, 4),
-          fixed(row.throughput_per_s, 4),
-          std::to_string(row.max_memory_bytes),
-          seconds};
+  std::vector<std::string> cells =
+      row.feasible ? std::vector<std::string>{name,
+                                              "ok",
+                                              fixed(row.period_ms, 4),
+                                              fixed(row.period_ms / best, 4),
+                                              fixed(row.period_ms / lower_bound, 4),
+                                              fixed(row.throughput_per_s, 4),
+                                              std::to_string(row.max_memory_bytes),
+                                              seconds}
+                   : std::vector<std::string>{name, "does not fit", "", "", "", "", "", seconds};
+  if (remat) append_remat(cells, row, 4, "");
+  return cells;
 }
 
 int madpipe::cli::run_compare(const CompareOptions& options) {
@@ -165,11 +228,12 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   for (const Row& row : rows)
     if (row.feasible) best = std::min(best, row.period_ms);
 
+  const bool remat = options.planner.remat == "rotor";
   Table table;
-  table.columns = options.csv ? csv_columns() : table_columns();
+  table.columns = options.csv ? csv_columns(remat) : table_columns(remat);
   for (const Row& row : rows)
-    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound)
-                                     : table_row(row, best, lower_bound));
+    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound, remat)
+                                     : table_row(row, best, lower_bound, remat));
   if (options.csv) {
     print_csv(table, std::cout);
     return 0;

@@ -289,6 +289,11 @@ case_plan_remat() {
   run simulate --plan remat.json --profile "$resnet"
   expect_status 0
   expect_match out "ratio 1.000$"
+  run compare --profile "$resnet" --gpus 4 --memory 6GiB --bandwidth 12GB/s --remat rotor \
+    --scheduler heuristic --algorithms contiguous,1f1b --quiet
+  expect_status 0
+  expect_match out "with remat \(ms\) +remat / plain +remat stages$"
+  expect_match out "^1f1b +does not fit .* [0-9.]+ +- +[1-9]$"
   run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat everything
   expect_status 2
   expect_in err "--remat: unknown strategy 'everything' (valid: none, rotor)"
