@@ -89,6 +89,22 @@ double brute_force_time(const RematChain& chain, std::int64_t budget) {
   return RotorTable::kInfinity;
 }
 
+// Random chain of `stages` stages plus a free loss, sizes uniform in [1, max_size].
+RematChain random_chain(unsigned seed, int stages, int max_size) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> size(1, max_size);
+  std::uniform_real_distribution<double> ms(0.1, 3.0);
+  RematChain chain = make_remat_chain(stages);
+  chain.a[0] = chain.abar[0] = chain.delta[0] = size(rng);
+  for (int k = 1; k <= stages; ++k) {
+    chain.forward_ms[k] = ms(rng);
+    chain.backward_ms[k] = 2 * ms(rng);
+    chain.a[k] = chain.delta[k] = size(rng);
+    chain.abar[k] = chain.a[k] + size(rng);
+  }
+  return chain;
+}
+
 // Fixture of the digest (7.3): 4 stages + loss, u_F = 1, u_B = 2, a = 1, abar = 2.
 RematChain regression_chain() {
   return chain_of({1, 1, 1, 1, 0}, {2, 2, 2, 2, 0}, {1, 1, 1, 1, 1, 0}, {1, 2, 2, 2, 2, 0});
@@ -235,17 +251,7 @@ TEST(Rotor, MatchesExhaustiveSearchOnRandomChainsAndReplaysWithinBudget) {
 }
 
 TEST(Rotor, TimeIsNonIncreasingInMemoryWithCoarseSlots) {
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> size(1000, 90000);
-  std::uniform_real_distribution<double> ms(0.1, 3.0);
-  RematChain chain = make_remat_chain(20);
-  chain.a[0] = chain.abar[0] = chain.delta[0] = size(rng);
-  for (int k = 1; k <= 21; ++k) {
-    chain.forward_ms[k] = k == 21 ? 0 : ms(rng);
-    chain.backward_ms[k] = k == 21 ? 0 : 2 * ms(rng);
-    chain.a[k] = chain.delta[k] = k == 21 ? 0 : size(rng);
-    chain.abar[k] = chain.a[k] + size(rng);
-  }
+  const RematChain chain = random_chain(11, 20, 90000);
   const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
   double previous = RotorTable::kInfinity;
   for (int step = 1; step <= 20; ++step) {
@@ -314,23 +320,8 @@ TEST(PipelinedRemat, OptionsFormAParetoFrontStartingWithStoreAll) {
     }
 }
 
-}  // namespace
-}  // namespace madpipe::schedule
-
-namespace madpipe::schedule {
-namespace {
 TEST(Rotor, NeverSlowerThanSequentialCheckpointingAtItsMemory) {
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> size(1, 60);
-  std::uniform_real_distribution<double> ms(0.2, 2.0);
-  RematChain chain = make_remat_chain(16);
-  chain.a[0] = chain.abar[0] = chain.delta[0] = size(rng);
-  for (int k = 1; k <= 16; ++k) {
-    chain.forward_ms[k] = ms(rng);
-    chain.backward_ms[k] = 2 * ms(rng);
-    chain.a[k] = chain.delta[k] = size(rng);
-    chain.abar[k] = chain.a[k] + size(rng);
-  }
+  const RematChain chain = random_chain(5, 16, 60);
   for (int segments = 1; segments <= 8; ++segments) {
     const RematSequence sequence = sequential_checkpoint_sequence(chain, segments);
     const SequenceReplay baseline = replay_sequence(chain, sequence);
