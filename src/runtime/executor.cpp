@@ -15,8 +15,20 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
                 "the plan covers " +
                     std::to_string(plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1) +
                     " layers but the model has " + std::to_string(model.layers.size()));
-  // Shapes of what crosses each stage boundary, from one forward of a sample micro-batch.
+  // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
+  for (const schedule::Stage& stage : plan.stages)
+    sequences_.push_back(stage.sequence.empty() ? nullptr
+                                                : std::make_unique<StageSequence>(stage));
+  // Shapes of what crosses each stage boundary, from one forward of a sample micro-batch. The
+  // probe leaves the buffers (batch-norm running statistics) as it found them, so that they
+  // move exactly as in unsplit training.
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers, saved;
+  for (const auto& layer : model.layers)
+    for (const torch::Tensor& b : layer.ptr()->buffers()) {
+      buffers.push_back(b);
+      saved.push_back(b.clone());
+    }
   torch::Tensor x = sample.input;
   for (const schedule::Stage& stage : plan.stages) {
     for (int l = stage.first_layer; l <= stage.last_layer; ++l)
@@ -24,6 +36,7 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
     output_shapes_.push_back(x.sizes().vec());
     output_dtypes_.push_back(x.scalar_type());
   }
+  for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
 }
 
 std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
@@ -50,7 +63,7 @@ void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
 
 torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch::Tensor input,
                                                                 int copy) {
-  ChainModel& model = copy == 1 && second_ ? *second_ : model_;
+  ChainModel& model = model_of(copy);
   for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l)
     input = model.layers[l].forward(input);
   return input;
@@ -84,6 +97,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   struct Slot {
     torch::Tensor input;   // leaf whose gradient goes to the previous stage
     torch::Tensor output;  // stage output (or the scaled loss on the last stage)
+    std::unique_ptr<SequenceRun> run;  // a stage with a sequence: what its forward part kept
   };
   std::map<std::pair<int, int>, Slot> slots;              // (stage, micro-batch)
   std::map<std::pair<int, int>, torch::Tensor> handover;  // activations between local stages
@@ -97,6 +111,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   StepLoss loss;
   for (const Instr& instr : list) {
     const int s = instr.stage, i = instr.micro_batch;
+    const bool last = s == num_stages - 1;
     switch (instr.kind) {
       case InstrKind::Forward: {
         torch::Tensor input;
@@ -108,9 +123,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         } else {
           input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
         }
-        if (s > 0 && train) input = input.detach().requires_grad_(true);
-        torch::Tensor output = forward_stage(s, input, copy_of_ ? copy_of_(s, i) : 0);
-        if (s == num_stages - 1) {
+        // The loss of the last stage, divided so that accumulated gradients are the batch's.
+        auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
           const double item = value.item<double>();
           loss.sum += item;
@@ -118,14 +132,31 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           if (on_loss_) on_loss_(i, item);
           // Synchronous: the step's gradient is the mean over its micro-batches. 2BW divides by
           // the micro-batches of one update instead (the trainer's scale).
-          output = value / (copy_of_ ? update_micro_batches_ : n);
+          return value / (copy_of_ ? update_micro_batches_ : n);
+        };
+        const int copy = copy_of_ ? copy_of_(s, i) : 0;
+        Slot slot;
+        if (train && sequences_[s]) {
+          // A recomputation in the backward part uses this micro-batch's weight copy (kept in the
+          // run), whatever copy_of would say then.
+          slot.run = sequences_[s]->forward(model_of(copy), input, s > 0,
+                                            last ? StageSequence::LossFn(scaled_loss)
+                                                 : StageSequence::LossFn());
+          slot.output = slot.run->output;
+        } else {
+          if (s > 0 && train) input = input.detach().requires_grad_(true);
+          slot.input = input;
+          slot.output = forward_stage(s, input, copy);
+          if (last) slot.output = scaled_loss(slot.output);
+        }
+        if (last) {
           batches.erase(i);
         } else if (gpu_of(s + 1) == rank_) {
-          handover[{s, i}] = output.detach();
+          handover[{s, i}] = slot.output.detach();
         }
-        if (s == 0 && s != num_stages - 1) batches.erase(i);
-        if (train) slots[{s, i}] = Slot{input, output};
-        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_) slots[{s, i}] = Slot{{}, output};
+        if (s == 0 && !last) batches.erase(i);
+        if (train) slots[{s, i}] = std::move(slot);
+        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_) slots[{s, i}] = Slot{{}, slot.output, nullptr};
         break;
       }
       case InstrKind::SendAct: {
@@ -138,9 +169,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (!train) break;
         Slot slot = std::move(slots.at({s, i}));
         slots.erase({s, i});
-        if (s == num_stages - 1) {
-          slot.output.backward();
-        } else {
+        auto gradient = [&]() {
           torch::Tensor grad;
           if (gpu_of(s + 1) == rank_) {
             grad = grads.at({s, i});
@@ -148,9 +177,21 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           } else {
             grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
           }
-          slot.output.backward(grad);
+          return grad;
+        };
+        if (slot.run) {
+          torch::Tensor delta = sequences_[s]->backward(
+              *slot.run, last ? StageSequence::GradientFn() : StageSequence::GradientFn(gradient));
+          slot.run.reset();
+          if (s > 0) grads[{s - 1, i}] = delta;
+        } else {
+          if (last) {
+            slot.output.backward();
+          } else {
+            slot.output.backward(gradient());
+          }
+          if (s > 0) grads[{s - 1, i}] = slot.input.grad();
         }
-        if (s > 0) grads[{s - 1, i}] = slot.input.grad();
         if (after_backward_) after_backward_(s, i);
         break;
       }

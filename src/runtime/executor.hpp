@@ -2,12 +2,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/stage_sequence.hpp"
 #include "runtime/transport.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/program.hpp"
@@ -22,8 +24,14 @@ struct StepLoss {
 // Runs the instructions of one rank (one GPU) for a training step: forwards and backwards of its
 // stages in program order, transfers through the transport, local hand-over between stages that
 // share the GPU. Gradients accumulate in the parameters; the optimizer step is the caller's.
+// A stage with an operation sequence (Stage::sequence: rematerialization and offloading) runs it
+// in training: its forward part (up to Loss) at the stage's F of a micro-batch, the rest at its B,
+// keeping in between what the forward part stored (stage_sequence.hpp); validation runs plain
+// forwards.
 class PipelineExecutor {
  public:
+  // Throws Error{InvalidInput} when the plan does not fit the model or a stage's sequence (any
+  // stage's, so that every rank fails alike) is malformed or cannot run.
   PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
                    const Batch& sample);
 
@@ -51,6 +59,7 @@ class PipelineExecutor {
   StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
   torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
+  ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
 
   ChainModel& model_;
   ChainModel* second_ = nullptr;
@@ -63,6 +72,7 @@ class PipelineExecutor {
   Transport& transport_;
   std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
   std::vector<torch::Dtype> output_dtypes_;
+  std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
 };
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated

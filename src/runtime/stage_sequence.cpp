@@ -1,0 +1,482 @@
+#include "runtime/stage_sequence.hpp"
+
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+using madpipe::Error;
+using madpipe::ErrorKind;
+using madpipe::runtime::SequencePresence;
+using madpipe::runtime::SequenceRun;
+using madpipe::schedule::RematOp;
+using madpipe::schedule::RematOpKind;
+
+namespace {
+// Names in the terms of the sequence text: a_j is the input of layer first + j.
+std::string layer_name(int k, int first) { return std::to_string(first + k - 1); }
+
+std::string activation_name(int j, int first) {
+  return j == 0 ? std::string("the stage input") : "the output of layer " + layer_name(j, first);
+}
+
+// Why `op` cannot run with what `p` holds; empty when it can. The rules of
+// schedule::replay_sequence (thesis Table 2.1) plus offloading: an offloaded a_j cannot be used
+// before the P that brings it back.
+std::string blocked(const SequencePresence& p, const RematOp& op, int n, int first) {
+  const int k = op.stage;
+  if (k < 1 || k > n + 1) return "stage index out of range";
+  const bool loss = k == n + 1;
+  if (loss && op.kind != RematOpKind::ForwardAll && op.kind != RematOpKind::Backward)
+    return "the loss can only run as Loss and dLoss";
+  auto input_problem = [&](int j) -> std::string {
+    if (p.host[j])
+      return "its input (" + activation_name(j, first) + ") is offloaded: P" + layer_name(j + 1, first) +
+             " must bring it back first";
+    if (!p.available(j)) return "its input (" + activation_name(j, first) + ") is not stored";
+    return "";
+  };
+  switch (op.kind) {
+    case RematOpKind::ForwardNone:
+      if (p.host[k - 1] || p.plain[k - 1]) return input_problem(k - 1);
+      return "F none frees its input, which must be stored as a plain tensor (the stage input or "
+             "the output of F ck or F none), but " +
+             activation_name(k - 1, first) +
+             (p.available(k - 1) ? " is only held by the recorded forward (F all) of layer " +
+                                       layer_name(k - 1, first)
+                                 : " is not stored");
+    case RematOpKind::ForwardAll:
+    case RematOpKind::ForwardCheckpoint:
+      if (loss && p.recorded[k]) return "the loss forward already ran";
+      return input_problem(k - 1);
+    case RematOpKind::Backward:
+      if (loss) {
+        if (!p.recorded[k]) return "Loss has not run";
+        return input_problem(k - 1);
+      }
+      if (!p.gradient[k])
+        return "the gradient of its output is not there (" +
+               (k == n ? std::string("dLoss") : "B" + layer_name(k + 1, first)) + " must run first)";
+      if (!p.recorded[k])
+        return "layer " + layer_name(k, first) + " was not recorded (no F" + layer_name(k, first) +
+               "all since its last backward)";
+      return input_problem(k - 1);
+    case RematOpKind::Offload:
+      if (p.host[k - 1]) return activation_name(k - 1, first) + " is already offloaded";
+      if (!p.available(k - 1))
+        return "nothing to offload: " + activation_name(k - 1, first) + " is not stored";
+      return "";
+    case RematOpKind::Prefetch:
+      if (!p.host[k - 1])
+        return "nothing to prefetch: " + activation_name(k - 1, first) + " was not offloaded (no O" +
+               layer_name(k, first) + " before it)";
+      return "";
+  }
+  return "unknown op";
+}
+
+// What `op` leaves stored, given that blocked() allowed it.
+void apply(SequencePresence& p, const RematOp& op, int n) {
+  const int k = op.stage;
+  switch (op.kind) {
+    case RematOpKind::ForwardAll:
+      p.recorded[k] = 1;
+      if (k <= n) p.plain[k] = p.host[k] = 0;
+      break;
+    case RematOpKind::ForwardCheckpoint:
+    case RematOpKind::ForwardNone:
+      p.plain[k] = 1;
+      p.host[k] = 0;
+      if (op.kind == RematOpKind::ForwardNone) p.plain[k - 1] = 0;
+      break;
+    case RematOpKind::Backward:
+      if (k <= n) p.gradient[k] = 0;
+      p.recorded[k] = 0;
+      p.plain[k - 1] = 0;
+      p.gradient[k - 1] = 1;
+      break;
+    case RematOpKind::Offload:
+      p.host[k - 1] = 1;
+      p.plain[k - 1] = 0;
+      break;
+    case RematOpKind::Prefetch:
+      p.host[k - 1] = 0;
+      p.plain[k - 1] = 1;
+      break;
+  }
+}
+
+// What a finished presence still holds beyond delta_0, for the error message.
+std::string leftovers(const SequencePresence& p, int n, int first) {
+  std::string out;
+  auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
+  if (!p.gradient[0])
+    add("no gradient of the stage input (B" + layer_name(1, first) + " never completes the chain)");
+  for (int j = 0; j <= n; ++j) {
+    if (p.plain[j]) add(activation_name(j, first) + " still stored");
+    if (p.host[j]) add(activation_name(j, first) + " still offloaded");
+    if (j >= 1 && p.gradient[j]) add("the gradient of " + activation_name(j, first) + " unused");
+  }
+  for (int k = 1; k <= n; ++k)
+    if (p.recorded[k]) add("layer " + layer_name(k, first) + " recorded but never backpropagated");
+  if (p.recorded[n + 1]) add("the loss recorded but dLoss never ran");
+  return out;
+}
+
+std::string what_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+// Generator state swap for the duration of a recomputation (restored afterwards, so the
+// recomputation consumes no random numbers of later forwards).
+class GeneratorFork {
+ public:
+  GeneratorFork(at::Generator generator, const torch::Tensor& state)
+      : generator_(std::move(generator)) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    saved_ = generator_.get_state();
+    generator_.set_state(state);
+  }
+  ~GeneratorFork() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(saved_);
+  }
+  GeneratorFork(const GeneratorFork&) = delete;
+  GeneratorFork& operator=(const GeneratorFork&) = delete;
+
+ private:
+  at::Generator generator_;
+  torch::Tensor saved_;
+};
+
+torch::Tensor generator_state(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+at::Generator cpu_generator() { return at::globalContext().defaultGenerator(c10::Device(c10::kCPU)); }
+
+// Buffers (batch-norm running statistics) restored after a recomputation: a layer's state moves
+// once per micro-batch, as in unsplit training.
+class BufferKeeper {
+ public:
+  explicit BufferKeeper(torch::nn::Module& module) : buffers_(module.buffers()) {
+    for (const torch::Tensor& b : buffers_) saved_.push_back(b.detach().clone());
+  }
+  // Written through variable_data(), which does not bump the version counter: a graph recorded
+  // by the recomputation saves the buffers (batch norm does) and checks their version in B.
+  ~BufferKeeper() {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < buffers_.size(); ++i) buffers_[i].variable_data().copy_(saved_[i]);
+  }
+  BufferKeeper(const BufferKeeper&) = delete;
+  BufferKeeper& operator=(const BufferKeeper&) = delete;
+
+ private:
+  std::vector<torch::Tensor> buffers_, saved_;
+};
+
+// One side stream per CUDA device for offload and prefetch copies.
+c10::Stream side_stream(const c10::impl::VirtualGuardImpl& impl, c10::Device device) {
+  static std::map<c10::DeviceIndex, c10::Stream> streams;
+  auto it = streams.find(device.index());
+  if (it == streams.end())
+    it = streams.emplace(device.index(), impl.getStreamFromGlobalPool(device)).first;
+  return it->second;
+}
+
+// O: a host copy of `x`. CUDA: into pinned memory on the side stream, after the compute stream
+// produced `x`; the caching allocator is told that the side stream reads x's memory, so dropping
+// x cannot hand it out before the copy is done. CPU: a plain copy.
+torch::Tensor to_host(const torch::Tensor& x) {
+  if (!x.is_cuda()) return x.detach().clone();
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Device device = x.device();
+  const c10::Stream side = side_stream(impl, device);
+  c10::Event produced(c10::DeviceType::CUDA);
+  produced.record(impl.getStream(device));
+  produced.block(side);
+  torch::Tensor host =
+      torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
+  {
+    c10::StreamGuard guard(side);
+    host.copy_(x.detach(), /*non_blocking=*/true);
+  }
+  impl.recordDataPtrOnStream(x.storage().data_ptr(), side);
+  return host;
+}
+
+// P: `host` back on `device`. CUDA: allocated and copied on the side stream (ordered after the
+// offload copy on the same stream); `ready` is the event the compute stream waits on before
+// using it. CPU: the host tensor is the device tensor.
+torch::Tensor to_device(torch::Tensor host, c10::Device device, std::shared_ptr<c10::Event>& ready) {
+  if (!device.is_cuda()) return host;
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Stream side = side_stream(impl, device);
+  torch::Tensor out;
+  {
+    c10::StreamGuard guard(side);
+    out = torch::empty(host.sizes(), host.options().device(device).pinned_memory(false));
+    out.copy_(host, /*non_blocking=*/true);
+  }
+  ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+  ready->record(side);
+  impl.recordDataPtrOnStream(out.storage().data_ptr(), impl.getStream(device));
+  return out;
+}
+}  // namespace
+
+madpipe::runtime::SequencePresence::SequencePresence(int n)
+    : plain(static_cast<std::size_t>(n) + 2, 0),
+      host(static_cast<std::size_t>(n) + 2, 0),
+      recorded(static_cast<std::size_t>(n) + 2, 0),
+      gradient(static_cast<std::size_t>(n) + 2, 0) {}
+
+bool madpipe::runtime::SequencePresence::available(int j) const {
+  return !host[j] && (plain[j] || (j >= 1 && recorded[j]));
+}
+
+bool madpipe::runtime::SequencePresence::finished() const {
+  for (std::size_t j = 0; j < plain.size(); ++j)
+    if (plain[j] || host[j] || recorded[j] || (j > 0 && gradient[j])) return false;
+  return gradient[0] != 0;
+}
+
+madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
+    : stage_(stage.id),
+      first_layer_(stage.first_layer),
+      n_(stage.last_layer - stage.first_layer + 1),
+      chain_(schedule::make_remat_chain(std::max(1, stage.last_layer - stage.first_layer + 1))) {
+  const std::string field = "/stages/" + std::to_string(stage_) + "/sequence";
+  const std::string who = "stage " + std::to_string(stage_) + " (layers " +
+                          std::to_string(stage.first_layer) + ".." +
+                          std::to_string(stage.last_layer) + ")";
+  if (n_ < 1) throw Error(ErrorKind::InvalidInput, "", field, who + " has no layers");
+  chain_.first_layer = first_layer_;
+  try {
+    ops_ = schedule::parse_remat_sequence(stage.sequence, chain_);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::InvalidInput, "", field, who + ": " + e.problem());
+  }
+  // The forward part ends at the one Loss; the backward part starts after it.
+  std::size_t losses = 0, dlosses = 0, dloss_index = 0;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i].stage != n_ + 1) continue;
+    if (ops_[i].kind == RematOpKind::ForwardAll && losses++ == 0) loss_index_ = i;
+    if (ops_[i].kind == RematOpKind::Backward && dlosses++ == 0) dloss_index = i;
+  }
+  if (losses != 1 || dlosses != 1)
+    throw Error(ErrorKind::InvalidInput, "", field,
+                who + ": a sequence has exactly one Loss and one dLoss, '" + stage.sequence +
+                    "' has " + std::to_string(losses) + " and " + std::to_string(dlosses));
+  if (dloss_index < loss_index_) fail(dloss_index, "dLoss comes before Loss", ErrorKind::InvalidInput);
+  // Dry run with the rules the run applies before each op.
+  SequencePresence presence(n_);
+  presence.plain[0] = 1;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const std::string problem = blocked(presence, ops_[i], n_, first_layer_);
+    if (!problem.empty()) fail(i, problem, ErrorKind::InvalidInput);
+    apply(presence, ops_[i], n_);
+  }
+  if (!presence.finished())
+    throw Error(ErrorKind::InvalidInput, "", field,
+                who + ": the sequence must end with only the gradient of the stage input stored, "
+                      "it leaves " + leftovers(presence, n_, first_layer_));
+  std::vector<int> forwards(static_cast<std::size_t>(n_) + 2, 0);
+  for (const RematOp& op : ops_)
+    if (op.kind != RematOpKind::Backward && op.kind != RematOpKind::Offload &&
+        op.kind != RematOpKind::Prefetch && op.stage <= n_)
+      ++forwards[op.stage];
+  recomputed_.assign(forwards.size(), 0);
+  for (std::size_t k = 0; k < forwards.size(); ++k) recomputed_[k] = forwards[k] > 1;
+}
+
+void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string& problem,
+                                           ErrorKind kind) const {
+  throw Error(kind, "", "/stages/" + std::to_string(stage_) + "/sequence",
+              "stage " + std::to_string(stage_) + ", op " + std::to_string(index + 1) + " '" +
+                  schedule::to_string({ops_[index]}, chain_) + "': " + problem);
+}
+
+std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(
+    ChainModel& model, const torch::Tensor& input, bool needs_input_gradient,
+    const LossFn& loss) const {
+  const std::size_t size = static_cast<std::size_t>(n_) + 2;
+  auto run = std::make_unique<SequenceRun>();
+  run->model = &model;
+  run->needs_input_gradient = needs_input_gradient;
+  run->computes_loss = static_cast<bool>(loss);
+  run->presence = SequencePresence(n_);
+  run->plain.resize(size);
+  run->host.resize(size);
+  run->home.assign(size, input.device());
+  run->ready.resize(size);
+  run->leaf.resize(size);
+  run->recorded.resize(size);
+  run->gradient.resize(size);
+  run->forwards.assign(size, 0);
+  run->rng_cpu.resize(size);
+  run->rng_device.resize(size);
+  run->plain[0] = input.detach();
+  run->presence.plain[0] = 1;
+  for (std::size_t i = 0; i <= loss_index_; ++i) run_op(*run, i, loss, GradientFn());
+  return run;
+}
+
+torch::Tensor madpipe::runtime::StageSequence::backward(SequenceRun& run,
+                                                       const GradientFn& gradient) const {
+  for (std::size_t i = loss_index_ + 1; i < ops_.size(); ++i) run_op(run, i, LossFn(), gradient);
+  if (!run.presence.finished())
+    throw Error(ErrorKind::Internal, "", "/stages/" + std::to_string(stage_) + "/sequence",
+                "stage " + std::to_string(stage_) + ": the sequence left " +
+                    leftovers(run.presence, n_, first_layer_));
+  torch::Tensor delta = std::move(run.gradient[0]);
+  run.gradient[0] = torch::Tensor();
+  return run.needs_input_gradient ? delta : torch::Tensor();
+}
+
+void madpipe::runtime::StageSequence::run_op(SequenceRun& run, std::size_t index,
+                                             const LossFn& loss, const GradientFn& gradient) const {
+  const std::string problem = blocked(run.presence, ops_[index], n_, first_layer_);
+  if (!problem.empty()) fail(index, problem, ErrorKind::Runtime);
+  try {
+    execute_op(run, index, loss, gradient);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(index, what_of(e), ErrorKind::Runtime);
+  }
+  apply(run.presence, ops_[index], n_);
+}
+
+torch::Tensor madpipe::runtime::StageSequence::input_of(SequenceRun& run, std::size_t index,
+                                                        int j) const {
+  torch::Tensor x = run.plain[j];
+  if (!x.defined() && j >= 1) x = run.recorded[j];
+  if (!x.defined())
+    fail(index, "internal: " + activation_name(j, first_layer_) + " should be stored",
+         ErrorKind::Internal);
+  if (run.ready[j]) {  // a prefetch: the compute stream waits for its copy
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    run.ready[j]->block(impl.getStream(x.device()));
+    run.ready[j].reset();
+  }
+  return x.detach();
+}
+
+torch::Tensor madpipe::runtime::StageSequence::forward_layer(SequenceRun& run, int k,
+                                                             const torch::Tensor& x) const {
+  torch::nn::AnyModule& module = run.model->layers[static_cast<std::size_t>(first_layer_ + k - 1)];
+  const bool again = run.forwards[k]++ > 0;
+  if (!recomputed_[k]) return module.forward(x);
+  const bool cuda = x.is_cuda();
+  if (!again) {
+    run.rng_cpu[k] = generator_state(cpu_generator());
+    if (cuda) run.rng_device[k] = generator_state(at::globalContext().defaultGenerator(x.device()));
+    return module.forward(x);
+  }
+  // A recomputation: the random numbers of the first forward, the buffers left untouched.
+  GeneratorFork cpu(cpu_generator(), run.rng_cpu[k]);
+  std::optional<GeneratorFork> device;
+  if (cuda) device.emplace(at::globalContext().defaultGenerator(x.device()), run.rng_device[k]);
+  BufferKeeper buffers(*module.ptr());
+  return module.forward(x);
+}
+
+void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t index,
+                                                 const LossFn& loss,
+                                                 const GradientFn& gradient) const {
+  const RematOp& op = ops_[index];
+  const int k = op.stage;
+  const int n = n_;
+  switch (op.kind) {
+    case RematOpKind::ForwardAll: {
+      const torch::Tensor x = input_of(run, index, k - 1);
+      if (k == n + 1) {  // Loss
+        if (!run.computes_loss) {  // the output goes to the next stage
+          run.output = x;
+          break;
+        }
+        torch::Tensor leaf = x.detach();
+        if (leaf.is_floating_point()) leaf.requires_grad_(true);
+        torch::AutoGradMode grad_mode(true);
+        run.recorded[k] = loss(leaf);
+        run.leaf[k] = leaf;
+        run.output = run.recorded[k].detach();
+        break;
+      }
+      torch::Tensor leaf = x.detach();
+      if (leaf.is_floating_point() && (k > 1 || run.needs_input_gradient))
+        leaf.requires_grad_(true);
+      torch::AutoGradMode grad_mode(true);
+      run.recorded[k] = forward_layer(run, k, leaf);
+      run.leaf[k] = leaf;
+      run.plain[k] = torch::Tensor();
+      run.host[k] = torch::Tensor();
+      run.ready[k].reset();
+      break;
+    }
+    case RematOpKind::ForwardCheckpoint:
+    case RematOpKind::ForwardNone: {
+      const torch::Tensor x = input_of(run, index, k - 1);
+      torch::Tensor out;
+      {
+        torch::NoGradGuard no_grad;
+        out = forward_layer(run, k, x);
+      }
+      run.plain[k] = out;
+      run.host[k] = torch::Tensor();
+      run.ready[k].reset();
+      if (op.kind == RematOpKind::ForwardNone) {
+        run.plain[k - 1] = torch::Tensor();
+        run.ready[k - 1].reset();
+      }
+      break;
+    }
+    case RematOpKind::Backward: {
+      if (k == n + 1) {  // dLoss
+        if (run.computes_loss) {
+          run.recorded[k].backward();
+          torch::Tensor delta = run.leaf[k].grad();
+          run.gradient[n] = delta.defined() ? delta : torch::zeros_like(run.leaf[k]);
+        } else {
+          if (!gradient)
+            fail(index, "internal: no gradient of the stage output to wait for", ErrorKind::Internal);
+          run.gradient[n] = gradient();
+        }
+      } else {
+        input_of(run, index, k - 1);  // B_k needs a_{k-1}: waits for its prefetch
+        const torch::Tensor& out = run.recorded[k];
+        const torch::Tensor& leaf = run.leaf[k];
+        if (out.requires_grad()) out.backward(run.gradient[k]);
+        torch::Tensor delta;
+        if (leaf.requires_grad()) {
+          delta = leaf.grad();
+          if (!delta.defined()) delta = torch::zeros_like(leaf);
+        }
+        run.gradient[k] = torch::Tensor();
+        run.gradient[k - 1] = delta;
+      }
+      run.recorded[k] = torch::Tensor();
+      run.leaf[k] = torch::Tensor();
+      run.plain[k - 1] = torch::Tensor();
+      run.ready[k - 1].reset();
+      break;
+    }
+    case RematOpKind::Offload: {
+      torch::Tensor x = input_of(run, index, k - 1);
+      run.home[k - 1] = x.device();
+      run.host[k - 1] = to_host(x);
+      run.plain[k - 1] = torch::Tensor();
+      break;
+    }
+    case RematOpKind::Prefetch: {
+      run.plain[k - 1] = to_device(std::move(run.host[k - 1]), run.home[k - 1], run.ready[k - 1]);
+      run.host[k - 1] = torch::Tensor();
+      break;
+    }
+  }
+}

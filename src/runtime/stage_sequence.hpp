@@ -1,0 +1,108 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Event.h>
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "runtime/model.hpp"
+#include "schedule/remat_sequence.hpp"
+#include "schedule/stage.hpp"
+
+namespace madpipe::runtime {
+
+// What is stored for one micro-batch of a stage running a sequence, in the chain's indexing
+// (remat_chain.hpp): a_j for j = 0..n (a_0 the stage input, a_n its output), the recorded
+// forwards 1..n+1 (n + 1 the loss), the gradients delta_j. The same rules decide, before anything
+// runs (StageSequence's constructor) and before each op at run time, whether an op may run.
+struct SequencePresence {
+  std::vector<char> plain;     // [0..n] a plain a_j on the device (no graph)
+  std::vector<char> host;      // [0..n] a_j offloaded: only its host copy may be used (after P)
+  std::vector<char> recorded;  // [0..n+1] F^all of layer k ran and B_k has not (0 unused)
+  std::vector<char> gradient;  // [0..n] delta_j is there
+
+  explicit SequencePresence(int n = 0);
+  // a_j usable on the device as the input of layer j + 1: plain, or the output of a recorded
+  // forward, and not offloaded.
+  bool available(int j) const;
+  // Only delta_0 left.
+  bool finished() const;
+};
+
+// The state one micro-batch keeps between the forward part of its stage's sequence (ops up to
+// and including Loss, run by the pattern's F op) and its backward part (the rest, run by its B
+// op): the checkpoints, recorded layers and host copies the forward part left.
+struct SequenceRun {
+  ChainModel* model = nullptr;        // the weight copy of the micro-batch's first forward
+  bool needs_input_gradient = false;  // delta_0 is sent to the previous stage
+  SequencePresence presence;
+  std::vector<torch::Tensor> plain;   // [0..n]
+  std::vector<torch::Tensor> host;    // [0..n] host copies (pinned when the stage is on CUDA)
+  std::vector<c10::Device> home;      // [0..n] device an offloaded a_j returns to
+  std::vector<std::shared_ptr<c10::Event>> ready;  // [0..n] CUDA: end of a_j's prefetch copy
+  std::vector<torch::Tensor> leaf;      // [1..n+1] detached input of a recorded forward
+  std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
+  std::vector<torch::Tensor> gradient;  // [0..n] delta_j (delta_0 may be undefined: not needed)
+  std::vector<int> forwards;            // [1..n] forwards of layer k run so far
+  std::vector<torch::Tensor> rng_cpu, rng_device;  // [1..n] generator states at the first forward
+  bool computes_loss = false;  // last stage: Loss recorded the loss, dLoss backpropagates it
+  torch::Tensor output;  // handed to the next stage (a_n) or the scaled loss, detached
+};
+
+// The operation sequence of one stage (Stage::sequence), parsed and checked. Execution follows
+// the thesis' PyTorch realization: F^all runs with grad recording on a detached input leaf,
+// F^ck and F^none under NoGradGuard (F^none drops its plain input), B_k backpropagates the
+// recorded layer k alone and yields the gradient of its input. O_k copies a_{k-1} (the plain
+// tensor, else the output of the recorded forward of layer k - 1) to host memory (pinned, on a
+// side stream, when it is on CUDA; a plain host copy on CPU) and drops the device tensor the
+// sequence holds; until P_k copies it back, no op may read a_{k-1}. Tensors that a recorded graph
+// saved internally stay on the device (LibTorch has no saved-tensor hooks without Python), so an
+// offload frees device memory only where the sequence held the last reference. A layer forwarded
+// again (a recomputation) sees the random generator state of its first forward and leaves its
+// buffers (batch-norm running statistics) as they were.
+class StageSequence {
+ public:
+  // Throws Error{InvalidInput} naming the stage and the op when the text does not parse, names a
+  // layer outside the stage, or some op would miss its input (or the end would hold more than
+  // the input gradient): checked here, on every rank, so no rank starts a step that fails.
+  explicit StageSequence(const schedule::Stage& stage);
+
+  int stage() const noexcept { return stage_; }
+  const schedule::RematSequence& ops() const noexcept { return ops_; }
+  std::size_t loss_index() const noexcept { return loss_index_; }
+
+  // Maps the stage output a_n to the scaled loss (last stage only; recorded by Loss).
+  using LossFn = std::function<torch::Tensor(const torch::Tensor& output)>;
+  // Gives the gradient of the stage output (other stages; called by dLoss).
+  using GradientFn = std::function<torch::Tensor()>;
+
+  // Runs the forward part on `input` (a_0) with the weights of `model`.
+  std::unique_ptr<SequenceRun> forward(ChainModel& model, const torch::Tensor& input,
+                                       bool needs_input_gradient, const LossFn& loss) const;
+  // Runs the backward part; returns delta_0 (undefined when !needs_input_gradient).
+  torch::Tensor backward(SequenceRun& run, const GradientFn& gradient) const;
+
+ private:
+  void run_op(SequenceRun& run, std::size_t index, const LossFn& loss,
+              const GradientFn& gradient) const;
+  void execute_op(SequenceRun& run, std::size_t index, const LossFn& loss,
+                  const GradientFn& gradient) const;
+  torch::Tensor input_of(SequenceRun& run, std::size_t index, int j) const;
+  torch::Tensor forward_layer(SequenceRun& run, int k, const torch::Tensor& x) const;
+  // Throws Error{kind} naming the stage and op `index`.
+  [[noreturn]] void fail(std::size_t index, const std::string& problem, ErrorKind kind) const;
+
+  int stage_ = 0;
+  int first_layer_ = 0;
+  int n_ = 0;  // layers of the stage; the loss is n + 1
+  schedule::RematChain chain_;
+  schedule::RematSequence ops_;
+  std::size_t loss_index_ = 0;
+  std::vector<char> recomputed_;  // [1..n] layer k is forwarded more than once
+};
+
+}  // namespace madpipe::runtime
