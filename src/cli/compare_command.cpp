@@ -98,8 +98,10 @@ static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& pl
                     const madpipe::cli::PlannerSettings& settings,
                     madpipe::partition::Algorithm algorithm) {
   using namespace madpipe;
-  partition::PlannerOptions options = cli::to_planner_options(settings, algorithm);
+  partition::PlannerOptions options = cli::to_planner_options(settings, algorithm, platform);
+  const partition::RematSettings asked = options.remat;
   options.remat.rotor = false;
+  options.remat.host_offload = false;
   const partition::PlanResult result = plan_checked(profile, platform, options);
   Row row{algorithm};
   row.planning_seconds = result.planning_seconds;
@@ -111,8 +113,8 @@ static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& pl
     row.max_memory_bytes =
         *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
   }
-  if (settings.remat == "rotor") {
-    options.remat.rotor = true;
+  if (asked.rotor || asked.host_offload) {
+    options.remat = asked;
     const partition::PlanResult remat = plan_checked(profile, platform, options);
     row.planning_seconds += remat.planning_seconds;
     row.remat_feasible = remat.feasible;
@@ -228,7 +230,7 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   for (const Row& row : rows)
     if (row.feasible) best = std::min(best, row.period_ms);
 
-  const bool remat = options.planner.remat == "rotor";
+  const bool remat = options.planner.remat == "rotor" || options.planner.offload == "host";
   Table table;
   table.columns = options.csv ? csv_columns(remat) : table_columns(remat);
   for (const Row& row : rows)

@@ -160,7 +160,7 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
 int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const Platform platform = to_platform(options.platform);
-  partition::PlannerOptions planner = to_planner_options(options.planner, options.algorithm);
+  partition::PlannerOptions planner = to_planner_options(options.planner, options.algorithm, platform);
   if (!options.quiet) {
     planner.progress = [](const std::string& line) { std::cerr << "plan: " << line << '\n'; };
   }

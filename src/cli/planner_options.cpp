@@ -78,6 +78,17 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 }),
             "per-stage rematerialization: rotor lets a stage that does not fit recompute "
             "activations in its backward (optimal ROTOR sequences), none keeps everything");
+  add_group("offload",
+            po::value(&settings.offload)
+                ->value_name("NAME")
+                ->default_value(settings.offload)
+                ->notifier([](const std::string& name) {
+                  if (name != "none" && name != "host")
+                    throw_invalid("", "--offload", "unknown strategy '" + name + "' (valid: none, host)");
+                }),
+            "per-stage offloading: host lets a stage that does not fit copy activations to host "
+            "memory during its forward and back for its backward (with recomputation, thesis "
+            "ch. 4); needs --host-bandwidth");
   add_group("remat-slots",
             po::value(&settings.remat_slots)
                 ->value_name("N")
@@ -120,7 +131,7 @@ madpipe::cli::ConfigSection madpipe::cli::planner_config_section() {
 }
 
 madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
-    const PlannerSettings& settings, partition::Algorithm algorithm) {
+    const PlannerSettings& settings, partition::Algorithm algorithm, const Platform& platform) {
   partition::PlannerOptions options;
   options.algorithm = algorithm;
   options.discretization = settings.discretization;
@@ -130,6 +141,10 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
   options.milp = settings.milp;
   options.remat.rotor = settings.remat == "rotor";
   options.remat.slots = settings.remat_slots;
+  options.remat.host_offload = settings.offload == "host";
+  if (options.remat.host_offload && !(platform.host_bandwidth_bytes_per_ms > 0))
+    throw_invalid("", "--offload", "host needs the host link's speed: give --host-bandwidth");
+  options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
   return options;
 }
 

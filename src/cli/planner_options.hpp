@@ -16,15 +16,18 @@ struct PlannerSettings {
   int max_k = 0;                // 0: number of GPUs
   std::string scheduler = "auto";
   partition::MilpSettings milp{};
-  std::string remat = "none";  // --remat none|rotor
+  std::string remat = "none";    // --remat none|rotor
+  std::string offload = "none";  // --offload none|host
   int remat_slots = 200;
 };
 
 po::options_description planner_options_description(PlannerSettings& settings);
 // Includes "algorithm" (plan) and "algorithms" (compare).
 ConfigSection planner_config_section();
+// `platform` gives the host bandwidth of --offload host; an error names the missing option.
 partition::PlannerOptions to_planner_options(const PlannerSettings& settings,
-                                             partition::Algorithm algorithm);
+                                             partition::Algorithm algorithm,
+                                             const Platform& platform);
 
 // Parses an algorithm name for the option `option`; the error lists the valid names.
 partition::Algorithm parse_algorithm(const std::string& name, const std::string& option);

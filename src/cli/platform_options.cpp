@@ -43,6 +43,12 @@ po::options_description madpipe::cli::platform_options_description(PlatformOptio
                 ->default_value(options.weight_copies)
                 ->notifier(at_least(1, "--weight-copies")),
             "weight-sized copies per stage (weights, gradients, optimizer...)");
+  add_group("host-bandwidth",
+            po::value<std::string>()->value_name("RATE")->notifier(
+                [&options](const std::string& text) {
+                  options.host_bandwidth_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
+                }),
+            "bandwidth of copies between a GPU and host memory, for --offload host, e.g. 12GB/s");
   return group;
 }
 
@@ -57,6 +63,7 @@ madpipe::Platform madpipe::cli::to_platform(const PlatformOptions& options) {
   platform.memory_bytes = options.memory_bytes;
   platform.bandwidth_bytes_per_ms = options.bandwidth_bytes_per_ms;
   platform.weight_copies = options.weight_copies;
+  platform.host_bandwidth_bytes_per_ms = options.host_bandwidth_bytes_per_ms;
   return platform;
 }
 
@@ -64,5 +71,8 @@ std::string madpipe::cli::describe(const Platform& platform) {
   return std::to_string(platform.gpus) + (platform.gpus == 1 ? " GPU" : " GPUs") + " with " +
          format_bytes(static_cast<double>(platform.memory_bytes)) + " each, links at " +
          format_bandwidth(platform.bandwidth_bytes_per_ms) +
-         ", C = " + std::to_string(platform.weight_copies);
+         ", C = " + std::to_string(platform.weight_copies) +
+         (platform.host_bandwidth_bytes_per_ms > 0
+              ? ", host link at " + format_bandwidth(platform.host_bandwidth_bytes_per_ms)
+              : std::string());
 }

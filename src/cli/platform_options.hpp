@@ -11,12 +11,13 @@
 
 namespace madpipe::cli {
 
-// --gpus, --memory, --bandwidth, --weight-copies; section [platform] of a --config file.
+// --gpus, --memory, --bandwidth, --weight-copies, --host-bandwidth; section [platform] of a --config file.
 struct PlatformOptions {
   int gpus = 0;
   std::int64_t memory_bytes = 0;      // from "16GiB"-style text
   double bandwidth_bytes_per_ms = 0;  // from "12GB/s"-style text
   int weight_copies = 3;
+  double host_bandwidth_bytes_per_ms = 0;  // --host-bandwidth: GPU <-> host copies; 0: none
 };
 
 po::options_description platform_options_description(PlatformOptions& options);

@@ -6,6 +6,7 @@
 #include "core/units.hpp"
 #include "schedule/remat_chain.hpp"
 #include "schedule/remat_sequence.hpp"
+#include "schedule/pofo.hpp"
 #include "schedule/rotor.hpp"
 #include "cli/table.hpp"
 
@@ -22,7 +23,9 @@ static const madpipe::cli::CommandSyntax kSyntax{
     "[--first-layer, --last-layer] run as one pipeline stage, for a memory budget that holds\n"
     "its activations (weights excluded): which forwards keep their activations, which are\n"
     "recomputed during the backward, the time overhead and the peak memory. With --nca N the\n"
-    "memory the forward keeps is charged once per micro-batch in flight, as in a pipeline."};
+    "memory the forward keeps is charged once per micro-batch in flight, as in a pipeline.\n"
+    "With --offload host it also copies activations to host memory during the forward and\n"
+    "back for the backward (thesis ch. 4), over a link of --host-bandwidth."};
 
 po::options_description madpipe::cli::remat_options_description(RematCommandOptions& options) {
   po::options_description group("Remat options", 100);
@@ -50,6 +53,23 @@ po::options_description madpipe::cli::remat_options_description(RematCommandOpti
             po::value(&options.slots)->value_name("N")->default_value(500)->notifier(
                 at_least(10, "--slots")),
             "memory slots of the DP (sizes round up to whole slots)");
+  add_group("offload",
+            po::value<std::string>()->value_name("NAME")->default_value("none")->notifier(
+                [&options](const std::string& name) {
+                  if (name != "none" && name != "host")
+                    throw_invalid("", "--offload", "unknown strategy '" + name + "' (valid: none, host)");
+                  options.offload = name == "host";
+                }),
+            "host: also offload activations to host memory (needs --host-bandwidth)");
+  add_group("host-bandwidth",
+            po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {
+              options.host_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
+            }),
+            "speed of GPU <-> host copies, e.g. 12GB/s");
+  add_group("offload-steps",
+            po::value(&options.offload_steps)->value_name("N")->default_value(50)->notifier(
+                at_least(5, "--offload-steps")),
+            "memory steps of the offloading DP");
   po::options_description all(100);
   all.add(group);
   return all;
@@ -57,6 +77,41 @@ po::options_description madpipe::cli::remat_options_description(RematCommandOpti
 
 static std::string bytes(std::int64_t value) {
   return madpipe::format_bytes(static_cast<double>(value));
+}
+
+// --offload host: the offloading DP with recomputation.
+static int run_offload(const madpipe::cli::RematCommandOptions& options,
+                       const madpipe::schedule::RematChain& chain,
+                       const madpipe::schedule::SequenceReplay& all) {
+  using namespace madpipe;
+  using cli::fixed;
+  if (!(options.host_bytes_per_ms > 0))
+    throw_invalid("", "--offload", "host needs the host link's speed: give --host-bandwidth");
+  if (options.nca != 1)
+    throw_invalid("", "--nca", "offloading is planned for one micro-batch in flight (--nca 1)");
+  const auto started = std::chrono::steady_clock::now();
+  const schedule::OffloadResult result = schedule::optimal_offload_remat(
+      chain, options.memory_bytes, options.host_bytes_per_ms, options.offload_steps);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!result.feasible)
+    throw Error(ErrorKind::InvalidInput, "", "--memory",
+                "no offloading sequence fits in " + bytes(options.memory_bytes) +
+                    "; the stage's input alone and its largest layer need more");
+  const schedule::OffloadReplay& r = result.replay;
+  std::cout << "host link      " << format_bandwidth(options.host_bytes_per_ms) << ", "
+            << options.offload_steps << " memory steps\n"
+            << "time           " << format_ms(r.total_ms) << " (+"
+            << fixed(100.0 * (r.total_ms / all.total_ms() - 1), 1) << "% over no remat; "
+            << format_ms(r.idle_ms) << " waiting for transfers)\n"
+            << "offloaded      " << bytes(r.offloaded_bytes) << " out and back\n"
+            << "memory         peak " << bytes(r.peak_bytes) << " (" << bytes(r.peak_bytes_release_at_completion)
+            << " if offloaded tensors are freed only when their copy ends), kept on the GPU from "
+               "forward to backward "
+            << bytes(r.stored_bytes) << '\n'
+            << "DP time        " << fixed(seconds, 3) << " s\n"
+            << "sequence       " << schedule::to_string(result.sequence, chain) << '\n';
+  return 0;
 }
 
 int madpipe::cli::run_remat(const RematCommandOptions& options) {
@@ -83,7 +138,10 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
             << '\n'
             << "budget         " << bytes(options.memory_bytes) << " ("
             << fixed(100.0 * static_cast<double>(options.memory_bytes) / static_cast<double>(all_memory), 0)
-            << "% of that), " << options.slots << " slots\n";
+            << "% of that)"
+            << (options.offload ? std::string() : ", " + std::to_string(options.slots) + " slots")
+            << '\n';
+  if (options.offload) return run_offload(options, chain, all);
   const auto started = std::chrono::steady_clock::now();
   const schedule::RematResult result =
       options.nca == 1

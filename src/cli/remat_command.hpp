@@ -11,6 +11,7 @@
 namespace madpipe::cli {
 
 // madpipe remat --profile FILE --memory SIZE [--first-layer I] [--last-layer J] [--nca N]
+//               [--offload host --host-bandwidth RATE]
 struct RematCommandOptions {
   std::string profile_path;
   std::int64_t memory_bytes = 0;  // for the activations of one stage
@@ -18,6 +19,9 @@ struct RematCommandOptions {
   int last_layer = -1;            // -1: the profile's last layer
   int nca = 1;                    // micro-batches in flight (pipelined variant)
   int slots = 500;
+  bool offload = false;             // --offload host
+  double host_bytes_per_ms = 0;     // --host-bandwidth
+  int offload_steps = 50;
 };
 
 po::options_description remat_options_description(RematCommandOptions& options);

@@ -22,7 +22,16 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const schedule::Rem
   stage.backward_ms = option.backward_ms;
   stage.stored_bytes = option.stored_bytes;
   stage.workspace_bytes = option.transient_bytes;
-  stage.remat = "rotor";
+  int forwards = 0;
+  bool offloads = false;
+  for (const schedule::RematOp& op : option.sequence) {
+    forwards += op.kind == schedule::RematOpKind::ForwardAll ||
+                op.kind == schedule::RematOpKind::ForwardCheckpoint ||
+                op.kind == schedule::RematOpKind::ForwardNone;
+    offloads = offloads || op.kind == schedule::RematOpKind::Offload;
+  }
+  stage.offload = offloads ? "host" : "none";
+  stage.remat = forwards > chain.length() || !offloads ? "rotor" : "none";
   stage.sequence = schedule::to_string(option.sequence, chain);
 }
 

@@ -24,7 +24,8 @@ bool operator==(const Allocation& a, const Allocation& b);
 
 std::vector<schedule::Stage> stages_of(const ChainCosts& costs, const Allocation& allocation);
 
-// Makes `stage` run `option`: its effective times and memory, remat "rotor" and the sequence.
+// Makes `stage` run `option`: its effective times and memory, the sequence, remat "rotor" when it
+// recomputes and offload "host" when it offloads.
 void apply_remat(schedule::Stage& stage, const schedule::RematOption& option);
 
 // Communication buffers of a stage [first, last] whose neighbours sit on other GPUs: the received

@@ -9,20 +9,26 @@
 
 namespace madpipe::partition {
 
-// Per-stage rematerialization the partitioners may use (`--remat rotor`).
+// Per-stage rematerialization and offloading the partitioners may use (`--remat rotor`,
+// `--offload host`).
 struct RematSettings {
   bool rotor = false;
   int slots = 200;            // memory slots of the ROTOR DP, over the stage's store-all peak
   int threshold_steps = 24;   // values of the memory left free at the loss (pipelined variant)
+  bool host_offload = false;  // offloading with recomputation (pofo), needs host_bytes_per_ms
+  double host_bytes_per_ms = 0;
+  int offload_steps = 50;     // discretization of the offloading DP
+  int offload_budgets = 8;    // budgets (fractions of the store-all peak) it is solved for
 };
 
 // The ways to run a stage [first, last] that keep less memory than the plain one, computed once
-// per range on first use (ROTOR's pipelined Pareto front): fastest first, plain excluded.
+// per range on first use (ROTOR's pipelined Pareto front, and with offloading the offloading DP
+// at several budgets): non-dominated, fastest first, plain excluded.
 class StageOptions {
  public:
   StageOptions(const Profile& profile, RematSettings settings);
 
-  bool enabled() const noexcept { return settings_.rotor; }
+  bool enabled() const noexcept { return settings_.rotor || settings_.host_offload; }
   const std::vector<schedule::RematOption>& of(int first, int last);
   // Index in of(first, last) of the fastest option with nca * stored + transient <= budget; -1
   // if none.

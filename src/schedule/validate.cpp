@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "core/error.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
+#include "schedule/offload_replay.hpp"
 #include "schedule/remat_sequence.hpp"
 
 namespace {
@@ -132,8 +134,44 @@ static bool check_stages(const madpipe::schedule::Plan& plan, Report& report) {
 
 
 // A stage's strategies and sequence agree, and its effective costs are the replay of its sequence.
+// An offloading stage: its memory is the replay's with memory freed when a copy completes, and
+// its times at least the replay's without waits for memory (the planner's budget may add some).
+static void check_offload_sequence(const madpipe::schedule::Stage& stage,
+                                   const madpipe::schedule::RematChain& chain,
+                                   const madpipe::schedule::RematSequence& sequence,
+                                   double host_bytes_per_ms, const std::string& p, Report& report) {
+  using namespace madpipe::schedule;
+  if (!(host_bytes_per_ms > 0)) {
+    report.add("/platform/host_bandwidth_bytes_per_ms",
+               "is required: stage " + std::to_string(stage.id) + " offloads");
+    return;
+  }
+  const OffloadReplay replay = replay_offload_sequence(
+      chain, sequence, std::numeric_limits<std::int64_t>::max() / 4, host_bytes_per_ms);
+  if (!replay.valid) {
+    report.add(p + "/sequence", replay.problem);
+    return;
+  }
+  auto at_least = [&](const char* key, double value, double expected) {
+    if (value < expected * (1 - kCostTolerance) - 1e-9)
+      report.add(p + "/" + key, "must be at least the replay of the sequence (" + num(expected) +
+                                    "), got " + num(value));
+  };
+  at_least("forward_ms", stage.forward_ms, replay.forward_ms);
+  at_least("backward_ms", stage.backward_ms, replay.backward_ms);
+  if (stage.stored_bytes != replay.stored_bytes)
+    report.add(p + "/stored_bytes", "must equal the replay of the sequence (" +
+                                        std::to_string(replay.stored_bytes) + "), got " +
+                                        std::to_string(stage.stored_bytes));
+  const std::int64_t transient = replay.peak_bytes_release_at_completion - replay.stored_bytes;
+  if (stage.workspace_bytes < transient)
+    report.add(p + "/workspace_bytes", "must cover the sequence's transient memory (" +
+                                           std::to_string(transient) + "), got " +
+                                           std::to_string(stage.workspace_bytes));
+}
+
 static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe::Profile& profile,
-                           const std::string& p, Report& report) {
+                           double host_bytes_per_ms, const std::string& p, Report& report) {
   using namespace madpipe::schedule;
   if (stage.remat != "none" && stage.remat != "rotor")
     report.add(p + "/remat/strategy", "must be \"none\" or \"rotor\", got \"" + stage.remat + "\"");
@@ -162,7 +200,12 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
   });
   if (offloads && stage.offload != "host")
     report.add(p + "/offload/strategy", "must be \"host\": the sequence offloads");
-  if (offloads) return;  // offloading sequences are replayed with the host bandwidth elsewhere
+  if (offloads) {
+    check_offload_sequence(stage, chain, sequence, host_bytes_per_ms, p, report);
+    return;
+  }
+  if (stage.offload == "host")
+    report.add(p + "/offload/strategy", "must be \"none\": the sequence never offloads");
   const SequenceReplay replay = replay_sequence(chain, sequence);
   if (!replay.valid) {
     report.add(p + "/sequence", replay.problem);
@@ -233,7 +276,7 @@ static void check_against_profile(const madpipe::schedule::Plan& plan,
     check_bytes("output_bytes", stage.output_bytes, costs.activation_bytes(l),
                 "the output of the last layer");
     const std::int64_t stored = costs.stored_bytes(f, l);
-    check_sequence(stage, profile, p, report);
+    check_sequence(stage, profile, plan.platform.host_bandwidth_bytes_per_ms, p, report);
     if (plain) {
       check_bytes("stored_bytes", stage.stored_bytes, stored, "inputs plus saved bytes");
     } else if (static_cast<double>(stage.stored_bytes) >

@@ -26,9 +26,11 @@
 #include "schedule/gpipe.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
+#include "schedule/offload_replay.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/program.hpp"
+#include "schedule/remat_chain.hpp"
 #include "schedule/remat_sequence.hpp"
 #include "schedule/rotor.hpp"
 #include "schedule/search.hpp"
@@ -64,11 +66,13 @@ const char* schedule_name(Schedule s) {
 }
 
 // A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs (as in
-// pipeline_equivalence_test.cpp); stage s gets the sequence sequence_of(s, first, last).
+// pipeline_equivalence_test.cpp); stage s gets the sequence sequence_of(s, first, last), and the
+// plan must pass the validator unless `expect_valid` is false.
 using SequenceOf = std::function<std::string(int stage, int first, int last)>;
 
 ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
-                   Schedule kind, int micro_batches, const SequenceOf& sequence_of) {
+                   Schedule kind, int micro_batches, const SequenceOf& sequence_of,
+                   bool expect_valid = true) {
   madpipe::Profile profile;
   profile.name = "test";
   profile.input_bytes = 1000;
@@ -89,6 +93,36 @@ ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::
   plan.algorithm = "test";
   const madpipe::ChainCosts costs(profile);
   plan.stages = ms::make_stages(costs, first_layers, gpus);
+  // A stage's effective costs are the replay of its sequence (what the validator checks).
+  for (ms::Stage& stage : plan.stages) {
+    stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
+    if (stage.sequence.empty()) continue;
+    stage.remat = "rotor";
+    const ms::RematChain chain = ms::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    ms::RematSequence sequence;
+    try {
+      sequence = ms::parse_remat_sequence(stage.sequence, chain);
+    } catch (const madpipe::Error&) {
+      continue;  // the malformed-sequence tests want the runtime's own message
+    }
+    if (stage.sequence.find('O') != std::string::npos) {
+      stage.offload = "host";
+      plan.platform.host_bandwidth_bytes_per_ms = 1000;
+      const ms::OffloadReplay r = ms::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
+      if (!r.valid) continue;  // the malformed-sequence tests want the runtime's own message
+      stage.forward_ms = r.forward_ms;
+      stage.backward_ms = r.backward_ms;
+      stage.stored_bytes = r.stored_bytes;
+      stage.workspace_bytes = r.peak_bytes_release_at_completion - r.stored_bytes;
+    } else {
+      const ms::SequenceReplay r = ms::replay_sequence(chain, sequence);
+      if (!r.valid) continue;
+      stage.forward_ms = r.forward_ms;
+      stage.backward_ms = r.backward_ms;
+      stage.stored_bytes = r.stored_bytes;
+      stage.workspace_bytes = r.transient_bytes();
+    }
+  }
   switch (kind) {
     case Schedule::OneFOneBStar:
       plan.pattern = *ms::one_f_one_b_star(plan.stages, plan.platform, 1e3);
@@ -108,14 +142,10 @@ ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::
     }
   }
   ms::fill_predicted(plan, 0.0);
-  for (ms::Stage& stage : plan.stages) {
-    stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
-    if (stage.sequence.empty()) continue;
-    stage.remat = "rotor";
-    if (stage.sequence.find('O') != std::string::npos) stage.offload = "host";
-  }
   const auto violations = ms::validate(plan, profile);
-  EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
+  if (expect_valid) {
+    EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
+  }
   return plan;
 }
 
@@ -518,8 +548,11 @@ TEST(RematSequences, RecomputedDropoutReplaysTheFirstForwardsMasks) {
 }
 
 namespace {
-// 2BW with sequences: the newest weights and both copies after `generations` updates.
-std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequence_of) {
+// 2BW with sequences: the newest weights and both copies after `generations` updates. With
+// `run_plain`, the same plan (same pattern) runs its stages plain: sequences change stage costs,
+// hence the pattern, and with it which weight version each micro-batch sees.
+std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequence_of,
+                                          bool run_plain = false) {
   mr::ModelConfig config = small_config("mlp", 4);
   config.width = 12;
   config.seed = 5;
@@ -528,7 +561,9 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
   mr::ChainModel first_copy = mr::build_model(config);
   mr::ChainModel second_copy = mr::build_model(config);
   const int layers = static_cast<int>(first_copy.layers.size());
-  const ms::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
+  ms::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
+  if (run_plain)
+    for (ms::Stage& stage : plan.stages) stage.sequence.clear();
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
@@ -559,11 +594,11 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
 TEST(RematSequences, TwoWeightVersionsWithSequencesMatchPlain2BW) {
   const std::vector<Cut> cuts = cuts_for(5);
   for (const Cut& cut : {cuts[1], cuts[3]}) {
-    const std::vector<torch::Tensor> plain = two_bw_weights(cut, nullptr);
     for (int variant = 1; variant <= 4; ++variant) {
       const SequenceOf sequence_of = [&](int stage, int f, int l) {
         return family_sequence(stage + variant, f, l);
       };
+      const std::vector<torch::Tensor> plain = two_bw_weights(cut, sequence_of, true);
       EXPECT_LT(relative_difference(two_bw_weights(cut, sequence_of), plain), 1e-5)
           << schedule_name(cut.schedule) << " variant " << variant;
     }
@@ -583,7 +618,7 @@ std::string executor_error(const std::function<std::string(int, int)>& sequence)
   const ms::Plan plan =
       make_plan(layers, cut.first, cut.gpus, cut.schedule, 3, [&](int stage, int f, int l) {
         return stage == last_stage ? sequence(f, l) : checkpoint_sequence(f, l);
-      });
+      }, /*expect_valid=*/false);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   try {
     mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
