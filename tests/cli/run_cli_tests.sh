@@ -275,6 +275,13 @@ case_remat() {
   run remat --profile "$resnet" --memory 6GiB --last-layer 21
   expect_status 2
   expect_in err "madpipe: error: --last-layer: must be < 21"
+  run remat --profile "$resnet" --memory 6.5GiB --offload host --host-bandwidth 12GB/s
+  expect_status 0
+  expect_match out "^offloaded      [0-9.]+ [KMG]iB out and back$"
+  expect_match out "^sequence       .* O[0-9]+ .*Loss .*P[0-9]+ .*dLoss .*B0$"
+  run remat --profile "$resnet" --memory 6.5GiB --offload host
+  expect_status 2
+  expect_in err "madpipe: error: --offload: host needs the host link's speed: give --host-bandwidth"
 }
 
 case_plan_remat() {
@@ -294,6 +301,9 @@ case_plan_remat() {
   expect_status 0
   expect_match out "with remat \(ms\) +remat / plain +remat stages$"
   expect_match out "^1f1b +does not fit .* [0-9.]+ +- +[1-9]$"
+  run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --offload host
+  expect_status 2
+  expect_in err "madpipe: error: --offload: host needs the host link's speed: give --host-bandwidth"
   run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat everything
   expect_status 2
   expect_in err "--remat: unknown strategy 'everything' (valid: none, rotor)"

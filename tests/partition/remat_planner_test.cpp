@@ -144,3 +144,51 @@ TEST(RematPlanner, StageOptionsAreFastestFirstAndFitQueries) {
   EXPECT_EQ(options.fastest_fitting(0, 7, 3, 1.0), -1);
   EXPECT_EQ(options.ranges_computed(), 1u);
 }
+
+// Eight equal layers whose activations a fast host link can carry during the forward.
+static madpipe::Profile offloadable_profile() {
+  madpipe::Profile profile;
+  profile.name = "offloadable";
+  profile.input_bytes = 100'000'000;
+  for (int l = 0; l < 8; ++l) {
+    madpipe::Layer layer;
+    layer.name = "l" + std::to_string(l);
+    layer.forward_ms = 10;
+    layer.backward_ms = 20;
+    layer.weight_bytes = 10'000'000;
+    layer.output_bytes = 100'000'000;
+    layer.saved_bytes = 300'000'000;
+    profile.layers.push_back(layer);
+  }
+  return profile;
+}
+
+TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
+  const madpipe::Profile profile = offloadable_profile();
+  madpipe::Platform platform = mt::make_platform(2, 2'000'000'000, 12e6, 3);
+  platform.host_bandwidth_bytes_per_ms = 100e6;  // 100 GB/s
+  mp::PlannerOptions options;
+  options.scheduler = mp::Scheduler::Heuristic;
+  const mp::PlanResult plain = mp::make_plan(profile, platform, options);
+  options.remat.host_offload = true;
+  options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
+  const mp::PlanResult offload = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(plain.feasible);
+  ASSERT_TRUE(offload.feasible) << offload.reason;
+  EXPECT_LT(offload.plan.predicted.period_ms, plain.plan.predicted.period_ms * 0.9);
+  int offloading = 0;
+  for (const ms::Stage& stage : offload.plan.stages) {
+    if (stage.offload != "host") continue;
+    ++offloading;
+    EXPECT_NE(stage.sequence.find(" O"), std::string::npos) << stage.sequence;
+  }
+  EXPECT_GE(offloading, 1);
+  expect_valid_and_replayable(offload.plan, profile);
+  // The validator needs the host link to check an offloading stage.
+  ms::Plan no_link = offload.plan;
+  no_link.platform.host_bandwidth_bytes_per_ms = 0;
+  bool reported = false;
+  for (const ms::Violation& v : ms::validate(no_link, profile))
+    reported = reported || v.field == "/platform/host_bandwidth_bytes_per_ms";
+  EXPECT_TRUE(reported);
+}
