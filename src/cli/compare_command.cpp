@@ -120,7 +120,8 @@ static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& pl
     row.remat_feasible = remat.feasible;
     if (remat.feasible) {
       row.remat_period_ms = remat.plan.predicted.period_ms;
-      for (const schedule::Stage& stage : remat.plan.stages) row.remat_stages += stage.remat != "none";
+      for (const schedule::Stage& stage : remat.plan.stages)
+        row.remat_stages += stage.remat != "none" || stage.offload != "none";
     }
   }
   return row;
