@@ -88,6 +88,11 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
                      {"stored"},
                      {"in flight"}},
                     {}};
+  // Only plans where some stage rematerializes or offloads get the column.
+  const bool saves = std::any_of(plan.stages.begin(), plan.stages.end(), [](const schedule::Stage& s) {
+    return s.remat != "none" || s.offload != "none";
+  });
+  if (saves) stages.columns.push_back({"saves memory by", Align::Left});
   for (const schedule::Stage& stage : plan.stages) {
     stages.rows.push_back(
         {std::to_string(stage.id), layer_range(stage.first_layer, stage.last_layer),
@@ -95,6 +100,12 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
          cli::fixed(stage.forward_ms, 2), cli::fixed(stage.backward_ms, 2),
          bytes(stage.weight_bytes), bytes(stage.stored_bytes),
          std::to_string(in_flight[static_cast<std::size_t>(stage.id)])});
+    if (!saves) continue;
+    const bool recomputes = stage.remat != "none", offloads = stage.offload != "none";
+    stages.rows.back().push_back(recomputes && offloads ? "recomputing, offloading"
+                                 : recomputes           ? "recomputing"
+                                 : offloads             ? "offloading"
+                                                        : "-");
   }
   cli::print_table(stages, std::cout);
 

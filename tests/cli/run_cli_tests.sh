@@ -291,6 +291,8 @@ case_plan_remat() {
   run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat rotor \
     --scheduler heuristic --output remat.json
   expect_status 0
+  expect_match out "in flight  saves memory by$"
+  expect_match out "^ +0 +0\\.\\.[0-9]+ .* recomputing$"
   grep -q '"strategy": "rotor"' remat.json || fail "no stage of the plan rematerializes"
   grep -q '"sequence": "F' remat.json || fail "the plan has no sequence"
   run simulate --plan remat.json --profile "$resnet"
