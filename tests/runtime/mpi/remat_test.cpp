@@ -35,6 +35,7 @@
 #include "schedule/rotor.hpp"
 #include "schedule/search.hpp"
 #include "schedule/validate.hpp"
+#include "runtime/mpi/side_by_side.hpp"
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
@@ -320,28 +321,7 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
-  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
-  for (int s : executor.local_stages()) {
-    auto params = executor.stage_parameters(s);
-    if (!params.empty())
-      optimizers.push_back(std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(0.1).momentum(0.9)));
-  }
-  torch::optim::SGD reference_optimizer(reference.parameters(0, layers - 1),
-                                        torch::optim::SGDOptions(0.1).momentum(0.9));
-  for (int step = 0; step < steps; ++step) {
-    auto batch_of = [&](int i) { return data->micro_batch(step, i, false); };
-    for (auto& o : optimizers) o->zero_grad();
-    const mr::StepLoss loss = executor.run(program, batch_of);
-    for (auto& o : optimizers) o->step();
-    reference_optimizer.zero_grad();
-    const mr::StepLoss expected = mr::run_unsplit(reference, micro_batches, batch_of);
-    reference_optimizer.step();
-    if (loss.count > 0) {
-      EXPECT_EQ(loss.count, micro_batches);
-      EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum) + 1e-6) << "step " << step;
-    }
-  }
+  madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
   for (int s : executor.local_stages()) {
     const int f = plan.stages[s].first_layer, l = plan.stages[s].last_layer;
     out.weights = std::max(out.weights, relative_difference(executor.stage_parameters(s),
