@@ -23,71 +23,12 @@
 #include "schedule/program.hpp"
 #include "schedule/search.hpp"
 #include "schedule/validate.hpp"
-#include "runtime/mpi/side_by_side.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
 
-static int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-static int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-enum class Schedule { OneFOneBStar, OneFOneB, GPipe, Modulo };
-
-// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs.
-static ms::Plan make_test_plan(int layers, const std::vector<int>& first_layers,
-                               const std::vector<int>& gpus, Schedule kind, int micro_batches) {
-  madpipe::Profile profile;
-  profile.name = "test";
-  profile.input_bytes = 1000;
-  for (int l = 0; l < layers; ++l) {
-    madpipe::Layer layer;
-    layer.name = "l" + std::to_string(l);
-    layer.forward_ms = 1.0 + 0.25 * (l % 3);
-    layer.backward_ms = 2.0;
-    layer.weight_bytes = 100;
-    layer.output_bytes = 1000;
-    profile.layers.push_back(layer);
-  }
-  ms::Plan plan;
-  plan.profile = "test";
-  plan.platform.gpus = world_size();
-  plan.platform.memory_bytes = 1LL << 40;
-  plan.platform.bandwidth_bytes_per_ms = 1000;
-  plan.algorithm = "test";
-  const madpipe::ChainCosts costs(profile);
-  plan.stages = ms::make_stages(costs, first_layers, gpus);
-  switch (kind) {
-    case Schedule::OneFOneBStar:
-      plan.pattern = *ms::one_f_one_b_star(plan.stages, plan.platform, 1e3);
-      break;
-    case Schedule::OneFOneB:
-      plan.pattern = ms::one_f_one_b(plan.stages, plan.platform);
-      break;
-    case Schedule::GPipe:
-      plan.pattern = ms::gpipe(plan.stages, plan.platform, micro_batches);
-      break;
-    case Schedule::Modulo: {
-      double load = ms::busiest_resource_ms(plan.stages, plan.platform);
-      std::optional<ms::Pattern> pattern;
-      for (double T = load; !pattern; T *= 1.25) pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
-      plan.pattern = *pattern;
-      break;
-    }
-  }
-  ms::fill_predicted(plan, 0.0);
-  const auto violations = ms::validate(plan, profile);
-  EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
-  return plan;
-}
+using namespace madpipe::testing;
 
 struct Case {
   std::string model;
@@ -128,7 +69,7 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
-  const ms::Plan plan = make_test_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches);
+  const ms::Plan plan = make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
   const ms::Program program = ms::lower(plan, micro_batches);
   EXPECT_EQ(ms::dry_run(program), "");
 
@@ -224,7 +165,7 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   mr::ChainModel second_copy = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(first_copy.layers.size());
-  const ms::Plan plan = make_test_plan(layers, first, gpus, schedule, 4);
+  const ms::Plan plan = make_plan(layers, first, gpus, schedule, 4, nullptr);
   // 2BW needs at least NCA micro-batches per update.
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));

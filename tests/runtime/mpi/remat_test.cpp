@@ -35,120 +35,15 @@
 #include "schedule/rotor.hpp"
 #include "schedule/search.hpp"
 #include "schedule/validate.hpp"
-#include "runtime/mpi/side_by_side.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using namespace madpipe::testing;
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-enum class Schedule { OneFOneBStar, OneFOneB, GPipe, Modulo };
-
-const char* schedule_name(Schedule s) {
-  switch (s) {
-    case Schedule::OneFOneBStar: return "1f1b*";
-    case Schedule::OneFOneB: return "1f1b";
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::Modulo: return "modulo";
-  }
-  return "?";
-}
-
-// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs (as in
-// pipeline_equivalence_test.cpp); stage s gets the sequence sequence_of(s, first, last), and the
-// plan must pass the validator unless `expect_valid` is false.
-using SequenceOf = std::function<std::string(int stage, int first, int last)>;
-
-ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
-                   Schedule kind, int micro_batches, const SequenceOf& sequence_of,
-                   bool expect_valid = true) {
-  madpipe::Profile profile;
-  profile.name = "test";
-  profile.input_bytes = 1000;
-  for (int l = 0; l < layers; ++l) {
-    madpipe::Layer layer;
-    layer.name = "l" + std::to_string(l);
-    layer.forward_ms = 1.0 + 0.25 * (l % 3);
-    layer.backward_ms = 2.0;
-    layer.weight_bytes = 100;
-    layer.output_bytes = 1000;
-    profile.layers.push_back(layer);
-  }
-  ms::Plan plan;
-  plan.profile = "test";
-  plan.platform.gpus = world_size();
-  plan.platform.memory_bytes = 1LL << 40;
-  plan.platform.bandwidth_bytes_per_ms = 1000;
-  plan.algorithm = "test";
-  const madpipe::ChainCosts costs(profile);
-  plan.stages = ms::make_stages(costs, first_layers, gpus);
-  // A stage's effective costs are the replay of its sequence (what the validator checks).
-  for (ms::Stage& stage : plan.stages) {
-    stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
-    if (stage.sequence.empty()) continue;
-    stage.remat = "rotor";
-    const ms::RematChain chain = ms::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
-    ms::RematSequence sequence;
-    try {
-      sequence = ms::parse_remat_sequence(stage.sequence, chain);
-    } catch (const madpipe::Error&) {
-      continue;  // the malformed-sequence tests want the runtime's own message
-    }
-    if (stage.sequence.find('O') != std::string::npos) {
-      stage.offload = "host";
-      plan.platform.host_bandwidth_bytes_per_ms = 1000;
-      const ms::OffloadReplay r = ms::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
-      if (!r.valid) continue;  // the malformed-sequence tests want the runtime's own message
-      stage.forward_ms = r.forward_ms;
-      stage.backward_ms = r.backward_ms;
-      stage.stored_bytes = r.stored_bytes;
-      stage.workspace_bytes = r.peak_bytes_release_at_completion - r.stored_bytes;
-    } else {
-      const ms::SequenceReplay r = ms::replay_sequence(chain, sequence);
-      if (!r.valid) continue;
-      stage.forward_ms = r.forward_ms;
-      stage.backward_ms = r.backward_ms;
-      stage.stored_bytes = r.stored_bytes;
-      stage.workspace_bytes = r.transient_bytes();
-    }
-  }
-  switch (kind) {
-    case Schedule::OneFOneBStar:
-      plan.pattern = *ms::one_f_one_b_star(plan.stages, plan.platform, 1e3);
-      break;
-    case Schedule::OneFOneB:
-      plan.pattern = ms::one_f_one_b(plan.stages, plan.platform);
-      break;
-    case Schedule::GPipe:
-      plan.pattern = ms::gpipe(plan.stages, plan.platform, micro_batches);
-      break;
-    case Schedule::Modulo: {
-      double load = ms::busiest_resource_ms(plan.stages, plan.platform);
-      std::optional<ms::Pattern> pattern;
-      for (double T = load; !pattern; T *= 1.25) pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
-      plan.pattern = *pattern;
-      break;
-    }
-  }
-  ms::fill_predicted(plan, 0.0);
-  const auto violations = ms::validate(plan, profile);
-  if (expect_valid) {
-    EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
-  }
-  return plan;
-}
 
 std::string L(int layer) { return std::to_string(layer); }
 

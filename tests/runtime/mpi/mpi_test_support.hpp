@@ -1,0 +1,177 @@
+#pragma once
+
+// Shared by the MPI tests: ranks, test plans with unit costs (and stage sequences), and
+// pipelined training next to unsplit training on the same data.
+
+#include <gtest/gtest.h>
+
+#include <mpi.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/offload_replay.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/program.hpp"
+#include "schedule/remat_chain.hpp"
+#include "schedule/remat_sequence.hpp"
+#include "schedule/search.hpp"
+#include "schedule/validate.hpp"
+
+namespace madpipe::testing {
+
+namespace ms = madpipe::schedule;
+
+inline int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+inline int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+enum class Schedule { OneFOneBStar, OneFOneB, GPipe, Modulo };
+
+inline const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::OneFOneBStar: return "1f1b*";
+    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::GPipe: return "gpipe";
+    case Schedule::Modulo: return "modulo";
+  }
+  return "?";
+}
+
+// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs; stage s gets the sequence sequence_of(s, first, last), and the
+// plan must pass the validator unless `expect_valid` is false.
+using SequenceOf = std::function<std::string(int stage, int first, int last)>;
+
+inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
+                   Schedule kind, int micro_batches, const SequenceOf& sequence_of,
+                   bool expect_valid = true) {
+  madpipe::Profile profile;
+  profile.name = "test";
+  profile.input_bytes = 1000;
+  for (int l = 0; l < layers; ++l) {
+    madpipe::Layer layer;
+    layer.name = "l" + std::to_string(l);
+    layer.forward_ms = 1.0 + 0.25 * (l % 3);
+    layer.backward_ms = 2.0;
+    layer.weight_bytes = 100;
+    layer.output_bytes = 1000;
+    profile.layers.push_back(layer);
+  }
+  ms::Plan plan;
+  plan.profile = "test";
+  plan.platform.gpus = world_size();
+  plan.platform.memory_bytes = 1LL << 40;
+  plan.platform.bandwidth_bytes_per_ms = 1000;
+  plan.algorithm = "test";
+  const madpipe::ChainCosts costs(profile);
+  plan.stages = ms::make_stages(costs, first_layers, gpus);
+  // A stage's effective costs are the replay of its sequence (what the validator checks).
+  for (ms::Stage& stage : plan.stages) {
+    stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
+    if (stage.sequence.empty()) continue;
+    stage.remat = "rotor";
+    const ms::RematChain chain = ms::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    ms::RematSequence sequence;
+    try {
+      sequence = ms::parse_remat_sequence(stage.sequence, chain);
+    } catch (const madpipe::Error&) {
+      continue;  // the malformed-sequence tests want the runtime's own message
+    }
+    if (stage.sequence.find('O') != std::string::npos) {
+      stage.offload = "host";
+      plan.platform.host_bandwidth_bytes_per_ms = 1000;
+      const ms::OffloadReplay r = ms::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
+      if (!r.valid) continue;  // the malformed-sequence tests want the runtime's own message
+      stage.forward_ms = r.forward_ms;
+      stage.backward_ms = r.backward_ms;
+      stage.stored_bytes = r.stored_bytes;
+      stage.workspace_bytes = r.peak_bytes_release_at_completion - r.stored_bytes;
+    } else {
+      const ms::SequenceReplay r = ms::replay_sequence(chain, sequence);
+      if (!r.valid) continue;
+      stage.forward_ms = r.forward_ms;
+      stage.backward_ms = r.backward_ms;
+      stage.stored_bytes = r.stored_bytes;
+      stage.workspace_bytes = r.transient_bytes();
+    }
+  }
+  switch (kind) {
+    case Schedule::OneFOneBStar:
+      plan.pattern = *ms::one_f_one_b_star(plan.stages, plan.platform, 1e3);
+      break;
+    case Schedule::OneFOneB:
+      plan.pattern = ms::one_f_one_b(plan.stages, plan.platform);
+      break;
+    case Schedule::GPipe:
+      plan.pattern = ms::gpipe(plan.stages, plan.platform, micro_batches);
+      break;
+    case Schedule::Modulo: {
+      double load = ms::busiest_resource_ms(plan.stages, plan.platform);
+      std::optional<ms::Pattern> pattern;
+      for (double T = load; !pattern; T *= 1.25) pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
+      plan.pattern = *pattern;
+      break;
+    }
+  }
+  ms::fill_predicted(plan, 0.0);
+  const auto violations = ms::validate(plan, profile);
+  if (expect_valid) {
+    EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
+  }
+  return plan;
+}
+
+
+// Runs `steps` SGD steps (lr 0.1, momentum 0.9) of `program` on `executor` and of the unsplit
+// `reference` over the same micro-batches, checking that every step's loss agrees.
+inline void train_side_by_side(runtime::PipelineExecutor& executor, runtime::ChainModel& reference,
+                               const schedule::Program& program, runtime::DataSource& data,
+                               int steps, int micro_batches) {
+  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
+  for (int s : executor.local_stages()) {
+    auto params = executor.stage_parameters(s);
+    if (!params.empty())
+      optimizers.push_back(std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(0.1).momentum(0.9)));
+  }
+  const int layers = static_cast<int>(reference.layers.size());
+  torch::optim::SGD reference_optimizer(reference.parameters(0, layers - 1),
+                                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < steps; ++step) {
+    auto batch_of = [&](int i) { return data.micro_batch(step, i, false); };
+    for (auto& o : optimizers) o->zero_grad();
+    const runtime::StepLoss loss = executor.run(program, batch_of);
+    for (auto& o : optimizers) o->step();
+    reference_optimizer.zero_grad();
+    const runtime::StepLoss expected = runtime::run_unsplit(reference, micro_batches, batch_of);
+    reference_optimizer.step();
+    if (loss.count > 0) {
+      EXPECT_EQ(loss.count, micro_batches);
+      EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum) + 1e-6) << "step " << step;
+    }
+  }
+}
+
+}  // namespace madpipe::testing
