@@ -13,51 +13,17 @@
 #include "schedule/pofo.hpp"
 #include "schedule/remat_sequence.hpp"
 #include "schedule/rotor.hpp"
+#include "support/remat_support.hpp"
 
 namespace madpipe::schedule {
 namespace {
 
+using madpipe::testing::chain_of;
+using madpipe::testing::small_integer_chain;
+
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Chain with delta = a (thesis convention) and delta of the loss 0.
-RematChain chain_of(const std::vector<double>& forward, const std::vector<double>& backward,
-                    const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& abar) {
-  const int stages = static_cast<int>(forward.size()) - 1;  // without the loss
-  RematChain chain = make_remat_chain(stages);
-  for (int k = 1; k <= stages + 1; ++k) {
-    chain.forward_ms[k] = forward[k - 1];
-    chain.backward_ms[k] = backward[k - 1];
-  }
-  for (int k = 0; k <= stages + 1; ++k) {
-    chain.a[k] = a[k];
-    chain.abar[k] = abar[k];
-    chain.delta[k] = k == stages + 1 ? 0 : a[k];
-  }
-  return chain;
-}
-
-// Small chain with integer times and sizes, so that one byte per step discretizes exactly.
-RematChain random_chain(std::mt19937& rng, int min_stages, int max_stages) {
-  std::uniform_int_distribution<int> size(1, 7), length(min_stages, max_stages), time(1, 5);
-  const int stages = length(rng);
-  std::vector<double> forward, backward;
-  std::vector<std::int64_t> a, abar;
-  for (int k = 0; k <= stages; ++k) {
-    forward.push_back(time(rng));
-    backward.push_back(time(rng));
-  }
-  for (int k = 0; k <= stages + 1; ++k) {
-    a.push_back(size(rng));
-    abar.push_back(k == 0 ? a[0] : a[k] + size(rng) - 1);
-  }
-  RematChain chain = chain_of(forward, backward, a, abar);
-  for (int k = 1; k <= stages + 1; ++k) {
-    chain.forward_overhead[k] = size(rng) - 1;
-    chain.backward_overhead[k] = size(rng) - 1;
-  }
-  return chain;
-}
 
 // ROTOR's persistent DP with one byte per slot: exact for integer sizes.
 double rotor_time(const RematChain& chain, std::int64_t budget) {
@@ -222,7 +188,7 @@ TEST(OffloadReplay, AgreesWithReplaySequenceWithoutTransfers) {
   std::mt19937 rng(3);
   int compared = 0;
   for (int instance = 0; instance < 40; ++instance) {
-    const RematChain chain = random_chain(rng, 2, 5);
+    const RematChain chain = small_integer_chain(rng, 2, 5);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (std::int64_t budget = all; budget >= all / 2; budget -= 2) {
       const RematResult remat = optimal_remat(chain, budget, static_cast<int>(budget));
@@ -308,7 +274,7 @@ TEST(Pofo, EqualsRotorWhenTheLinkVanishes) {
   std::mt19937 rng(5);
   int compared = 0, rescued = 0;
   for (int instance = 0; instance < 40; ++instance) {
-    const RematChain chain = random_chain(rng, 2, 4);
+    const RematChain chain = small_integer_chain(rng, 2, 4);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (std::int64_t budget = 4; budget <= all + 1; budget += 2) {
       const double remat = rotor_time(chain, budget);
@@ -336,7 +302,7 @@ TEST(Pofo, NeverWorseThanRematOnlyAndNonIncreasingInBandwidth) {
   std::mt19937 rng(9);
   int improved = 0, cases = 0;
   for (int instance = 0; instance < 25; ++instance) {
-    const RematChain chain = random_chain(rng, 2, 5);
+    const RematChain chain = small_integer_chain(rng, 2, 5);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (std::int64_t budget = all / 3; budget <= all; budget += 3) {
       const double remat = rotor_time(chain, budget);
@@ -369,7 +335,7 @@ TEST(Pofo, NonIncreasingInBudgetAndOffloadOnlyIsNoBetter) {
   std::mt19937 rng(13);
   int offload_only_feasible = 0;
   for (int instance = 0; instance < 25; ++instance) {
-    const RematChain chain = random_chain(rng, 2, 5);
+    const RematChain chain = small_integer_chain(rng, 2, 5);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (double beta : {0.5, 3.0}) {
       double previous = kInf;
@@ -399,7 +365,7 @@ TEST(Pofo, NonIncreasingInBudgetAndOffloadOnlyIsNoBetter) {
 TEST(Pofo, AmpleMemoryGivesTheSequentialTimeWithoutOffloads) {
   std::mt19937 rng(17);
   for (int instance = 0; instance < 20; ++instance) {
-    const RematChain chain = random_chain(rng, 3, 8);
+    const RematChain chain = small_integer_chain(rng, 3, 8);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (const OffloadResult& result :
          {pofo(chain, all, 2.0), optimal_offload_only(chain, all, 2.0, static_cast<int>(all)),
@@ -492,7 +458,7 @@ TEST(Pofo, MatchesExhaustiveSearchOverItsClassOnSmallChains) {
   std::mt19937 rng(23);
   int compared = 0, equal = 0, offloading = 0;
   for (int instance = 0; instance < 60; ++instance) {
-    const RematChain chain = random_chain(rng, 2, 4);
+    const RematChain chain = small_integer_chain(rng, 2, 4);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (std::int64_t budget = all / 2; budget <= all; budget += 2)
       for (double beta : {1.0, 3.0, 0.5}) {

@@ -9,26 +9,14 @@
 #include "core/error.hpp"
 #include "schedule/remat_sequence.hpp"
 #include "schedule/rotor.hpp"
+#include "support/remat_support.hpp"
 
 namespace madpipe::schedule {
 namespace {
 
-// Chain with delta = a (thesis convention) and delta of the loss 0.
-RematChain chain_of(const std::vector<double>& forward, const std::vector<double>& backward,
-                    const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& abar) {
-  const int stages = static_cast<int>(forward.size()) - 1;  // without the loss
-  RematChain chain = make_remat_chain(stages);
-  for (int k = 1; k <= stages + 1; ++k) {
-    chain.forward_ms[k] = forward[k - 1];
-    chain.backward_ms[k] = backward[k - 1];
-  }
-  for (int k = 0; k <= stages + 1; ++k) {
-    chain.a[k] = a[k];
-    chain.abar[k] = abar[k];
-    chain.delta[k] = k == stages + 1 ? 0 : a[k];
-  }
-  return chain;
-}
+using madpipe::testing::chain_of;
+using madpipe::testing::small_integer_chain;
+
 
 // C_MP with a budget in bytes, one byte per slot: exact for integer sizes.
 double rotor_time(const RematChain& chain, std::int64_t budget) {
@@ -209,25 +197,9 @@ TEST(Rotor, RematNpHardnessInstances) {
 // input with F^none before its backward, thesis §2.3.1) is rarely better.
 TEST(Rotor, MatchesExhaustiveSearchOnRandomChainsAndReplaysWithinBudget) {
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> size(1, 7), length(2, 4), time(1, 5);
   int compared = 0, feasible = 0, equal = 0;
   for (int instance = 0; instance < 60; ++instance) {
-    const int stages = length(rng);
-    std::vector<double> forward, backward;
-    std::vector<std::int64_t> a, abar;
-    for (int k = 0; k <= stages; ++k) {
-      forward.push_back(time(rng));
-      backward.push_back(time(rng));
-    }
-    for (int k = 0; k <= stages + 1; ++k) {
-      a.push_back(size(rng));
-      abar.push_back(k == 0 ? a[0] : a[k] + size(rng) - 1);
-    }
-    RematChain chain = chain_of(forward, backward, a, abar);
-    for (int k = 1; k <= stages + 1; ++k) {
-      chain.forward_overhead[k] = size(rng) - 1;
-      chain.backward_overhead[k] = size(rng) - 1;
-    }
+    const RematChain chain = small_integer_chain(rng, 2, 4);
     const std::int64_t all = replay_sequence(chain, store_all_sequence(chain)).peak_bytes;
     for (std::int64_t budget = 4; budget <= all + 1; budget += 3) {
       const double dp = rotor_time(chain, budget);
