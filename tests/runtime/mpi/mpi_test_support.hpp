@@ -7,7 +7,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -143,6 +145,51 @@ inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, cons
   return plan;
 }
 
+
+// Small built-in models (seed 42) for `layers` blocks.
+inline runtime::ModelConfig small_config(const std::string& model, int layers) {
+  runtime::ModelConfig config;
+  config.name = model;
+  config.layers = layers;
+  config.width = model == "cnn" ? 4 : 16;
+  config.image = 8;
+  config.heads = 2;
+  config.context = 8;
+  config.vocab = 11;
+  config.inputs = 6;
+  config.outputs = 3;
+  config.seed = 42;
+  return config;
+}
+
+// Deterministic data for `config` (gpt: a tiny corpus written by the test; sets the vocabulary).
+inline std::unique_ptr<runtime::DataSource> data_for(runtime::ModelConfig& config) {
+  if (config.name == "gpt") {
+    const std::string path = "test_corpus_rank" + std::to_string(world_rank()) + ".txt";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
+    std::fclose(f);
+    auto text = std::make_unique<runtime::TextData>(path, config.context, 3, 7);
+    config.vocab = text->vocab();
+    return text;
+  }
+  if (config.name == "cnn") return std::make_unique<runtime::SyntheticImages>(config.image, config.outputs, 3, 7);
+  return std::make_unique<runtime::SyntheticData>(config.inputs, config.outputs, 3, 7);
+}
+
+// Largest difference between matching tensors, relative to the larger magnitude of `theirs`.
+inline double relative_difference(const std::vector<torch::Tensor>& mine,
+                           const std::vector<torch::Tensor>& theirs) {
+  EXPECT_EQ(mine.size(), theirs.size());
+  double worst = 0;
+  for (std::size_t p = 0; p < mine.size() && p < theirs.size(); ++p) {
+    if (mine[p].numel() == 0) continue;
+    const torch::Tensor a = mine[p].to(torch::kDouble), b = theirs[p].to(torch::kDouble);
+    const double scale = b.abs().max().item<double>() + 1e-6;
+    worst = std::max(worst, (a - b).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
 
 // Runs `steps` SGD steps (lr 0.1, momentum 0.9) of `program` on `executor` and of the unsplit
 // `reference` over the same micro-batches, checking that every step's loss agrees.

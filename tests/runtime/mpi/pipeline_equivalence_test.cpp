@@ -40,32 +40,8 @@ struct Case {
 // Trains `steps` steps pipelined and unsplit; returns the largest relative weight difference
 // over this rank's stages, and checks the losses agree.
 static double train_and_compare(const Case& c, int steps, int micro_batches) {
-  mr::ModelConfig config;
-  config.name = c.model;
-  config.layers = c.model == "mlp" ? 4 : 3;
-  config.width = c.model == "cnn" ? 4 : 16;
-  config.image = 8;
-  config.heads = 2;
-  config.context = 8;
-  config.vocab = 11;
-  config.inputs = 6;
-  config.outputs = 3;
-  config.seed = 42;
-  std::unique_ptr<mr::DataSource> data;
-  if (c.model == "gpt") {
-    // A tiny corpus written by the test: deterministic and present everywhere.
-    const std::string path = "equivalence_corpus_rank" + std::to_string(world_rank()) + ".txt";
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
-    std::fclose(f);
-    auto text = std::make_unique<mr::TextData>(path, config.context, 3, 7);
-    config.vocab = text->vocab();
-    data = std::move(text);
-  } else if (c.model == "cnn") {
-    data = std::make_unique<mr::SyntheticImages>(config.image, config.outputs, 3, 7);
-  } else {
-    data = std::make_unique<mr::SyntheticData>(config.inputs, config.outputs, 3, 7);
-  }
+  mr::ModelConfig config = small_config(c.model, c.model == "mlp" ? 4 : 3);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
@@ -78,16 +54,10 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
                                 data->micro_batch(0, 0, false));
   madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
   double worst = 0;
-  for (int s : executor.local_stages()) {
-    const auto mine = executor.stage_parameters(s);
-    const auto theirs =
-        reference.parameters(plan.stages[s].first_layer, plan.stages[s].last_layer);
-    EXPECT_EQ(mine.size(), theirs.size());
-    for (std::size_t p = 0; p < mine.size() && p < theirs.size(); ++p) {
-      const double scale = theirs[p].abs().max().item<double>() + 1e-6;
-      worst = std::max(worst, (mine[p] - theirs[p]).abs().max().item<double>() / scale);
-    }
-  }
+  for (int s : executor.local_stages())
+    worst = std::max(worst, relative_difference(executor.stage_parameters(s),
+                                                reference.parameters(plan.stages[s].first_layer,
+                                                                     plan.stages[s].last_layer)));
   return worst;
 }
 

@@ -140,49 +140,6 @@ std::string family_sequence(int family, int f, int l) {
   }
 }
 
-mr::ModelConfig small_config(const std::string& model, int layers) {
-  mr::ModelConfig config;
-  config.name = model;
-  config.layers = layers;
-  config.width = model == "cnn" ? 4 : 16;
-  config.image = 8;
-  config.heads = 2;
-  config.context = 8;
-  config.vocab = 11;
-  config.inputs = 6;
-  config.outputs = 3;
-  config.seed = 42;
-  return config;
-}
-
-std::unique_ptr<mr::DataSource> data_for(mr::ModelConfig& config) {
-  if (config.name == "gpt") {
-    // A tiny corpus written by the test: deterministic and present everywhere.
-    const std::string path = "remat_corpus_rank" + std::to_string(world_rank()) + ".txt";
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
-    std::fclose(f);
-    auto text = std::make_unique<mr::TextData>(path, config.context, 3, 7);
-    config.vocab = text->vocab();
-    return text;
-  }
-  if (config.name == "cnn") return std::make_unique<mr::SyntheticImages>(config.image, config.outputs, 3, 7);
-  return std::make_unique<mr::SyntheticData>(config.inputs, config.outputs, 3, 7);
-}
-
-double relative_difference(const std::vector<torch::Tensor>& mine,
-                           const std::vector<torch::Tensor>& theirs) {
-  EXPECT_EQ(mine.size(), theirs.size());
-  double worst = 0;
-  for (std::size_t p = 0; p < mine.size() && p < theirs.size(); ++p) {
-    if (mine[p].numel() == 0) continue;
-    const torch::Tensor a = mine[p].to(torch::kDouble), b = theirs[p].to(torch::kDouble);
-    const double scale = b.abs().max().item<double>() + 1e-6;
-    worst = std::max(worst, (a - b).abs().max().item<double>() / scale);
-  }
-  return worst;
-}
-
 std::vector<torch::Tensor> buffers_of(const mr::ChainModel& model, int first, int last) {
   std::vector<torch::Tensor> out;
   for (int l = first; l <= last; ++l)
