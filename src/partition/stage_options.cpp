@@ -1,18 +1,9 @@
 #include "partition/stage_options.hpp"
 
-#include <algorithm>
-#include <tuple>
-
 #include "schedule/pofo.hpp"
 
 madpipe::partition::StageOptions::StageOptions(const Profile& profile, RematSettings settings)
     : profile_(profile), settings_(settings) {}
-
-// What storing everything keeps from forward to backward.
-static std::int64_t chain_stored(const madpipe::schedule::RematChain& chain) {
-  return madpipe::schedule::replay_sequence(chain, madpipe::schedule::store_all_sequence(chain))
-      .stored_bytes;
-}
 
 const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOptions::of(int first,
                                                                                        int last) {
@@ -22,16 +13,14 @@ const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOpti
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   const schedule::RematChain chain = schedule::stage_remat_chain(profile_, first, last);
-  double plain_backward = 0;
-  for (int k = 1; k <= chain.length(); ++k) plain_backward += chain.backward_ms[k];
+  const schedule::SequenceReplay plain =
+      schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
   std::vector<schedule::RematOption> candidates;
   if (settings_.rotor)
     candidates = schedule::remat_options(chain, settings_.slots, settings_.threshold_steps);
   if (settings_.host_offload) {
-    const std::int64_t peak =
-        schedule::replay_sequence(chain, schedule::store_all_sequence(chain)).peak_bytes;
     for (int b = 1; b <= settings_.offload_budgets; ++b) {
-      const std::int64_t budget = peak * b / settings_.offload_budgets;
+      const std::int64_t budget = plain.peak_bytes * b / settings_.offload_budgets;
       const schedule::OffloadResult result =
           settings_.rotor ? schedule::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
                                                             settings_.offload_steps)
@@ -49,29 +38,15 @@ const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOpti
     }
   }
   // Keep what beats the plain stage somewhere: it recomputes or offloads (the plain stage has the
-  // same time otherwise), and nothing else is at least as fast with no more memory.
-  auto time = [](const schedule::RematOption& o) { return o.forward_ms + o.backward_ms; };
-  auto dominates = [&](const schedule::RematOption& a, const schedule::RematOption& b) {
-    return time(a) <= time(b) && a.stored_bytes <= b.stored_bytes &&
-           a.transient_bytes <= b.transient_bytes;
-  };
+  // same time otherwise) and nothing else is at least as fast with no more memory.
   std::vector<schedule::RematOption> options;
   for (schedule::RematOption& option : candidates) {
-    if (option.backward_ms <= plain_backward * (1 + 1e-12) + 1e-12 &&
-        option.stored_bytes >= chain_stored(chain))
+    if (option.backward_ms <= plain.backward_ms * (1 + 1e-12) + 1e-12 &&
+        option.stored_bytes >= plain.stored_bytes)
       continue;
-    if (std::any_of(options.begin(), options.end(),
-                    [&](const schedule::RematOption& o) { return dominates(o, option); }))
-      continue;
-    options.erase(std::remove_if(options.begin(), options.end(),
-                                 [&](const schedule::RematOption& o) { return dominates(option, o); }),
-                  options.end());
-    options.push_back(std::move(option));
+    schedule::add_to_front(options, std::move(option));
   }
-  std::sort(options.begin(), options.end(), [&](const schedule::RematOption& a, const schedule::RematOption& b) {
-    return std::make_tuple(time(a), a.stored_bytes, a.transient_bytes) <
-           std::make_tuple(time(b), b.stored_bytes, b.transient_bytes);
-  });
+  schedule::sort_fastest_first(options);
   return cache_.emplace(key, std::move(options)).first->second;
 }
 

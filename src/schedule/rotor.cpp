@@ -207,13 +207,31 @@ madpipe::schedule::RematResult madpipe::schedule::optimal_pipelined_remat(
   return result;
 }
 
-namespace {
-using madpipe::schedule::RematOption;
-
-bool dominates(const RematOption& a, const RematOption& b) {
-  return a.backward_ms <= b.backward_ms && a.stored_bytes <= b.stored_bytes &&
+static bool dominates(const madpipe::schedule::RematOption& a,
+                      const madpipe::schedule::RematOption& b) {
+  return a.total_ms() <= b.total_ms() && a.stored_bytes <= b.stored_bytes &&
          a.transient_bytes <= b.transient_bytes;
 }
+
+void madpipe::schedule::add_to_front(std::vector<RematOption>& front, RematOption option) {
+  if (std::any_of(front.begin(), front.end(),
+                  [&](const RematOption& o) { return dominates(o, option); }))
+    return;
+  front.erase(std::remove_if(front.begin(), front.end(),
+                             [&](const RematOption& o) { return dominates(option, o); }),
+              front.end());
+  front.push_back(std::move(option));
+}
+
+void madpipe::schedule::sort_fastest_first(std::vector<RematOption>& front) {
+  std::sort(front.begin(), front.end(), [](const RematOption& a, const RematOption& b) {
+    return std::make_tuple(a.total_ms(), a.stored_bytes, a.transient_bytes) <
+           std::make_tuple(b.total_ms(), b.stored_bytes, b.transient_bytes);
+  });
+}
+
+namespace {
+using madpipe::schedule::RematOption;
 
 RematOption option_of(const madpipe::schedule::RematResult& result) {
   RematOption option;
@@ -229,39 +247,24 @@ RematOption option_of(const madpipe::schedule::RematResult& result) {
 std::vector<madpipe::schedule::RematOption> madpipe::schedule::remat_options(
     const RematChain& chain, int slots, int threshold_steps) {
   std::vector<RematOption> options;
-  options.push_back(option_of(replayed(chain, store_all_sequence(chain))));
-  const std::int64_t memory = replay_sequence(chain, store_all_sequence(chain)).peak_bytes - chain.a[0];
+  const RematResult store_all = replayed(chain, store_all_sequence(chain));
+  options.push_back(option_of(store_all));
+  const std::int64_t memory = store_all.replay.peak_bytes - chain.a[0];
   if (memory <= 0 || slots < 1) return options;
   RotorTable table(chain, std::max<std::int64_t>(1, ceil_div(memory, slots)), slots);
-  struct Candidate {
-    double time;
-    int stored, free_at_loss, top;
-  };
   for (int tau : threshold_grid(slots, threshold_steps)) {
     table.set_loss_threshold(tau);
-    std::vector<Candidate> candidates;
+    // The memory tops at which the time drops: the others repeat a sequence with more memory.
+    std::vector<int> tops;
     double previous = RotorTable::kInfinity;
     for (int top = tau; top <= slots; ++top) {
       const double time = table.time(top);
-      if (time < previous) candidates.push_back({time, top - tau, tau, top});
+      if (time < previous) tops.push_back(top);
       previous = std::min(previous, time);
     }
-    for (const Candidate& c : candidates) {
-      RematOption option = option_of(replayed(chain, table.sequence(c.top)));
-      const bool dominated = std::any_of(options.begin(), options.end(), [&](const RematOption& o) {
-        return dominates(o, option);
-      });
-      if (dominated) continue;
-      options.erase(std::remove_if(options.begin(), options.end(),
-                                   [&](const RematOption& o) { return dominates(option, o); }),
-                    options.end());
-      options.push_back(std::move(option));
-    }
+    for (int top : tops) add_to_front(options, option_of(replayed(chain, table.sequence(top))));
   }
-  std::sort(options.begin(), options.end(), [](const RematOption& a, const RematOption& b) {
-    return std::tie(a.backward_ms, a.stored_bytes, a.transient_bytes) <
-           std::tie(b.backward_ms, b.stored_bytes, b.transient_bytes);
-  });
+  sort_fastest_first(options);
   return options;
 }
 

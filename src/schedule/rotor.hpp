@@ -85,7 +85,15 @@ struct RematOption {
   std::int64_t stored_bytes = 0;     // per micro-batch in flight
   std::int64_t transient_bytes = 0;  // above stored, during its own ops
   RematSequence sequence;
+
+  double total_ms() const noexcept { return forward_ms + backward_ms; }
 };
+
+// Adds `option` to a Pareto front of (total_ms, stored_bytes, transient_bytes) unless an option
+// there is at least as good on all three; drops the options it beats.
+void add_to_front(std::vector<RematOption>& front, RematOption option);
+// Fastest first, then least stored, then least transient.
+void sort_fastest_first(std::vector<RematOption>& front);
 
 // Pareto front of (backward_ms, stored_bytes, transient_bytes) over the sequences the pipeline
 // variant finds, with memory cut into `slots` slots of the store-all peak and `threshold_steps`
