@@ -189,6 +189,23 @@ static void keep_better(std::optional<Candidate>& best, Candidate candidate) {
     best = std::move(candidate);
 }
 
+// Plans without per-stage rematerialization/offloading, then, when `remat` allows them, with
+// them, and keeps the better plan: the options change which allocations the DPs estimate best,
+// so planning once without them makes the result never worse than plain planning.
+template <typename Plan>
+static std::optional<Candidate> without_and_with(
+    const Plan& plan, madpipe::partition::StageOptions& remat,
+    const std::function<void(const std::string&)>& progress) {
+  std::optional<Candidate> best = plan(nullptr);
+  if (!remat.enabled()) return best;
+  if (progress) progress("planning again with per-stage rematerialization");
+  if (std::optional<Candidate> with_remat = plan(&remat)) keep_better(best, std::move(*with_remat));
+  if (progress)
+    progress("rematerialization options computed for " + std::to_string(remat.ranges_computed()) +
+             " stage ranges");
+  return best;
+}
+
 // Schedules each allocation with the given pattern families and keeps the shortest period.
 static std::optional<Candidate> schedule_allocations(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
@@ -390,7 +407,11 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
   partition::PlannerOptions warm_options = options;
   warm_options.algorithm = partition::Algorithm::MadPipe;
   warm_options.max_k = 1;
-  std::optional<Candidate> warm = plan_madpipe(costs, platform, warm_options, log, remat);
+  std::optional<Candidate> warm = without_and_with(
+      [&](partition::StageOptions* stage_options) {
+        return plan_madpipe(costs, platform, warm_options, log, stage_options);
+      },
+      *remat, options.progress);
   partition::FullIlpOptions ilp;
   ilp.backend = backend;
   ilp.solve = solve_options(options.milp);
@@ -475,7 +496,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
       case Algorithm::MadPipe:
         return plan_madpipe(costs, platform, options, log, options_of_stages);
       case Algorithm::Ilp:
-        return plan_ilp(costs, platform, options, log, options_of_stages);
+        MADPIPE_UNREACHABLE("the full ILP is planned once, below");
       case Algorithm::Contiguous:
         return plan_contiguous(costs, platform, options, options_of_stages);
       case Algorithm::OneFOneB:
@@ -486,22 +507,10 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
     }
     MADPIPE_UNREACHABLE("unknown algorithm");
   };
-  best = plan_once(nullptr);
-  // Rematerialization changes which allocations the DPs estimate best; planning once without it
-  // makes the result never worse than plain planning.
-  if (remat.enabled()) {
-    if (options.progress) options.progress("planning again with per-stage rematerialization");
-    if (std::optional<Candidate> with_remat = plan_once(&remat)) {
-      if (best) {
-        keep_better(best, std::move(*with_remat));
-      } else {
-        best = std::move(with_remat);
-      }
-    }
-    if (options.progress)
-      options.progress("rematerialization options computed for " +
-                       std::to_string(remat.ranges_computed()) + " stage ranges");
-  }
+  // The full ILP plans plain stages: only its MadPipe warm start may rematerialize.
+  best = options.algorithm == Algorithm::Ilp
+             ? plan_ilp(costs, platform, options, log, &remat)
+             : without_and_with(plan_once, remat, options.progress);
   PlanResult result;
   result.notes = std::move(log.notes);
   result.planning_seconds =
