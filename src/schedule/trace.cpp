@@ -1,0 +1,603 @@
+#include "schedule/trace.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <set>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace ms = madpipe::schedule;
+
+static constexpr std::size_t kMaxShownChars = 60;
+
+// ---------------------------------------------------------------------------------------------
+// Summary
+
+static double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+static double ratio(double measured, double predicted) {
+  return measured > 0 && predicted > 0 ? measured / predicted : 0.0;
+}
+
+// The steps the steady-state figures come from: all the traced ones but the first, which warms
+// up allocators, when there are others.
+static std::set<int> measured_steps(const ms::Trace& trace) {
+  std::set<int> steps;
+  for (const ms::TraceOp& op : trace.ops) steps.insert(op.step);
+  if (steps.size() > 1) steps.erase(steps.begin());
+  return steps;
+}
+
+// Time per micro-batch between the forwards of micro-batches N/4 and N-1-N/4 of each stage of
+// `step`, the median over stages; 0 when no stage has both.
+static double step_period_ms(const ms::Trace& trace, int step) {
+  const int lo = trace.micro_batches / 4;
+  const int hi = trace.micro_batches - 1 - trace.micro_batches / 4;
+  if (hi <= lo) return 0;
+  std::map<int, std::pair<double, double>> starts;  // stage -> start of F(lo), start of F(hi)
+  const double unset = std::numeric_limits<double>::infinity();
+  for (const ms::TraceOp& op : trace.ops) {
+    if (op.step != step || op.kind != ms::TraceOpKind::Forward) continue;
+    if (op.micro_batch != lo && op.micro_batch != hi) continue;
+    auto& pair = starts.try_emplace(op.stage, unset, unset).first->second;
+    double& start = op.micro_batch == lo ? pair.first : pair.second;
+    start = std::min(start, op.start_ms);  // the first forward when a stage recomputes
+  }
+  std::vector<double> periods;
+  for (const auto& [stage, pair] : starts)
+    if (pair.first != unset && pair.second != unset)
+      periods.push_back((pair.second - pair.first) / (hi - lo));
+  return median(periods);
+}
+
+static double step_span_ms(const ms::Trace& trace, int step) {
+  double first = std::numeric_limits<double>::infinity();
+  double last = -std::numeric_limits<double>::infinity();
+  for (const ms::TraceOp& op : trace.ops) {
+    if (op.step != step) continue;
+    first = std::min(first, op.start_ms);
+    last = std::max(last, op.end_ms);
+  }
+  return last >= first ? last - first : 0.0;
+}
+
+static std::vector<double> busy_fractions(const ms::Trace& trace) {
+  std::vector<double> busy(static_cast<std::size_t>(std::max(trace.ranks, 0)), 0.0);
+  double first = std::numeric_limits<double>::infinity();
+  double last = -std::numeric_limits<double>::infinity();
+  for (const ms::TraceOp& op : trace.ops) {
+    first = std::min(first, op.start_ms);
+    last = std::max(last, op.end_ms);
+    if (op.rank >= 0 && op.rank < trace.ranks) busy[op.rank] += op.end_ms - op.start_ms;
+  }
+  const double span = last - first;
+  for (double& fraction : busy) fraction = span > 0 ? fraction / span : 0.0;
+  return busy;
+}
+
+ms::TraceSummary ms::summarize(const Trace& trace) {
+  TraceSummary summary;
+  std::vector<double> periods;
+  std::vector<double> spans;
+  for (int step : measured_steps(trace)) {
+    const double period = step_period_ms(trace, step);
+    if (period > 0) periods.push_back(period);
+    spans.push_back(step_span_ms(trace, step));
+  }
+  summary.measured_period_ms = median(periods);
+  summary.predicted_period_ms = trace.predicted_period_ms;
+  summary.period_ratio = ratio(summary.measured_period_ms, summary.predicted_period_ms);
+  summary.step_ms = median(spans);
+
+  const auto ranks = static_cast<std::size_t>(std::max(trace.ranks, 0));
+  summary.peak_bytes.assign(ranks, 0);
+  summary.predicted_bytes.assign(ranks, 0);
+  for (const TraceRankMemory& memory : trace.memory)
+    if (memory.rank >= 0 && static_cast<std::size_t>(memory.rank) < ranks)
+      summary.peak_bytes[memory.rank] = memory.peak_bytes;
+  for (std::size_t r = 0; r < ranks && r < trace.predicted_memory_bytes.size(); ++r)
+    summary.predicted_bytes[r] = trace.predicted_memory_bytes[r];
+  for (std::size_t r = 0; r < ranks; ++r) {
+    summary.memory_ratio.push_back(ratio(static_cast<double>(summary.peak_bytes[r]),
+                                         static_cast<double>(summary.predicted_bytes[r])));
+  }
+  summary.busy_fraction = busy_fractions(trace);
+  return summary;
+}
+
+static std::string printf_number(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+std::string ms::format_summary(const TraceSummary& summary) {
+  std::string out = "measured period ";
+  if (summary.measured_period_ms > 0) {
+    out += format_ms(summary.measured_period_ms) + " per micro-batch";
+  } else {
+    out += "not measured (too few micro-batches per step)";
+  }
+  if (summary.predicted_period_ms > 0) {
+    out += ", predicted " + format_ms(summary.predicted_period_ms);
+    if (summary.period_ratio > 0)
+      out += " (ratio " + printf_number("%.2f", summary.period_ratio) + ")";
+  }
+  out += "; step " + format_ms(summary.step_ms) + "\n";
+  for (std::size_t r = 0; r < summary.peak_bytes.size(); ++r) {
+    out += "rank " + std::to_string(r) + ": peak " +
+           format_bytes(static_cast<double>(summary.peak_bytes[r]));
+    const std::int64_t predicted =
+        r < summary.predicted_bytes.size() ? summary.predicted_bytes[r] : 0;
+    if (predicted > 0) {
+      out += ", predicted " + format_bytes(static_cast<double>(predicted));
+      if (r < summary.memory_ratio.size() && summary.memory_ratio[r] > 0)
+        out += " (ratio " + printf_number("%.2f", summary.memory_ratio[r]) + ")";
+    }
+    if (r < summary.busy_fraction.size())
+      out += ", busy " + printf_number("%.0f", 100.0 * summary.busy_fraction[r]) + "%";
+    out += "\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+static const char* kind_name(ms::TraceOpKind kind) {
+  switch (kind) {
+    case ms::TraceOpKind::Forward:
+      return "F";
+    case ms::TraceOpKind::Backward:
+      return "B";
+  }
+  MADPIPE_UNREACHABLE("unknown trace op kind");
+}
+
+static const char* kind_name(ms::TraceTransferKind kind) {
+  switch (kind) {
+    case ms::TraceTransferKind::Activation:
+      return "activation";
+    case ms::TraceTransferKind::Gradient:
+      return "gradient";
+  }
+  MADPIPE_UNREACHABLE("unknown trace transfer kind");
+}
+
+template <class Json>
+static Json summary_json(const ms::Trace& trace) {
+  const ms::TraceSummary summary = ms::summarize(trace);
+  Json out = Json::object();
+  out["measured_period_ms"] = summary.measured_period_ms;
+  out["period_ratio"] = summary.period_ratio;
+  out["step_ms"] = summary.step_ms;
+  out["peak_bytes"] = summary.peak_bytes;
+  out["memory_ratio"] = summary.memory_ratio;
+  out["busy_fraction"] = summary.busy_fraction;
+  return out;
+}
+
+// Builds the trace in the key order of docs/formats.md (kept by ordered_json; nlohmann::json,
+// what trace_to_json returns, sorts the keys, which is still a fixed order).
+template <class Json>
+static Json trace_json(const ms::Trace& trace) {
+  Json j = Json::object();
+  j["format"] = ms::kTraceFormat;
+  j["profile"] = trace.profile;
+  j["algorithm"] = trace.algorithm;
+  j["device"] = trace.device;
+  j["mode"] = trace.mode;
+  j["ranks"] = trace.ranks;
+  j["micro_batches"] = trace.micro_batches;
+  j["steps"] = trace.steps;
+  Json predicted = Json::object();
+  predicted["period_ms"] = trace.predicted_period_ms;
+  predicted["memory_bytes"] = trace.predicted_memory_bytes;
+  j["predicted"] = std::move(predicted);
+  j["summary"] = summary_json<Json>(trace);
+
+  Json memory = Json::array();
+  for (const ms::TraceRankMemory& rank : trace.memory) {
+    Json m = Json::object();
+    m["rank"] = rank.rank;
+    m["peak_bytes"] = rank.peak_bytes;
+    m["peak_rss_bytes"] = rank.peak_rss_bytes;
+    memory.push_back(std::move(m));
+  }
+  j["memory"] = std::move(memory);
+
+  Json ops = Json::array();
+  for (const ms::TraceOp& op : trace.ops) {
+    Json o = Json::object();
+    o["rank"] = op.rank;
+    o["kind"] = kind_name(op.kind);
+    o["stage"] = op.stage;
+    o["step"] = op.step;
+    o["micro_batch"] = op.micro_batch;
+    o["start_ms"] = op.start_ms;
+    o["end_ms"] = op.end_ms;
+    ops.push_back(std::move(o));
+  }
+  j["ops"] = std::move(ops);
+
+  Json transfers = Json::array();
+  for (const ms::TraceTransfer& transfer : trace.transfers) {
+    Json t = Json::object();
+    t["kind"] = kind_name(transfer.kind);
+    t["stage"] = transfer.stage;
+    t["step"] = transfer.step;
+    t["micro_batch"] = transfer.micro_batch;
+    t["from"] = transfer.from;
+    t["to"] = transfer.to;
+    t["bytes"] = transfer.bytes;
+    t["start_ms"] = transfer.start_ms;
+    t["end_ms"] = transfer.end_ms;
+    transfers.push_back(std::move(t));
+  }
+  j["transfers"] = std::move(transfers);
+  return j;
+}
+
+static void print_inline(const ordered_json& j, std::string& out) {
+  if (!j.is_structured()) {
+    out += j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+    return;
+  }
+  const bool object = j.is_object();
+  out += object ? '{' : '[';
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!first) out += ", ";
+    first = false;
+    if (object) {
+      print_inline(ordered_json(it.key()), out);
+      out += ": ";
+    }
+    print_inline(it.value(), out);
+  }
+  out += object ? '}' : ']';
+}
+
+// One top-level member a line, and one element a line in the memory, op and transfer lists.
+static std::string trace_text(const ms::Trace& trace) {
+  const ordered_json j = trace_json<ordered_json>(trace);
+  std::string out = "{\n";
+  bool first = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!first) out += ",\n";
+    first = false;
+    out += "  ";
+    print_inline(ordered_json(it.key()), out);
+    out += ": ";
+    const ordered_json& value = it.value();
+    if (!value.is_array() || value.empty() || !value.front().is_object()) {
+      print_inline(value, out);
+      continue;
+    }
+    out += "[\n";
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      out += "    ";
+      print_inline(value[i], out);
+      out += i + 1 < value.size() ? ",\n" : "\n";
+    }
+    out += "  ]";
+  }
+  out += "\n}\n";
+  return out;
+}
+
+json ms::trace_to_json(const Trace& trace) { return trace_json<json>(trace); }
+
+void ms::write_trace(const Trace& trace, const std::string& path) {
+  trace_from_json(trace_to_json(trace), path);  // refuse to write what read_trace would reject
+  const std::string text = trace_text(trace);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      throw Error(ErrorKind::Io, path, "",
+                  "cannot open '" + tmp + "' for writing: " + std::strerror(errno));
+    }
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error(ErrorKind::Io, path, "", "cannot write '" + tmp + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::Io, path, "", "cannot rename '" + tmp + "' to it: " + reason);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+// A JSON value as it appears in a message, shortened when long: -1.5, "abc", [1,2].
+static std::string show(const json& value) {
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
+    const double number = value.get<double>();  // dump() would print null
+    return std::isnan(number) ? "nan" : (number < 0 ? "-inf" : "inf");
+  }
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
+  return text;
+}
+
+namespace {
+// The file under which values are being read, for messages; pointers are JSON pointers.
+struct Reader {
+  const std::string& file;
+
+  [[noreturn]] void fail(const std::string& pointer, const std::string& problem) const {
+    madpipe::throw_invalid(file, pointer, problem);
+  }
+
+  const json& require(const json& object, const std::string& pointer, const char* key) const {
+    const auto it = object.find(key);
+    if (it == object.end()) fail(pointer + "/" + key, "missing required field");
+    return *it;
+  }
+
+  const json& object_at(const json& value, const std::string& pointer) const {
+    if (!value.is_object()) fail(pointer, std::string("must be an object, got ") + show(value));
+    return value;
+  }
+
+  const json& array_member(const json& object, const std::string& pointer, const char* key) const {
+    const json& value = require(object, pointer, key);
+    if (!value.is_array()) {
+      fail(pointer + "/" + key, std::string("must be an array, got ") + show(value));
+    }
+    return value;
+  }
+
+  std::string string_member(const json& object, const std::string& pointer, const char* key) const {
+    const json& value = require(object, pointer, key);
+    if (!value.is_string()) fail(pointer + "/" + key, "must be a string, got " + show(value));
+    return value.get<std::string>();
+  }
+
+  double time_value(const json& value, const std::string& pointer) const {
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
+      fail(pointer, "must be a finite number >= 0, got " + show(value));
+    return value.get<double>();
+  }
+
+  double time_member(const json& object, const std::string& pointer, const char* key) const {
+    return time_value(require(object, pointer, key), pointer + "/" + key);
+  }
+
+  // An integer in [min, max] (an integral floating-point value is accepted too); `range` is the
+  // requirement as the message states it.
+  std::int64_t integer_value(const json& value, std::int64_t min, std::int64_t max,
+                             const std::string& range, const std::string& pointer) const {
+    bool integral = false;
+    std::int64_t number = 0;
+    if (value.is_number_unsigned()) {
+      const auto u = value.get<std::uint64_t>();
+      integral = u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+      number = integral ? static_cast<std::int64_t>(u) : 0;
+    } else if (value.is_number_integer()) {
+      integral = true;
+      number = value.get<std::int64_t>();
+    } else if (value.is_number_float()) {
+      const double d = value.get<double>();
+      integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18;
+      number = integral ? static_cast<std::int64_t>(d) : 0;
+    }
+    if (!integral || number < min || number > max)
+      fail(pointer, "must be " + range + ", got " + show(value));
+    return number;
+  }
+
+  int int_member(const json& object, const std::string& pointer, const char* key, int min) const {
+    return static_cast<int>(integer_value(require(object, pointer, key), min, INT_MAX,
+                                          "an integer >= " + std::to_string(min),
+                                          pointer + "/" + key));
+  }
+
+  int rank_member(const json& object, const std::string& pointer, const char* key,
+                  int ranks) const {
+    return static_cast<int>(integer_value(require(object, pointer, key), 0, ranks - 1,
+                                          "a rank in [0, " + std::to_string(ranks) + ")",
+                                          pointer + "/" + key));
+  }
+
+  int micro_batch_member(const json& object, const std::string& pointer, int micro_batches) const {
+    return static_cast<int>(
+        integer_value(require(object, pointer, "micro_batch"), 0, micro_batches - 1,
+                      "in [0, " + std::to_string(micro_batches) + ") (micro_batches per step)",
+                      pointer + "/micro_batch"));
+  }
+
+  std::int64_t bytes_value(const json& value, const std::string& pointer) const {
+    return integer_value(value, 0, std::numeric_limits<std::int64_t>::max(), "an integer >= 0",
+                         pointer);
+  }
+
+  // start_ms and end_ms, with end_ms >= start_ms.
+  std::pair<double, double> interval(const json& object, const std::string& pointer) const {
+    const double start = time_member(object, pointer, "start_ms");
+    const double end = time_member(object, pointer, "end_ms");
+    if (end < start) {
+      fail(pointer + "/end_ms",
+           "must be >= start_ms (" + show(json(start)) + "), got " + show(json(end)));
+    }
+    return {start, end};
+  }
+};
+}  // namespace
+
+static ms::TraceOpKind op_kind(const Reader& reader, const json& object,
+                               const std::string& pointer) {
+  const std::string kind = reader.string_member(object, pointer, "kind");
+  if (kind == "F") return ms::TraceOpKind::Forward;
+  if (kind == "B") return ms::TraceOpKind::Backward;
+  reader.fail(pointer + "/kind", "unknown op kind '" + kind + "' (valid: F, B)");
+}
+
+static ms::TraceTransferKind transfer_kind(const Reader& reader, const json& object,
+                                           const std::string& pointer) {
+  const std::string kind = reader.string_member(object, pointer, "kind");
+  if (kind == "activation") return ms::TraceTransferKind::Activation;
+  if (kind == "gradient") return ms::TraceTransferKind::Gradient;
+  reader.fail(pointer + "/kind",
+              "unknown transfer kind '" + kind + "' (valid: activation, gradient)");
+}
+
+static ms::TraceOp read_op(const Reader& reader, const json& value, const std::string& pointer,
+                           const ms::Trace& trace) {
+  const json& o = reader.object_at(value, pointer);
+  ms::TraceOp op;
+  op.rank = reader.rank_member(o, pointer, "rank", trace.ranks);
+  op.kind = op_kind(reader, o, pointer);
+  op.stage = reader.int_member(o, pointer, "stage", 0);
+  op.step = reader.int_member(o, pointer, "step", 1);
+  op.micro_batch = reader.micro_batch_member(o, pointer, trace.micro_batches);
+  std::tie(op.start_ms, op.end_ms) = reader.interval(o, pointer);
+  return op;
+}
+
+static ms::TraceTransfer read_transfer(const Reader& reader, const json& value,
+                                       const std::string& pointer, const ms::Trace& trace) {
+  const json& o = reader.object_at(value, pointer);
+  ms::TraceTransfer transfer;
+  transfer.kind = transfer_kind(reader, o, pointer);
+  transfer.stage = reader.int_member(o, pointer, "stage", 0);
+  transfer.step = reader.int_member(o, pointer, "step", 1);
+  transfer.micro_batch = reader.micro_batch_member(o, pointer, trace.micro_batches);
+  transfer.from = reader.rank_member(o, pointer, "from", trace.ranks);
+  transfer.to = reader.rank_member(o, pointer, "to", trace.ranks);
+  transfer.bytes = reader.bytes_value(reader.require(o, pointer, "bytes"), pointer + "/bytes");
+  std::tie(transfer.start_ms, transfer.end_ms) = reader.interval(o, pointer);
+  return transfer;
+}
+
+// One entry per rank, in rank order.
+static ms::TraceRankMemory read_memory(const Reader& reader, const json& value,
+                                       const std::string& pointer, int index) {
+  const json& o = reader.object_at(value, pointer);
+  ms::TraceRankMemory memory;
+  memory.rank = static_cast<int>(reader.integer_value(
+      reader.require(o, pointer, "rank"), index, index,
+      std::to_string(index) + " (one entry per rank, in order)", pointer + "/rank"));
+  memory.peak_bytes =
+      reader.bytes_value(reader.require(o, pointer, "peak_bytes"), pointer + "/peak_bytes");
+  memory.peak_rss_bytes =
+      reader.bytes_value(reader.require(o, pointer, "peak_rss_bytes"), pointer + "/peak_rss_bytes");
+  return memory;
+}
+
+static void read_predicted(const Reader& reader, const json& j, ms::Trace& trace) {
+  const std::string pointer = "/predicted";
+  const json& o = reader.object_at(reader.require(j, "", "predicted"), pointer);
+  trace.predicted_period_ms = reader.time_member(o, pointer, "period_ms");
+  const json& memory = reader.array_member(o, pointer, "memory_bytes");
+  if (memory.size() != static_cast<std::size_t>(trace.ranks)) {
+    reader.fail(pointer + "/memory_bytes", "must have one entry per rank (" +
+                                               std::to_string(trace.ranks) + "), got " +
+                                               std::to_string(memory.size()));
+  }
+  for (std::size_t r = 0; r < memory.size(); ++r) {
+    trace.predicted_memory_bytes.push_back(
+        reader.bytes_value(memory[r], pointer + "/memory_bytes/" + std::to_string(r)));
+  }
+}
+
+ms::Trace ms::trace_from_json(const json& j, const std::string& file) {
+  const Reader reader{file};
+  if (!j.is_object()) reader.fail("", "must be a JSON object, got " + show(j));
+  const json& format = reader.require(j, "", "format");
+  if (!format.is_string() || format.get_ref<const std::string&>() != kTraceFormat) {
+    reader.fail("/format", std::string("must be \"") + kTraceFormat + "\", got " + show(format));
+  }
+  Trace trace;
+  trace.profile = reader.string_member(j, "", "profile");
+  trace.algorithm = reader.string_member(j, "", "algorithm");
+  trace.device = reader.string_member(j, "", "device");
+  trace.mode = reader.string_member(j, "", "mode");
+  trace.ranks = reader.int_member(j, "", "ranks", 1);
+  trace.micro_batches = reader.int_member(j, "", "micro_batches", 1);
+  trace.steps = reader.int_member(j, "", "steps", 1);
+  read_predicted(reader, j, trace);
+
+  const json& memory = reader.array_member(j, "", "memory");
+  if (memory.size() != static_cast<std::size_t>(trace.ranks)) {
+    reader.fail("/memory", "must have one entry per rank (" + std::to_string(trace.ranks) +
+                               "), got " + std::to_string(memory.size()));
+  }
+  for (std::size_t r = 0; r < memory.size(); ++r) {
+    trace.memory.push_back(
+        read_memory(reader, memory[r], "/memory/" + std::to_string(r), static_cast<int>(r)));
+  }
+  const json& ops = reader.array_member(j, "", "ops");
+  trace.ops.reserve(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    trace.ops.push_back(read_op(reader, ops[i], "/ops/" + std::to_string(i), trace));
+  const json& transfers = reader.array_member(j, "", "transfers");
+  trace.transfers.reserve(transfers.size());
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    trace.transfers.push_back(
+        read_transfer(reader, transfers[i], "/transfers/" + std::to_string(i), trace));
+  }
+  return trace;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
+static std::string strip_exception_id(const char* what) {
+  const std::string_view text(what);
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find("] ");
+    if (close != std::string_view::npos) return std::string(text.substr(close + 2));
+  }
+  return std::string(text);
+}
+
+ms::Trace ms::read_trace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(ErrorKind::Io, path, "", "cannot open file: is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorKind::Io, path, "", std::string("cannot open file: ") + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(ErrorKind::Io, path, "", "cannot read file");
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(
+        ErrorKind::InvalidInput, path, "",
+        "invalid JSON (byte " + std::to_string(e.byte) + "): " + strip_exception_id(e.what()));
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::InvalidInput, path, "", "invalid JSON: " + strip_exception_id(e.what()));
+  }
+  return trace_from_json(j, path);
+}
