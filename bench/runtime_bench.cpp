@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   runtime::ChainModel pipelined = runtime::build_model(config);
   runtime::ChainModel plain = runtime::build_model(config);
   const runtime::Batch sample = data.micro_batch(0, 0, false);
-  const Profile profile = runtime::profile_model(pipelined, sample, "gpt");
+  const Profile profile = runtime::profile_model(pipelined, sample, "gpt").profile;
   Platform platform;
   platform.gpus = 1;
   platform.memory_bytes = 1LL << 34;

@@ -2,7 +2,9 @@
 
 #include "cli/compare_command.hpp"
 #include "cli/plan_command.hpp"
+#include "cli/profile_command.hpp"
 #include "cli/remat_command.hpp"
+#include "cli/show_command.hpp"
 #include "cli/simulate_command.hpp"
 #include "cli/train_command.hpp"
 #include "core/error.hpp"
@@ -18,8 +20,11 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
        compare_command},
       {"remat", "optimal rematerialization of a stage for a memory budget (ROTOR)",
        remat_command},
+      {"profile", "measure every layer of a model on a device -> profile.json", profile_command},
       {"train", "train a built-in model with a plan, one MPI process per pipeline rank",
        train_command},
+      {"show", "draw a plan or a training trace as a Gantt chart: SVG or Chrome trace",
+       show_command},
   };
   return table;
 }

@@ -146,3 +146,26 @@ std::string madpipe::runtime::SyntheticImages::description() const {
   return "synthetic images (" + std::to_string(image_) + "x" + std::to_string(image_) + ", " +
          std::to_string(classes_) + " classes)";
 }
+
+madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c) {
+  Workload w;
+  w.model.name = c.model;
+  w.model.layers = c.layers;
+  w.model.width = c.width;
+  w.model.heads = c.heads;
+  w.model.context = c.context;
+  w.model.inputs = c.inputs;
+  w.model.outputs = c.outputs;
+  w.model.image = c.image;
+  w.model.seed = c.seed;
+  if (c.model == "gpt") {
+    auto text = std::make_unique<TextData>(c.data, c.context, c.micro_batch_size, c.seed);
+    w.model.vocab = text->vocab();
+    w.data = std::move(text);
+  } else if (c.model == "cnn") {
+    w.data = std::make_unique<SyntheticImages>(c.image, c.outputs, c.micro_batch_size, c.seed);
+  } else {
+    w.data = std::make_unique<SyntheticData>(c.inputs, c.outputs, c.micro_batch_size, c.seed);
+  }
+  return w;
+}

@@ -7,6 +7,9 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+
 namespace madpipe::runtime {
 
 struct Batch {
@@ -70,5 +73,13 @@ class SyntheticImages final : public DataSource {
   int image_, classes_, micro_batch_size_;
   std::uint64_t seed_;
 };
+
+// A built-in model's sizes and its data, from the [model] and data settings of a TrainConfig
+// (the gpt vocabulary comes from the corpus). The same on every rank.
+struct Workload {
+  ModelConfig model;
+  std::unique_ptr<DataSource> data;
+};
+Workload make_workload(const TrainConfig& config);
 
 }  // namespace madpipe::runtime

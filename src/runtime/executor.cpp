@@ -4,6 +4,12 @@
 
 using madpipe::schedule::Instr;
 using madpipe::schedule::InstrKind;
+using madpipe::schedule::TraceOpKind;
+using madpipe::schedule::TraceTransferKind;
+
+static std::int64_t bytes_of(const torch::Tensor& t) {
+  return static_cast<std::int64_t>(t.numel()) * t.element_size();
+}
 
 madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
                                                      const schedule::Plan& plan, int rank,
@@ -108,6 +114,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     if (it == batches.end()) it = batches.emplace(i, batch_of(i)).first;
     return it->second;
   };
+  TraceRecorder* const trace = train && recorder_ && recorder_->recording() ? recorder_ : nullptr;
   StepLoss loss;
   for (const Instr& instr : list) {
     const int s = instr.stage, i = instr.micro_batch;
@@ -122,7 +129,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           handover.erase({s - 1, i});
         } else {
           input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
+          if (trace) trace->received(TraceTransferKind::Activation, s - 1, i, gpu_of(s - 1), trace->now_ms());
         }
+        const double started = trace ? trace->now_ms() : 0;
         // The loss of the last stage, divided so that accumulated gradients are the batch's.
         auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
@@ -149,6 +158,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           slot.output = forward_stage(s, input, copy);
           if (last) slot.output = scaled_loss(slot.output);
         }
+        if (trace) trace->op(TraceOpKind::Forward, s, i, started, trace->now_ms());
         if (last) {
           batches.erase(i);
         } else if (gpu_of(s + 1) == rank_) {
@@ -162,6 +172,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
       case InstrKind::SendAct: {
         auto it = slots.find({s, i});
         transport_.post_send(instr.peer, {Direction::Activation, s, i}, it->second.output);
+        if (trace)
+          trace->sent(TraceTransferKind::Activation, s, i, instr.peer, bytes_of(it->second.output),
+                      trace->now_ms());
         if (!train) slots.erase(it);
         break;
       }
@@ -169,29 +182,31 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (!train) break;
         Slot slot = std::move(slots.at({s, i}));
         slots.erase({s, i});
-        auto gradient = [&]() {
-          torch::Tensor grad;
-          if (gpu_of(s + 1) == rank_) {
-            grad = grads.at({s, i});
-            grads.erase({s, i});
-          } else {
-            grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
-          }
-          return grad;
-        };
+        // The gradient from the next stage (none on the last), before the backward starts.
+        torch::Tensor grad;
+        if (!last && gpu_of(s + 1) == rank_) {
+          grad = grads.at({s, i});
+          grads.erase({s, i});
+        } else if (!last) {
+          grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
+          if (trace) trace->received(TraceTransferKind::Gradient, s, i, gpu_of(s + 1), trace->now_ms());
+        }
+        const double started = trace ? trace->now_ms() : 0;
         if (slot.run) {
           torch::Tensor delta = sequences_[s]->backward(
-              *slot.run, last ? StageSequence::GradientFn() : StageSequence::GradientFn(gradient));
+              *slot.run, last ? StageSequence::GradientFn()
+                              : StageSequence::GradientFn([&grad]() { return grad; }));
           slot.run.reset();
           if (s > 0) grads[{s - 1, i}] = delta;
         } else {
           if (last) {
             slot.output.backward();
           } else {
-            slot.output.backward(gradient());
+            slot.output.backward(grad);
           }
           if (s > 0) grads[{s - 1, i}] = slot.input.grad();
         }
+        if (trace) trace->op(TraceOpKind::Backward, s, i, started, trace->now_ms());
         if (after_backward_) after_backward_(s, i);
         break;
       }
@@ -199,6 +214,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (!train) break;
         auto it = grads.find({s, i});
         transport_.post_send(instr.peer, {Direction::Gradient, s, i}, it->second);
+        if (trace)
+          trace->sent(TraceTransferKind::Gradient, s, i, instr.peer, bytes_of(it->second),
+                      trace->now_ms());
         grads.erase(it);
         break;
       }

@@ -10,6 +10,7 @@
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/stage_sequence.hpp"
+#include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/program.hpp"
@@ -55,6 +56,9 @@ class PipelineExecutor {
                              std::function<void(int, int)> after_backward);
   void on_loss(std::function<void(int, double)> callback) { on_loss_ = std::move(callback); }
 
+  // Training runs record their forwards, backwards and transfers into `recorder` (null: none).
+  void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
+
  private:
   StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
@@ -67,6 +71,7 @@ class PipelineExecutor {
   std::function<int(int, int)> copy_of_;
   std::function<void(int, int)> after_backward_;
   std::function<void(int, double)> on_loss_;
+  TraceRecorder* recorder_ = nullptr;
   const schedule::Plan& plan_;
   int rank_;
   Transport& transport_;

@@ -4,62 +4,184 @@
 #include <chrono>
 #include <vector>
 
-static double median(std::vector<double> values) {
+#include "core/error.hpp"
+#include "runtime/memory_meter.hpp"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
 }
 
-static std::int64_t bytes_of(const torch::Tensor& t) {
-  return static_cast<std::int64_t>(t.numel()) * static_cast<std::int64_t>(t.element_size());
+double relative_spread(const std::vector<double>& values) {
+  const double middle = median(values);
+  if (middle <= 0) return 0;
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  return (*high - *low) / middle;
 }
 
-madpipe::Profile madpipe::runtime::profile_model(ChainModel& model, const Batch& sample,
-                                                 const std::string& name, int repeats) {
-  using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  };
-  Profile profile;
+std::int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? static_cast<std::int64_t>(t.numel()) * t.element_size() : 0;
+}
+
+std::string dtype_name(const madpipe::runtime::ChainModel& model) {
+  for (const auto& layer : model.layers)
+    for (const auto& p : layer.ptr()->parameters())
+      if (p.is_floating_point()) {
+        switch (p.scalar_type()) {
+          case torch::kFloat: return "float32";
+          case torch::kDouble: return "float64";
+          case torch::kHalf: return "float16";
+          case torch::kBFloat16: return "bfloat16";
+          default: return c10::toString(p.scalar_type());
+        }
+      }
+  return "float32";
+}
+
+std::string device_name(const torch::Device& device) {
+  return device.is_cpu() ? "cpu" : device.str();
+}
+
+// One layer under measurement: its forward (with the loss on the last layer) on a fresh leaf of
+// the incoming activation, and the backward of the result.
+class LayerProbe {
+ public:
+  LayerProbe(madpipe::runtime::ChainModel& model, int layer, const torch::Tensor& input,
+             const madpipe::runtime::Batch& sample, const torch::Device& device)
+      : model_(model), layer_(layer), input_(input), sample_(sample), device_(device) {}
+
+  bool last() const { return layer_ + 1 == static_cast<int>(model_.layers.size()); }
+
+  torch::Tensor leaf() const {
+    return layer_ == 0 || !input_.is_floating_point() ? input_
+                                                      : input_.detach().requires_grad_(true);
+  }
+
+  torch::Tensor forward(const torch::Tensor& leaf) const {
+    torch::Tensor y = model_.layers[layer_].forward(leaf);
+    return last() ? model_.loss(y, sample_.target) : y;
+  }
+
+  void synchronize() const {
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  }
+
+  void clear_gradients() const {
+    for (auto& p : model_.layers[layer_].ptr()->parameters()) p.mutable_grad() = torch::Tensor();
+  }
+
+  std::int64_t gradient_bytes() const {
+    std::int64_t total = 0;
+    for (const auto& p : model_.layers[layer_].ptr()->parameters()) total += bytes_of(p.grad());
+    return total;
+  }
+
+ private:
+  madpipe::runtime::ChainModel& model_;
+  int layer_;
+  const torch::Tensor& input_;
+  const madpipe::runtime::Batch& sample_;
+  torch::Device device_;
+};
+
+double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void time_layer(const LayerProbe& probe, const madpipe::runtime::ProfilerOptions& options,
+                madpipe::Layer& layer, madpipe::runtime::LayerSpread& spread) {
+  std::vector<double> forward_ms, backward_ms;
+  for (int r = 0; r < options.warmup + options.repeats; ++r) {
+    const torch::Tensor leaf = probe.leaf();
+    probe.synchronize();
+    const auto f0 = Clock::now();
+    torch::Tensor y = probe.forward(leaf);
+    probe.synchronize();
+    const double f = elapsed_ms(f0);
+    const torch::Tensor grad = torch::ones_like(y);
+    probe.synchronize();
+    const auto b0 = Clock::now();
+    if (y.requires_grad()) y.backward(grad);
+    probe.synchronize();
+    const double b = elapsed_ms(b0);
+    probe.clear_gradients();
+    if (r >= options.warmup) {
+      forward_ms.push_back(f);
+      backward_ms.push_back(b);
+    }
+  }
+  layer.forward_ms = median(forward_ms);
+  layer.backward_ms = median(backward_ms);
+  spread.forward = relative_spread(forward_ms);
+  spread.backward = relative_spread(backward_ms);
+}
+
+// Saved bytes and workspaces from the allocator's current and peak levels around one forward and
+// one backward. Before the forward the input exists; what the forward leaves allocated is the
+// output plus what autograd saved; what the backward adds is the input's gradient plus the
+// parameters' gradients.
+void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter& meter,
+                          madpipe::Layer& layer) {
+  probe.clear_gradients();
+  const torch::Tensor leaf = probe.leaf();
+  probe.synchronize();
+  const std::int64_t before_forward = meter.current_bytes();
+  meter.reset_peak();
+  torch::Tensor y = probe.forward(leaf);
+  probe.synchronize();
+  const std::int64_t after_forward = meter.current_bytes();
+  layer.forward_workspace_bytes = std::max<std::int64_t>(0, meter.peak_bytes() - after_forward);
+  layer.saved_bytes = std::max<std::int64_t>(0, after_forward - before_forward - bytes_of(y));
+  const torch::Tensor grad = torch::ones_like(y);
+  probe.synchronize();
+  const std::int64_t before_backward = meter.current_bytes();
+  meter.reset_peak();
+  if (y.requires_grad()) y.backward(grad);
+  probe.synchronize();
+  const std::int64_t results = bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor()) +
+                               probe.gradient_bytes();
+  layer.backward_workspace_bytes =
+      std::max<std::int64_t>(0, meter.peak_bytes() - before_backward - results);
+  probe.clear_gradients();
+}
+}  // namespace
+
+madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
+    ChainModel& model, const Batch& sample, const std::string& name,
+    const ProfilerOptions& options) {
+  if (options.repeats < 1 || options.warmup < 0)
+    throw Error(ErrorKind::InvalidInput, "", "repeats",
+                "the profiler needs at least one timed run and a non-negative warm-up");
+  if (options.device.is_cpu()) install_cpu_memory_counter();
+  MemoryMeter meter(options.device);
+  ProfileMeasurement out;
+  out.memory_measured = meter.counting();
+  Profile& profile = out.profile;
   profile.name = name;
-  profile.device = "cpu";
-  profile.dtype = "float32";
+  profile.device = device_name(options.device);
+  profile.dtype = dtype_name(model);
   profile.batch = static_cast<int>(sample.input.size(0));
   profile.input_bytes = bytes_of(sample.input);
   torch::Tensor x = sample.input;
   const int n = static_cast<int>(model.layers.size());
   for (int l = 0; l < n; ++l) {
-    const bool last = l == n - 1;
-    auto run_forward = [&]() {
-      torch::Tensor input = l == 0 ? x : x.detach().requires_grad_(true);
-      torch::Tensor y = model.layers[l].forward(input);
-      return last ? model.loss(y, sample.target) : y;
-    };
-    std::vector<double> forward_ms, backward_ms;
-    for (int r = 0; r <= repeats; ++r) {  // the first run warms up
-      const auto f0 = Clock::now();
-      torch::Tensor y = run_forward();
-      const double f = ms_since(f0);
-      torch::Tensor grad = torch::ones_like(y);
-      const auto b0 = Clock::now();
-      y.backward(grad);
-      const double b = ms_since(b0);
-      if (r > 0) {
-        forward_ms.push_back(f);
-        backward_ms.push_back(b);
-      }
-    }
-    for (auto& p : model.layers[l].ptr()->parameters()) p.mutable_grad() = torch::Tensor();
+    const LayerProbe probe(model, l, x, sample, options.device);
     Layer layer;
     layer.name = model.names[l];
-    layer.forward_ms = median(forward_ms);
-    layer.backward_ms = median(backward_ms);
+    LayerSpread spread;
+    time_layer(probe, options, layer, spread);
+    if (out.memory_measured) measure_layer_memory(probe, meter, layer);
     for (const auto& p : model.layers[l].ptr()->parameters()) layer.weight_bytes += bytes_of(p);
     for (const auto& b : model.layers[l].ptr()->buffers()) layer.weight_bytes += bytes_of(b);
     torch::NoGradGuard no_grad;
     torch::Tensor y = model.layers[l].forward(x);
-    layer.output_bytes = last ? 4 : bytes_of(y);
+    layer.output_bytes = probe.last() ? 4 : bytes_of(y);
     profile.layers.push_back(layer);
+    out.spread.push_back(spread);
     x = y;
   }
-  return profile;
+  return out;
 }

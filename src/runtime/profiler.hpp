@@ -1,18 +1,31 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include <torch/torch.h>
 
 #include "core/profile.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/profile_run.hpp"
 
 namespace madpipe::runtime {
 
-// Measures every layer of the chain on the current device with one micro-batch: forward and
-// backward time (median of repeats after a warm-up), weight bytes (parameters and buffers) and
-// output bytes. The last layer's times include the loss. saved_bytes and workspaces are not
-// measured yet and are written as 0.
-Profile profile_model(ChainModel& model, const Batch& sample, const std::string& name,
-                      int repeats = 5);
+struct ProfilerOptions {
+  torch::Device device = torch::kCPU;  // the model and the sample must already be there
+  int warmup = 2;    // untimed runs per layer before the timed ones
+  int repeats = 10;  // timed runs per layer; the profile keeps the median
+};
+
+// Measures every layer of the chain with one micro-batch, on options.device: forward and backward
+// time (CUDA: the device is synchronized around each timed op; CPU: steady clock), weight bytes
+// (parameters and buffers), output bytes, the bytes autograd saves for the backward besides the
+// input and output, and the transient workspace peaks of the forward and the backward (CUDA
+// allocator statistics; on CPU the counting allocator, installed here). The last layer's times
+// and saved bytes include the loss, and its output is the loss (4 bytes).
+// Parameter gradients are left cleared; buffers (batch-norm statistics) move as in training.
+ProfileMeasurement profile_model(ChainModel& model, const Batch& sample, const std::string& name,
+                                 const ProfilerOptions& options = {});
 
 }  // namespace madpipe::runtime

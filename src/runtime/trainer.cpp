@@ -19,12 +19,15 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/memory_meter.hpp"
 #include "runtime/mpi_session.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
 #include "runtime/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/program.hpp"
+#include "schedule/trace.hpp"
 #include "schedule/validate.hpp"
 
 namespace fs = std::filesystem;
@@ -121,6 +124,47 @@ std::string stage_summary(const madpipe::schedule::Plan& plan,
         << model.names[stage.last_layer] << " on rank " << stage.gpu << '\n';
   return out.str();
 }
+// Every rank builds the whole model (same seed, same weights) and keeps only its stages' layers:
+// the others' parameters and buffers are released, so that a rank's memory is its share.
+void release_other_layers(madpipe::runtime::ChainModel& model, const madpipe::schedule::Plan& plan,
+                          int rank) {
+  torch::NoGradGuard no_grad;
+  for (const auto& stage : plan.stages) {
+    if (stage.gpu == rank) continue;
+    for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+      for (torch::Tensor p : model.layers[l].ptr()->parameters())
+        p.set_data(torch::empty({0}, p.options()));
+      for (torch::Tensor b : model.layers[l].ptr()->buffers())
+        b.set_data(torch::empty({0}, b.options()));
+    }
+  }
+}
+
+// Collective: gathers the recorded steps on rank 0, which writes <output_dir>/trace.json and
+// prints measured against predicted period and memory.
+void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule::Plan& plan,
+                 const madpipe::runtime::TraceRecorder& recorder,
+                 const madpipe::runtime::MemoryMeter& meter, int steps, int rank,
+                 const std::function<void(const std::string&)>& say) {
+  using namespace madpipe;
+  schedule::Trace trace =
+      recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes());
+  if (rank != 0) return;
+  trace.profile = plan.profile;
+  trace.algorithm = plan.algorithm;
+  trace.device = "cpu";
+  trace.mode = c.mode;
+  trace.micro_batches = c.micro_batches;
+  trace.steps = steps;
+  trace.predicted_period_ms = plan.predicted.period_ms;
+  trace.predicted_memory_bytes = plan.predicted.memory_bytes;
+  const std::string path = (fs::path(c.output_dir) / "trace.json").string();
+  schedule::write_trace(trace, path);
+  say("trace of " + std::to_string(steps) + " step" + (steps == 1 ? "" : "s") + " in " + path +
+      " (madpipe show --trace " + path + " --svg trace.svg)\n" +
+      schedule::format_summary(schedule::summarize(trace)));
+}
+
 // Asynchronous training (2BW): the pattern runs without a flush over steps x m micro-batches,
 // m = micro-batches per update. The rank of the last stage reports the loss of each update.
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
@@ -145,6 +189,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
     return make_optimizer(c, std::move(p));
   });
+  release_other_layers(second, plan, rank);
   const schedule::Program program = schedule::lower(plan, c.steps * m);
   const std::string stuck = schedule::dry_run(program);
   if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
@@ -174,8 +219,19 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     }
     generation_loss.erase(i / m);
   });
+  const int traced = std::min(c.trace_steps, c.steps);
+  runtime::MemoryMeter meter(torch::kCPU);
+  MPI_Barrier(MPI_COMM_WORLD);
+  runtime::TraceRecorder recorder(rank);
+  if (traced > 0) {
+    recorder.number_micro_batches_by_update(m);
+    recorder.record_until_step(traced);
+    executor.trace_into(&recorder);
+    meter.reset_peak();
+  }
   executor.run(program, [&](int i) { return data.micro_batch(i / m + 1, i % m, false); });
   MPI_Barrier(MPI_COMM_WORLD);
+  if (traced > 0) write_trace(c, plan, recorder, meter, traced, rank, say);
   say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
   return 0;
@@ -202,27 +258,11 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
                       " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
     torch::set_num_threads(1);
+    install_cpu_memory_counter();  // before the model, so that traces count its tensors
     // Data and model: identical on every rank (same seed), each rank keeps its stages.
-    std::unique_ptr<DataSource> data;
-    ModelConfig model_config;
-    model_config.name = c.model;
-    model_config.layers = c.layers;
-    model_config.width = c.width;
-    model_config.heads = c.heads;
-    model_config.context = c.context;
-    model_config.inputs = c.inputs;
-    model_config.outputs = c.outputs;
-    model_config.image = c.image;
-    model_config.seed = c.seed;
-    if (c.model == "gpt") {
-      auto text = std::make_unique<TextData>(c.data, c.context, c.micro_batch_size, c.seed);
-      model_config.vocab = text->vocab();
-      data = std::move(text);
-    } else if (c.model == "cnn") {
-      data = std::make_unique<SyntheticImages>(c.image, c.outputs, c.micro_batch_size, c.seed);
-    } else {
-      data = std::make_unique<SyntheticData>(c.inputs, c.outputs, c.micro_batch_size, c.seed);
-    }
+    Workload workload = make_workload(c);
+    const ModelConfig& model_config = workload.model;
+    std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
     ChainModel model = build_model(model_config);
     fs::create_directories(c.output_dir);
@@ -230,7 +270,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const Batch sample = data->micro_batch(0, 0, false);
     std::string profile_text;
     if (rank == 0) {
-      const Profile profile = profile_model(model, sample, c.model);
+      const Profile profile = profile_model(model, sample, c.model).profile;
       profile_text = profile_to_json(profile).dump(1);
       write_atomically(fs::path(c.output_dir) / "profile.json", profile_text + "\n");
       say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
@@ -256,6 +296,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
     std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
     PipelineExecutor executor(model, plan, rank, *transport, sample);
+    release_other_layers(model, plan, rank);
     if (c.mode == "2bw") return train_two_weight_versions(c, plan, model_config, executor, *data, say);
     if (c.mode != "sync")
       throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
@@ -293,9 +334,19 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (rank == 0)
       metrics.open(fs::path(c.output_dir) / "metrics.jsonl",
                    first_step > 1 ? std::ios::app : std::ios::trunc);
+    const int last_traced = std::min(c.steps, first_step + c.trace_steps - 1);
+    MemoryMeter meter(torch::kCPU);
+    MPI_Barrier(MPI_COMM_WORLD);
+    TraceRecorder recorder(rank);
+    if (last_traced >= first_step) {
+      recorder.record_until_step(last_traced);
+      executor.trace_into(&recorder);
+      meter.reset_peak();
+    }
     const auto started = Clock::now();
     double last_val = -1;
     for (int step = first_step; step <= c.steps; ++step) {
+      recorder.begin_step(step);
       for (auto& optimizer : optimizers) optimizer->zero_grad();
       const StepLoss local = executor.run(program, [&](int i) {
         return data->micro_batch(step, i, false);
@@ -330,6 +381,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
                         duration_text(elapsed / (step - first_step + 1) * (c.steps - step)).c_str());
           say(buf);
         }
+      }
+      if (step == last_traced) {
+        recorder.stop();
+        write_trace(c, plan, recorder, meter, last_traced - first_step + 1, rank, say);
       }
       if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
         checkpoint(step);

@@ -39,6 +39,7 @@ struct TrainConfig {
   std::string plan;        // load this plan instead of planning
   std::string output_dir = "runs/default";
   int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
   bool resume = false;       // continue from <output_dir>/checkpoints/latest
   bool quiet = false;
 };

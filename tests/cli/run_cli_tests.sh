@@ -77,7 +77,7 @@ expect_json() {
 case_help() {
   run --help
   expect_status 0
-  for command in plan simulate compare; do expect_match out "^  $command  "; done
+  for command in plan simulate compare show; do expect_match out "^  $command  "; done
   expect_empty err
   run help plan
   expect_status 0
@@ -107,7 +107,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, remat, train)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, remat, profile, train, show)"
   expect_empty out
   run
   expect_status 2
@@ -410,9 +410,118 @@ case_simulate_rejects_invalid_plan() {
   expect_in err "invalid plan"
 }
 
+# A small trace by hand: 2 ranks, 4 micro-batches, F of micro-batch i at 10 * i on rank 0 and
+# 10 * i + 5 on rank 1, so the measured period is 10 ms (the plan it ran predicted 8 ms).
+write_small_trace() {
+  cat >trace.json <<'EOF'
+{
+  "format": "madpipe.trace/1",
+  "profile": "hand", "algorithm": "1f1b", "device": "cpu", "mode": "sync",
+  "ranks": 2, "micro_batches": 4, "steps": 1,
+  "predicted": {"period_ms": 8.0, "memory_bytes": [1048576, 2097152]},
+  "memory": [
+    {"rank": 0, "peak_bytes": 1258291, "peak_rss_bytes": 0},
+    {"rank": 1, "peak_bytes": 2097152, "peak_rss_bytes": 0}
+  ],
+  "ops": [
+    {"rank": 0, "kind": "F", "stage": 0, "step": 1, "micro_batch": 0, "start_ms": 0, "end_ms": 4},
+    {"rank": 0, "kind": "F", "stage": 0, "step": 1, "micro_batch": 1, "start_ms": 10, "end_ms": 14},
+    {"rank": 0, "kind": "F", "stage": 0, "step": 1, "micro_batch": 2, "start_ms": 20, "end_ms": 24},
+    {"rank": 0, "kind": "F", "stage": 0, "step": 1, "micro_batch": 3, "start_ms": 30, "end_ms": 34},
+    {"rank": 1, "kind": "F", "stage": 1, "step": 1, "micro_batch": 0, "start_ms": 5, "end_ms": 9},
+    {"rank": 1, "kind": "F", "stage": 1, "step": 1, "micro_batch": 1, "start_ms": 15, "end_ms": 19},
+    {"rank": 1, "kind": "F", "stage": 1, "step": 1, "micro_batch": 2, "start_ms": 25, "end_ms": 29},
+    {"rank": 1, "kind": "F", "stage": 1, "step": 1, "micro_batch": 3, "start_ms": 35, "end_ms": 39},
+    {"rank": 1, "kind": "B", "stage": 1, "step": 1, "micro_batch": 0, "start_ms": 50, "end_ms": 54},
+    {"rank": 1, "kind": "B", "stage": 1, "step": 1, "micro_batch": 1, "start_ms": 60, "end_ms": 64},
+    {"rank": 1, "kind": "B", "stage": 1, "step": 1, "micro_batch": 2, "start_ms": 70, "end_ms": 74},
+    {"rank": 1, "kind": "B", "stage": 1, "step": 1, "micro_batch": 3, "start_ms": 80, "end_ms": 84},
+    {"rank": 0, "kind": "B", "stage": 0, "step": 1, "micro_batch": 0, "start_ms": 55, "end_ms": 59},
+    {"rank": 0, "kind": "B", "stage": 0, "step": 1, "micro_batch": 1, "start_ms": 65, "end_ms": 69},
+    {"rank": 0, "kind": "B", "stage": 0, "step": 1, "micro_batch": 2, "start_ms": 75, "end_ms": 79},
+    {"rank": 0, "kind": "B", "stage": 0, "step": 1, "micro_batch": 3, "start_ms": 85, "end_ms": 89}
+  ],
+  "transfers": [
+    {"kind": "activation", "stage": 0, "step": 1, "micro_batch": 0, "from": 0, "to": 1, "bytes": 4096, "start_ms": 4, "end_ms": 5},
+    {"kind": "activation", "stage": 0, "step": 1, "micro_batch": 1, "from": 0, "to": 1, "bytes": 4096, "start_ms": 14, "end_ms": 15},
+    {"kind": "gradient", "stage": 0, "step": 1, "micro_batch": 0, "from": 1, "to": 0, "bytes": 4096, "start_ms": 54, "end_ms": 55},
+    {"kind": "gradient", "stage": 0, "step": 1, "micro_batch": 1, "from": 1, "to": 0, "bytes": 4096, "start_ms": 64, "end_ms": 65}
+  ]
+}
+EOF
+}
+
+case_show() {
+  run plan --profile "$resnet" "${platform[@]}" --quiet --output plan.json
+  expect_status 0
+  run show --plan plan.json --svg g.svg --chrome g.json
+  expect_status 0
+  expect_empty err
+  expect_in out "SVG written to g.svg"
+  expect_in out "Chrome trace written to g.json"
+  [[ $(head -c 4 g.svg) == "<svg" ]] || fail "g.svg does not start with <svg"
+  [[ $(tail -n 1 g.svg) == "</svg>" ]] || fail "g.svg does not end with </svg>"
+  for text in ">GPU 0<" ">GPU 3<" ">link 0↔1<" ">predicted: resnet50, madpipe, "; do
+    expect_in g.svg "$text"
+  done
+  expect_json g.json
+  expect_in g.json '"ph":"X"'
+  expect_in g.json '"name":"thread_name"'
+  # Without --svg or --chrome: a text timeline and a hint.
+  run show --plan plan.json --micro-batches 12
+  expect_status 0
+  expect_match out "^predicted  12 micro-batches in [0-9.]+ ms"
+  expect_match out "^  GPU 0 +busy +[0-9]+%: F0\.0 "
+  expect_in out "draw it with --svg FILE"
+
+  write_small_trace
+  run show --trace trace.json
+  expect_status 0
+  expect_in out "measured period 10.00 ms per micro-batch, predicted 8.00 ms (ratio 1.25); step 89.00 ms"
+  expect_in out "rank 0: peak 1.2 MiB, predicted 1.0 MiB (ratio 1.20), busy 36%"
+  expect_match out "^  link 1→0 +busy +[0-9]+%: SEND_GRAD0\.0 SEND_GRAD0\.1$"
+  run show --plan plan.json --trace trace.json --svg both.svg --chrome both.json
+  expect_status 0
+  expect_in out "measured period 10.00 ms per micro-batch"
+  expect_in both.svg ">predicted: resnet50"
+  expect_in both.svg ">measured: hand, 1f1b on cpu (sync)"
+  expect_json both.json
+  expect_in both.json '"pid":1'
+
+  # Errors.
+  run show
+  expect_status 2
+  expect_in err "madpipe: error: nothing to show: give --plan FILE, --trace FILE or both"
+  run show --trace missing.json
+  expect_status 2
+  expect_match err "^madpipe: error: missing\.json: cannot open file"
+  sed 's|"madpipe.trace/1"|"madpipe.plan/1"|' trace.json >wrong.json
+  run show --trace wrong.json
+  expect_status 2
+  expect_in err 'madpipe: error: wrong.json: /format: must be "madpipe.trace/1", got "madpipe.plan/1"'
+  run show --trace plan.json
+  expect_status 2
+  expect_in err 'madpipe: error: plan.json: /format: must be "madpipe.trace/1", got "madpipe.plan/1"'
+  sed 's|"rank": 1, "kind": "B", "stage": 1, "step": 1, "micro_batch": 3|"rank": 2, "kind": "B", "stage": 1, "step": 1, "micro_batch": 3|' \
+    trace.json >bad-rank.json
+  run show --trace bad-rank.json
+  expect_status 2
+  expect_in err "madpipe: error: bad-rank.json: /ops/11/rank: must be a rank in [0, 2), got 2"
+  run show --plan plan.json --svg no/such/dir/g.svg
+  expect_status 2
+  expect_match err "^madpipe: error: no/such/dir/g\.svg: cannot open"
+  [[ ! -e no ]] || fail "show created a directory for its output"
+  run show --plan plan.json --micro-batches -1
+  expect_status 2
+  expect_in err "madpipe: error: --micro-batches: must be >= 0, got -1"
+  run show --trace trace.json --steps x
+  expect_status 2
+  expect_in err "--steps"
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
-  compare_csv config_file simulate_rejects_invalid_plan remat plan_remat)
+  compare_csv config_file simulate_rejects_invalid_plan remat plan_remat show)
 
 run_case() {
   case_name=$1

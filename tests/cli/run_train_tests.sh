@@ -102,6 +102,46 @@ INI
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
       fail "2bw loss should fall by 20%: first $first, last $last"
     grep -q "two weight versions per stage" out || fail "no 2bw announcement"
+    grep -q '"mode": "2bw"' run/trace.json || fail "no 2bw trace written"
+    ;;
+  profile_then_plan)
+    "$madpipe" profile --model mlp --layers 3 --width 8 --inputs 4 --outputs 2 \
+      --micro-batch-size 2 --repeats 3 --output prof.json >out 2>err
+    [[ $? -eq 0 ]] || fail "profile failed"
+    grep -q '"format": "madpipe.profile/1"' prof.json || fail "no profile written"
+    grep -q "wrote prof.json (4 layers)" out || fail "no summary line"
+    grep -qE "^dense0 +[0-9.]+ +[0-9.]+ +[0-9.]+%" out || fail "no per-layer row with its spread"
+    # An 8-wide hidden layer of 2 samples outputs 2 x 8 floats.
+    grep -A6 '"name": "dense1"' prof.json | grep -q '"output_bytes": 64' || fail "dense1 output should be 64 bytes"
+    "$madpipe" plan --profile prof.json --gpus 2 --memory 1GiB --bandwidth 1GB/s --output plan.json >out 2>err
+    [[ $? -eq 0 ]] || fail "planning the measured profile failed"
+    mpi 2 "${small[@]}" --gpus 2 --steps 2 --plan plan.json --output-dir run
+    [[ $status -eq 0 ]] || fail "training with the plan of the measured profile failed"
+    "$madpipe" profile --model mlp --device cuda:7 --output x.json >out 2>err
+    [[ $? -ne 0 ]] || fail "an unusable device must fail"
+    grep -q "device" err || fail "the message should name the device option"
+    "$madpipe" profile --torchscript missing.pt --input-shape 2,4 --output x.json >out 2>err
+    [[ $? -ne 0 ]] || fail "a missing TorchScript file must fail"
+    grep -q "missing.pt" err || fail "the message should name the file"
+    "$madpipe" profile --torchscript missing.pt --output x.json >out 2>err
+    [[ $? -ne 0 ]] || fail "a TorchScript model without --input-shape must fail"
+    grep -q "input-shape" err || fail "the message should name --input-shape"
+    [[ ! -e x.json ]] || fail "no profile may be written after an error"
+    ;;
+  trace_and_show)
+    mpi 3 "${small[@]}" --gpus 3 --steps 3 --trace-steps 2 --output-dir run
+    [[ $status -eq 0 ]] || fail "exit status $status"
+    grep -q '"format": "madpipe.trace/1"' run/trace.json || fail "no trace written"
+    grep -q "trace of 2 steps" out || fail "no trace announcement"
+    grep -qE "measured period [0-9.]+ ms" out || fail "no measured period"
+    grep -qE "rank 2: peak .*ratio" out || fail "no per-rank memory against the prediction"
+    "$madpipe" show --plan run/plan.json --trace run/trace.json --svg g.svg --chrome g.json >out 2>err
+    [[ $? -eq 0 ]] || fail "show failed"
+    grep -q "<svg" g.svg || fail "no SVG written"
+    grep -q '"traceEvents"' g.json || fail "no Chrome trace written"
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --trace-steps 0 --output-dir untraced
+    [[ $status -eq 0 ]] || fail "untraced run failed"
+    [[ ! -e untraced/trace.json ]] || fail "--trace-steps 0 must not write a trace"
     ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run

@@ -1,0 +1,100 @@
+#include "cli/train_options.hpp"
+
+#include <boost/program_options/value_semantic.hpp>
+
+#include "cli/platform_options.hpp"
+
+// Option groups double as INI sections: "[training] steps = 100" is "--steps 100".
+madpipe::cli::po::options_description madpipe::cli::model_group(madpipe::runtime::TrainConfig& c) {
+  po::options_description g("Model [model]", 100);
+  g.add_options()("model", po::value(&c.model)->default_value(c.model), "gpt, mlp or cnn")(
+      "layers", po::value(&c.layers)->default_value(c.layers)->notifier(at_least(1, "--layers")),
+      "transformer blocks (gpt), hidden layers (mlp) or residual blocks (cnn)")(
+      "width", po::value(&c.width)->default_value(c.width)->notifier(at_least(1, "--width")),
+      "embedding / hidden width")(
+      "heads", po::value(&c.heads)->default_value(c.heads)->notifier(at_least(1, "--heads")),
+      "attention heads (gpt)")(
+      "context", po::value(&c.context)->default_value(c.context)->notifier(at_least(2, "--context")),
+      "characters per sample (gpt)")(
+      "inputs", po::value(&c.inputs)->default_value(c.inputs)->notifier(at_least(1, "--inputs")),
+      "input features (mlp)")(
+      "outputs", po::value(&c.outputs)->default_value(c.outputs)->notifier(at_least(1, "--outputs")),
+      "output features (mlp) or classes (cnn)")(
+      "image", po::value(&c.image)->default_value(c.image)->notifier(at_least(4, "--image")),
+      "image height and width (cnn)");
+  return g;
+}
+
+madpipe::cli::po::options_description madpipe::cli::training_group(madpipe::runtime::TrainConfig& c) {
+  po::options_description g("Training [training]", 100);
+  g.add_options()("data", po::value(&c.data)->default_value(c.data),
+                  "text file or directory of text files (gpt)")(
+      "mode", po::value(&c.mode)->default_value(c.mode),
+      "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
+      "versions per stage, one update per micro-batches")(
+      "steps", po::value(&c.steps)->default_value(c.steps)->notifier(at_least(1, "--steps")),
+      "training steps")(
+      "micro-batches",
+      po::value(&c.micro_batches)->default_value(c.micro_batches)->notifier(at_least(1, "--micro-batches")),
+      "micro-batches per step (gradients accumulate over them)")(
+      "micro-batch-size",
+      po::value(&c.micro_batch_size)->default_value(c.micro_batch_size)->notifier(at_least(1, "--micro-batch-size")),
+      "samples per micro-batch")(
+      "optimizer", po::value(&c.optimizer)->default_value(c.optimizer), "adamw or sgd")(
+      "learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate), "step size")(
+      "momentum", po::value(&c.momentum)->default_value(c.momentum), "sgd momentum")(
+      "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "decoupled weight decay")(
+      "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data order")(
+      "eval-every", po::value(&c.eval_every)->default_value(c.eval_every)->notifier(at_least(0, "--eval-every")),
+      "steps between validation losses (0: never)")(
+      "eval-micro-batches",
+      po::value(&c.eval_micro_batches)->default_value(c.eval_micro_batches)->notifier(at_least(1, "--eval-micro-batches")),
+      "micro-batches of a validation pass");
+  return g;
+}
+
+madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runtime::TrainConfig& c) {
+  po::options_description g("Platform and planner [platform] [planner]", 100);
+  g.add_options()(
+      "gpus", po::value(&c.gpus)->default_value(c.gpus)->notifier(at_least(1, "--gpus")),
+      "pipeline ranks; must equal the number of MPI processes")(
+      "memory", po::value(&c.memory)->default_value(c.memory), "memory per rank the planner may use")(
+      "bandwidth", po::value(&c.bandwidth)->default_value(c.bandwidth), "link bandwidth the planner assumes")(
+      "weight-copies", po::value(&c.weight_copies)->default_value(c.weight_copies)->notifier(at_least(1, "--weight-copies")),
+      "weight-sized copies per layer (AdamW: 4)")(
+      "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),
+      "planner: madpipe, contiguous, pipedream, 1f1b or gpipe")(
+      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning");
+  return g;
+}
+
+madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtime::TrainConfig& c) {
+  po::options_description g("Output [output]", 100);
+  g.add_options()("output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
+                  "where plan.json, profile.json, metrics.jsonl, trace.json and checkpoints/ go")(
+      "checkpoint-every",
+      po::value(&c.checkpoint_every)->default_value(c.checkpoint_every)->notifier(at_least(0, "--checkpoint-every")),
+      "steps between checkpoints (0: only after the last step)")(
+      "trace-steps",
+      po::value(&c.trace_steps)->default_value(c.trace_steps)->notifier(at_least(0, "--trace-steps")),
+      "first steps recorded in trace.json with measured vs predicted period and memory (0: none)")(
+      "resume", po::bool_switch(&c.resume),
+      "continue from the newest checkpoint in --output-dir (same config and plan)")(
+      "quiet,q", po::bool_switch(&c.quiet), "no progress lines");
+  return g;
+}
+
+std::vector<madpipe::cli::ConfigSection> madpipe::cli::train_config_sections(
+    const std::vector<ConfigSection>& extra) {
+  runtime::TrainConfig unused;
+  const std::vector<std::string> platform_keys = option_names(platform_group(unused));
+  std::vector<ConfigSection> sections{
+      {"model", option_names(model_group(unused))},
+      {"training", option_names(training_group(unused))},
+      {"platform", platform_keys},
+      {"planner", platform_keys},
+      {"output", option_names(output_group(unused))},
+  };
+  sections.insert(sections.end(), extra.begin(), extra.end());
+  return sections;
+}

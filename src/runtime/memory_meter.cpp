@@ -1,0 +1,136 @@
+#include "runtime/memory_meter.hpp"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include <c10/core/CPUAllocator.h>
+
+#ifdef MADPIPE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace {
+std::atomic<std::int64_t> g_cpu_current{0};
+std::atomic<std::int64_t> g_cpu_peak{0};
+std::atomic<bool> g_cpu_installed{false};
+
+void raise_peak(std::int64_t level) {
+  std::int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (level > peak && !g_cpu_peak.compare_exchange_weak(peak, level, std::memory_order_relaxed)) {
+  }
+}
+
+// Every block carries a header with what its deleter needs; 64 bytes keep the data as aligned as
+// the wrapped allocator made the block.
+struct alignas(64) BlockHeader {
+  std::int64_t bytes;
+  void* context;
+  c10::DeleterFnPtr deleter;
+};
+static_assert(sizeof(BlockHeader) == 64, "the header must keep 64-byte alignment");
+
+void counting_delete(void* data) {
+  if (data == nullptr) return;
+  auto* header = reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - sizeof(BlockHeader));
+  g_cpu_current.fetch_sub(header->bytes, std::memory_order_relaxed);
+  const c10::DeleterFnPtr deleter = header->deleter;
+  void* context = header->context;
+  if (deleter != nullptr) deleter(context);
+}
+
+// Counts the bytes of live CPU blocks. LibTorch 1.x declares allocate() const and 2.x non-const
+// (with copy_data); both forms are defined so that either overrides.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
+
+  c10::DataPtr allocate(std::size_t n) const { return counted(n); }
+  c10::DataPtr allocate(std::size_t n) { return counted(n); }
+  c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count > 0) std::memcpy(dest, src, count);
+  }
+
+ private:
+  c10::DataPtr counted(std::size_t n) const {
+    c10::DataPtr block = wrapped_->allocate(n + sizeof(BlockHeader));
+    char* base = static_cast<char*>(block.get());
+    const c10::DeleterFnPtr deleter = block.get_deleter();
+    void* context = block.release_context();
+    new (base) BlockHeader{static_cast<std::int64_t>(n), context, deleter};
+    raise_peak(g_cpu_current.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed) +
+               static_cast<std::int64_t>(n));
+    void* data = base + sizeof(BlockHeader);
+    return {data, data, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::Allocator* wrapped_;
+};
+}  // namespace
+
+void madpipe::runtime::install_cpu_memory_counter() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static CountingAllocator counting(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(&counting, /*priority=*/100);
+    g_cpu_installed = true;
+  });
+}
+
+std::int64_t madpipe::runtime::peak_resident_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+madpipe::runtime::MemoryMeter::MemoryMeter(c10::Device device) : device_(device) {}
+
+bool madpipe::runtime::MemoryMeter::counting() const {
+  if (device_.is_cpu()) return g_cpu_installed.load();
+#ifdef MADPIPE_WITH_CUDA
+  return device_.is_cuda();
+#else
+  return false;
+#endif
+}
+
+#ifdef MADPIPE_WITH_CUDA
+namespace {
+// Index 0 of the per-pool statistics is the aggregate over all pools.
+const c10::cuda::CUDACachingAllocator::Stat& cuda_allocated(const c10::Device& device) {
+  static thread_local c10::cuda::CUDACachingAllocator::DeviceStats stats;
+  stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  return stats.allocated_bytes[0];
+}
+}  // namespace
+#endif
+
+std::int64_t madpipe::runtime::MemoryMeter::current_bytes() const {
+  if (device_.is_cpu()) return g_cpu_current.load();
+#ifdef MADPIPE_WITH_CUDA
+  if (device_.is_cuda()) return cuda_allocated(device_).current;
+#endif
+  return 0;
+}
+
+std::int64_t madpipe::runtime::MemoryMeter::peak_bytes() const {
+  if (device_.is_cpu()) return g_cpu_peak.load();
+#ifdef MADPIPE_WITH_CUDA
+  if (device_.is_cuda()) return cuda_allocated(device_).peak;
+#endif
+  return 0;
+}
+
+void madpipe::runtime::MemoryMeter::reset_peak() {
+  if (device_.is_cpu()) {
+    g_cpu_peak.store(g_cpu_current.load());
+    return;
+  }
+#ifdef MADPIPE_WITH_CUDA
+  if (device_.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.has_index() ? device_.index() : 0);
+#endif
+}

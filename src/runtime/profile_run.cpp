@@ -1,0 +1,66 @@
+#include "runtime/profile_run.hpp"
+
+#include <torch/torch.h>
+
+#include "core/error.hpp"
+#include "runtime/data.hpp"
+#include "runtime/profiler.hpp"
+#include "runtime/script_model.hpp"
+
+namespace {
+torch::Device device_of(const std::string& name) {
+  try {
+    const torch::Device device(name);
+    if (device.is_cpu()) return device;
+    if (device.is_cuda() && torch::cuda::is_available()) {
+      if (device.has_index() && device.index() >= static_cast<int>(torch::cuda::device_count()))
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "device",
+                             "'" + name + "': this machine has " +
+                                 std::to_string(torch::cuda::device_count()) + " CUDA devices");
+      return device;
+    }
+    if (device.is_cuda())
+      throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "device",
+                           "'" + name + "': no CUDA device is available to this LibTorch");
+  } catch (const c10::Error&) {
+  }
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "device",
+                       "unknown device '" + name + "' (valid: cpu, cuda, cuda:N)");
+}
+
+void move_to(madpipe::runtime::ChainModel& model, madpipe::runtime::Batch& batch,
+             const torch::Device& device) {
+  for (auto& layer : model.layers) layer.ptr()->to(device);
+  batch.input = batch.input.to(device);
+  batch.target = batch.target.to(device);
+}
+}  // namespace
+
+madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const ProfileConfig& c) {
+  if (c.threads < 1)
+    throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
+  const torch::Device device = device_of(c.device);
+  torch::set_num_threads(c.threads);
+  ProfilerOptions options;
+  options.device = device;
+  options.warmup = c.warmup;
+  options.repeats = c.repeats;
+  if (!c.torchscript.empty()) {
+    ScriptInput input;
+    input.shape = parse_shape(c.input_shape, "input-shape");
+    input.dtype = c.input_dtype;
+    input.loss = c.loss;
+    ScriptChain chain = load_script_chain(c.torchscript, input, device);
+    std::string name = c.name;
+    if (name.empty()) {
+      name = c.torchscript.substr(c.torchscript.find_last_of('/') + 1);
+      name = name.substr(0, name.find_last_of('.'));
+    }
+    return profile_model(chain.model, chain.sample, name, options);
+  }
+  Workload workload = make_workload(c.workload);
+  ChainModel model = build_model(workload.model);
+  Batch sample = workload.data->micro_batch(0, 0, false);
+  move_to(model, sample, device);
+  return profile_model(model, sample, c.name.empty() ? c.workload.model : c.name, options);
+}
