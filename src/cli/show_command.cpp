@@ -3,6 +3,7 @@
 #include "cli/platform_options.hpp"
 #include "cli/table.hpp"
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "core/units.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/timeline.hpp"
@@ -57,30 +58,6 @@ po::options_description madpipe::cli::show_options_description(ShowOptions& opti
   po::options_description all(100);
   all.add(group);
   return all;
-}
-
-// Writes `text` to a temporary file next to `path`, then renames it.
-static void write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw madpipe::Error(madpipe::ErrorKind::Io, path, "",
-                           "cannot open '" + tmp + "' for writing: " + std::strerror(errno));
-    }
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw madpipe::Error(madpipe::ErrorKind::Io, path, "", "cannot write '" + tmp + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw madpipe::Error(madpipe::ErrorKind::Io, path, "",
-                         "cannot rename '" + tmp + "' to it: " + reason);
-  }
 }
 
 // Characters of UTF-8 text as a terminal shows them ("link 0↔1" has 8): continuation bytes
@@ -164,11 +141,11 @@ int madpipe::cli::run_show(const ShowOptions& options) {
     return 0;
   }
   if (!options.svg_path.empty()) {
-    write_file(options.svg_path, schedule::to_svg(timelines));
+    madpipe::write_file_atomically(options.svg_path, schedule::to_svg(timelines));
     std::cout << "SVG written to " << options.svg_path << '\n';
   }
   if (!options.chrome_path.empty()) {
-    write_file(options.chrome_path, schedule::to_chrome_trace(timelines).dump(
+    madpipe::write_file_atomically(options.chrome_path, schedule::to_chrome_trace(timelines).dump(
                                         -1, ' ', false, nlohmann::json::error_handler_t::replace) +
                                         "\n");
     std::cout << "Chrome trace written to " << options.chrome_path << '\n';

@@ -1,5 +1,7 @@
 #include "core/profile.hpp"
 
+#include "core/json_file.hpp"
+
 #include "core/error.hpp"
 
 #include <cassert>
@@ -226,37 +228,8 @@ madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& fi
   return profile;
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
-static std::string strip_exception_id(const char* what) {
-  const std::string_view text(what);
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find("] ");
-    if (close != std::string_view::npos) return std::string(text.substr(close + 2));
-  }
-  return std::string(text);
-}
-
 madpipe::Profile madpipe::read_profile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorKind::Io, path, "", "cannot open file: is a directory");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::Io, path, "", "cannot open file");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(ErrorKind::Io, path, "", "cannot read file");
-
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(
-        ErrorKind::InvalidInput, path, "",
-        "invalid JSON (byte " + std::to_string(e.byte) + "): " + strip_exception_id(e.what()));
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::InvalidInput, path, "", "invalid JSON: " + strip_exception_id(e.what()));
-  }
-  return profile_from_json(j, path);
+  return profile_from_json(read_json_file(path), path);
 }
 
 // Builds the JSON in the key order of FORMATS.md.
@@ -296,25 +269,7 @@ void madpipe::write_profile(const Profile& profile, const std::string& path) {
   profile_from_json(json(ordered), path);
   const std::string text = ordered.dump(1) + "\n";
 
-  const std::string tmp_path = path + ".tmp";
-  {
-    std::ofstream out(tmp_path, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw Error(ErrorKind::Io, path, "",
-                  "cannot open '" + tmp_path + "' for writing: " + std::strerror(errno));
-    }
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp_path.c_str());
-      throw Error(ErrorKind::Io, path, "", "cannot write '" + tmp_path + "'");
-    }
-  }
-  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp_path.c_str());
-    throw Error(ErrorKind::Io, path, "", "cannot rename '" + tmp_path + "' to it: " + reason);
-  }
+  write_file_atomically(path, text);
 }
 
 std::int64_t madpipe::input_bytes_of_layer(const Profile& profile, int layer) {

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
 #include "runtime/checkpoint.hpp"
@@ -44,17 +45,6 @@ std::string duration_text(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", total / 3600, (total / 60) % 60, total % 60);
   return buf;
-}
-
-// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw madpipe::Error(madpipe::ErrorKind::Io, tmp.string(), "", "cannot write file");
-  }
-  fs::rename(tmp, path);
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const madpipe::runtime::TrainConfig& c,
@@ -272,7 +262,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (rank == 0) {
       const Profile profile = profile_model(model, sample, c.model).profile;
       profile_text = profile_to_json(profile).dump(1);
-      write_atomically(fs::path(c.output_dir) / "profile.json", profile_text + "\n");
+      madpipe::write_file_atomically((fs::path(c.output_dir) / "profile.json").string(), profile_text + "\n");
       say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
     }
     profile_text = broadcast_string(profile_text, 0);
@@ -281,7 +271,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (rank == 0) {
       std::ostringstream out;
       schedule::write_plan(plan, out);
-      write_atomically(fs::path(c.output_dir) / "plan.json", out.str());
+      write_file_atomically((fs::path(c.output_dir) / "plan.json").string(), out.str());
     }
     say("plan: " + plan.algorithm + ", " + std::to_string(plan.stages.size()) + " stages on " +
         std::to_string(c.gpus) + " ranks, " + std::to_string(plan.pattern.k) +

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "schedule/memory.hpp"
 
 using nlohmann::json;
@@ -195,29 +196,7 @@ void madpipe::schedule::write_plan(const Plan& plan, std::ostream& out) {
 
 void madpipe::schedule::write_plan(const Plan& plan, const std::string& path) {
   const std::string text = plan_text(plan);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      const int err = errno;
-      throw Error(ErrorKind::Io, path, "",
-                  std::string("cannot open '") + tmp + "' for writing: " + std::strerror(err));
-    }
-    out << text;
-    out.flush();
-    if (!out) {
-      const int err = errno;
-      out.close();
-      std::remove(tmp.c_str());
-      throw Error(ErrorKind::Io, path, "", std::string("cannot write: ") + std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::Io, path, "",
-                std::string("cannot rename '") + tmp + "': " + std::strerror(err));
-  }
+  write_file_atomically(path, text);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -469,26 +448,7 @@ madpipe::schedule::Plan madpipe::schedule::plan_from_json(const nlohmann::json& 
 }
 
 madpipe::schedule::Plan madpipe::schedule::read_plan(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw Error(ErrorKind::Io, path, "", std::string("cannot open: ") + std::strerror(err));
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::Io, path, "", "cannot read");
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    // what() reads "[json.exception.parse_error.101] parse error at line 1, column 3: ...".
-    std::string message = e.what();
-    const std::size_t tag_end = message.find("] ");
-    if (message.rfind("[json.exception.", 0) == 0 && tag_end != std::string::npos)
-      message = message.substr(tag_end + 2);
-    throw Error(ErrorKind::InvalidInput, path, "", "invalid JSON: " + message);
-  }
-  return plan_from_json(j, path);
+  return plan_from_json(read_json_file(path), path);
 }
 
 void madpipe::schedule::fill_predicted(Plan& plan, double lower_bound_period_ms) {

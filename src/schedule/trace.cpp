@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 #include "core/units.hpp"
 
 using nlohmann::json;
@@ -314,25 +315,7 @@ json ms::trace_to_json(const Trace& trace) { return trace_json<json>(trace); }
 void ms::write_trace(const Trace& trace, const std::string& path) {
   trace_from_json(trace_to_json(trace), path);  // refuse to write what read_trace would reject
   const std::string text = trace_text(trace);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      throw Error(ErrorKind::Io, path, "",
-                  "cannot open '" + tmp + "' for writing: " + std::strerror(errno));
-    }
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(ErrorKind::Io, path, "", "cannot write '" + tmp + "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::Io, path, "", "cannot rename '" + tmp + "' to it: " + reason);
-  }
+  write_file_atomically(path, text);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,35 +552,6 @@ ms::Trace ms::trace_from_json(const json& j, const std::string& file) {
   return trace;
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
-static std::string strip_exception_id(const char* what) {
-  const std::string_view text(what);
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find("] ");
-    if (close != std::string_view::npos) return std::string(text.substr(close + 2));
-  }
-  return std::string(text);
-}
-
 ms::Trace ms::read_trace(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorKind::Io, path, "", "cannot open file: is a directory");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(ErrorKind::Io, path, "", std::string("cannot open file: ") + std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(ErrorKind::Io, path, "", "cannot read file");
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(
-        ErrorKind::InvalidInput, path, "",
-        "invalid JSON (byte " + std::to_string(e.byte) + "): " + strip_exception_id(e.what()));
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::InvalidInput, path, "", "invalid JSON: " + strip_exception_id(e.what()));
-  }
-  return trace_from_json(j, path);
+  return trace_from_json(read_json_file(path), path);
 }

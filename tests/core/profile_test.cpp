@@ -212,8 +212,8 @@ TEST(ReadProfile, MissingFileIsIoError) {
   const Error e = read_error(path);
   EXPECT_EQ(e.kind(), ErrorKind::Io);
   EXPECT_EQ(e.file(), path);
-  EXPECT_EQ(e.problem(), "cannot open file");
-  EXPECT_EQ(std::string(e.what()), path + ": cannot open file");
+  EXPECT_EQ(e.problem(), "cannot open file: No such file or directory");
+  EXPECT_EQ(std::string(e.what()), path + ": cannot open file: No such file or directory");
 }
 
 TEST(ReadProfile, DirectoryIsIoError) {
