@@ -268,11 +268,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     profile_text = broadcast_string(profile_text, 0);
     const Profile profile = profile_from_json(nlohmann::json::parse(profile_text), "profile");
     const schedule::Plan plan = agree_on_plan(c, profile, rank, say);
-    if (rank == 0) {
-      std::ostringstream out;
-      schedule::write_plan(plan, out);
-      write_file_atomically((fs::path(c.output_dir) / "plan.json").string(), out.str());
-    }
+    if (rank == 0) schedule::write_plan(plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + plan.algorithm + ", " + std::to_string(plan.stages.size()) + " stages on " +
         std::to_string(c.gpus) + " ranks, " + std::to_string(plan.pattern.k) +
         "-periodic, predicted " + format_ms(plan.predicted.period_ms) + " per micro-batch");
