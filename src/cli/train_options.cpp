@@ -64,7 +64,15 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runt
       "weight-sized copies per layer (AdamW: 4)")(
       "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),
       "planner: madpipe, contiguous, pipedream, 1f1b or gpipe")(
-      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning");
+      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning")(
+      "profile", po::value(&c.profile),
+      "plan from this madpipe.profile/1 file (madpipe profile) instead of measuring the model")(
+      "replan-after",
+      po::value(&c.replan_after)->default_value(c.replan_after)->notifier(at_least(0, "--replan-after")),
+      "after this step, re-plan on the stage times measured so far and switch plans (moving "
+      "layers between ranks) if that is faster; 0: never (sync mode)")(
+      "replan-min-gain", po::value(&c.replan_min_gain)->default_value(c.replan_min_gain),
+      "smallest drop of the period, as a fraction, for which --replan-after switches plans");
   return g;
 }
 

@@ -71,6 +71,10 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
   }
 }
 
+fs::path madpipe::runtime::checkpoint_plan_path(const std::string& dir, int step) {
+  return step_dir(dir, step) / "plan.json";
+}
+
 void madpipe::runtime::write_latest(const std::string& dir, int step) {
   const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
   const fs::path tmp = latest.string() + ".tmp";

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ void save_stage(const std::string& dir, int step, int stage,
 void load_stage(const std::string& dir, int step, int stage,
                 const std::vector<torch::Tensor>& parameters, torch::optim::Optimizer* optimizer);
 void write_latest(const std::string& dir, int step);
+// <dir>/checkpoints/step-<k>/plan.json: the plan whose stages the checkpoint holds.
+std::filesystem::path checkpoint_plan_path(const std::string& dir, int step);
 // The step of the newest complete checkpoint, or 0 when there is none.
 int read_latest(const std::string& dir);
 

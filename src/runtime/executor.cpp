@@ -1,5 +1,7 @@
 #include "runtime/executor.hpp"
 
+#include <chrono>
+
 #include "core/error.hpp"
 
 using madpipe::schedule::Instr;
@@ -7,27 +9,16 @@ using madpipe::schedule::InstrKind;
 using madpipe::schedule::TraceOpKind;
 using madpipe::schedule::TraceTransferKind;
 
+static double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 static std::int64_t bytes_of(const torch::Tensor& t) {
   return static_cast<std::int64_t>(t.numel()) * t.element_size();
 }
 
-madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
-                                                     const schedule::Plan& plan, int rank,
-                                                     Transport& transport, const Batch& sample)
-    : model_(model), plan_(plan), rank_(rank), transport_(transport) {
-  if (plan.stages.empty() || plan.stages.back().last_layer + 1 !=
-                                 static_cast<int>(model.layers.size()))
-    throw Error(ErrorKind::InvalidInput, "", "/stages",
-                "the plan covers " +
-                    std::to_string(plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1) +
-                    " layers but the model has " + std::to_string(model.layers.size()));
-  // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
-  for (const schedule::Stage& stage : plan.stages)
-    sequences_.push_back(stage.sequence.empty() ? nullptr
-                                                : std::make_unique<StageSequence>(stage));
-  // Shapes of what crosses each stage boundary, from one forward of a sample micro-batch. The
-  // probe leaves the buffers (batch-norm running statistics) as it found them, so that they
-  // move exactly as in unsplit training.
+madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel& model,
+                                                                    const Batch& sample) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> buffers, saved;
   for (const auto& layer : model.layers)
@@ -35,14 +26,49 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
       buffers.push_back(b);
       saved.push_back(b.clone());
     }
+  LayerOutputs outputs;
   torch::Tensor x = sample.input;
-  for (const schedule::Stage& stage : plan.stages) {
-    for (int l = stage.first_layer; l <= stage.last_layer; ++l)
-      x = model.layers[l].forward(x);
-    output_shapes_.push_back(x.sizes().vec());
-    output_dtypes_.push_back(x.scalar_type());
+  for (auto& layer : model.layers) {
+    x = layer.forward(x);
+    outputs.shapes.push_back(x.sizes().vec());
+    outputs.dtypes.push_back(x.scalar_type());
   }
   for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
+  return outputs;
+}
+
+madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
+                                                     const schedule::Plan& plan, int rank,
+                                                     Transport& transport, const Batch& sample)
+    : PipelineExecutor(model, plan, rank, transport, probe_layer_outputs(model, sample)) {}
+
+madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
+                                                     const schedule::Plan& plan, int rank,
+                                                     Transport& transport,
+                                                     const LayerOutputs& outputs)
+    : model_(model), plan_(plan), rank_(rank), transport_(transport) {
+  if (plan.stages.empty() || plan.stages.back().last_layer + 1 !=
+                                 static_cast<int>(model.layers.size()))
+    throw Error(ErrorKind::InvalidInput, "", "/stages",
+                "the plan covers " +
+                    std::to_string(plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1) +
+                    " layers but the model has " + std::to_string(model.layers.size()));
+  if (outputs.shapes.size() != model.layers.size() || outputs.dtypes.size() != model.layers.size())
+    throw Error(ErrorKind::Internal, "", "layer outputs",
+                "shapes of " + std::to_string(outputs.shapes.size()) + " layers for a model of " +
+                    std::to_string(model.layers.size()));
+  // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
+  for (const schedule::Stage& stage : plan.stages) {
+    sequences_.push_back(stage.sequence.empty() ? nullptr
+                                                : std::make_unique<StageSequence>(stage));
+    output_shapes_.push_back(outputs.shapes[stage.last_layer]);
+    output_dtypes_.push_back(outputs.dtypes[stage.last_layer]);
+  }
+  stage_times_.resize(plan.stages.size());
+}
+
+void madpipe::runtime::PipelineExecutor::reset_stage_times() {
+  stage_times_.assign(plan_.stages.size(), StageTime{});
 }
 
 std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
@@ -131,6 +157,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
           if (trace) trace->received(TraceTransferKind::Activation, s - 1, i, gpu_of(s - 1), trace->now_ms());
         }
+        const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
         // The loss of the last stage, divided so that accumulated gradients are the batch's.
         auto scaled_loss = [&](const torch::Tensor& output) {
@@ -158,7 +185,12 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           slot.output = forward_stage(s, input, copy);
           if (last) slot.output = scaled_loss(slot.output);
         }
-        if (trace) trace->op(TraceOpKind::Forward, s, i, started, trace->now_ms());
+        const double took = ms_since(clock_start);
+        if (train) {
+          stage_times_[s].forward_ms += took;
+          ++stage_times_[s].forwards;
+        }
+        if (trace) trace->op(TraceOpKind::Forward, s, i, started, started + took);
         if (last) {
           batches.erase(i);
         } else if (gpu_of(s + 1) == rank_) {
@@ -191,6 +223,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
           if (trace) trace->received(TraceTransferKind::Gradient, s, i, gpu_of(s + 1), trace->now_ms());
         }
+        const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
         if (slot.run) {
           torch::Tensor delta = sequences_[s]->backward(
@@ -206,7 +239,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           }
           if (s > 0) grads[{s - 1, i}] = slot.input.grad();
         }
-        if (trace) trace->op(TraceOpKind::Backward, s, i, started, trace->now_ms());
+        const double took = ms_since(clock_start);
+        stage_times_[s].backward_ms += took;
+        ++stage_times_[s].backwards;
+        if (trace) trace->op(TraceOpKind::Backward, s, i, started, started + took);
         if (after_backward_) after_backward_(s, i);
         break;
       }

@@ -17,6 +17,24 @@
 
 namespace madpipe::runtime {
 
+// What crosses each layer boundary: the shape and type of every layer's output for one
+// micro-batch. Stage boundaries of any plan are layer boundaries.
+struct LayerOutputs {
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<torch::Dtype> dtypes;
+};
+// One forward of a sample micro-batch through the whole model (every layer's weights present).
+// The model's buffers (batch-norm running statistics) are left as they were.
+LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample);
+
+// Compute time a rank spent in the forwards and backwards of one stage (transfers excluded).
+struct StageTime {
+  double forward_ms = 0;
+  double backward_ms = 0;
+  int forwards = 0;
+  int backwards = 0;
+};
+
 struct StepLoss {
   double sum = 0;  // sum over the micro-batches whose loss this rank computed (last stage)
   int count = 0;
@@ -35,6 +53,9 @@ class PipelineExecutor {
   // stage's, so that every rank fails alike) is malformed or cannot run.
   PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
                    const Batch& sample);
+  // The same with the boundary shapes known: the model may hold only this rank's layers.
+  PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
+                   const LayerOutputs& outputs);
 
   // `batch_of(i)` gives micro-batch i; each loss is divided by the number of micro-batches so
   // that accumulated gradients equal those of the whole batch.
@@ -59,6 +80,11 @@ class PipelineExecutor {
   // Training runs record their forwards, backwards and transfers into `recorder` (null: none).
   void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
 
+  // Compute time of each stage (indexed by stage; zero for other ranks' stages) summed over the
+  // training runs since the last reset.
+  const std::vector<StageTime>& stage_times() const noexcept { return stage_times_; }
+  void reset_stage_times();
+
  private:
   StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
@@ -78,6 +104,7 @@ class PipelineExecutor {
   std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
   std::vector<torch::Dtype> output_dtypes_;
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
+  std::vector<StageTime> stage_times_;
 };
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated

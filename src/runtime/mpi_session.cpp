@@ -52,3 +52,11 @@ double madpipe::runtime::all_reduce_sum(double value) {
   MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return out;
 }
+
+std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values) {
+  std::vector<double> out(values.size());
+  if (!values.empty())
+    MPI_Allreduce(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  return out;
+}

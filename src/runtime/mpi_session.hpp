@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace madpipe::runtime {
 
@@ -31,5 +32,6 @@ std::string broadcast_string(const std::string& value, int root);
 
 // Sum over all ranks.
 double all_reduce_sum(double value);
+std::vector<double> all_reduce_sum(std::vector<double> values);  // element-wise
 
 }  // namespace madpipe::runtime

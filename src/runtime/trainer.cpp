@@ -17,11 +17,14 @@
 #include "core/json_file.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
+#include "partition/replan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/layer_migration.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/optimizer.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
@@ -47,63 +50,96 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const madpipe::runtime::TrainConfig& c,
-                                                        std::vector<torch::Tensor> parameters) {
-  if (c.optimizer == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
-  if (c.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        parameters,
-        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
-  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "optimizer",
-                       "unknown optimizer '" + c.optimizer + "' (valid: adamw, sgd)");
-}
-
-// Rank 0 plans (or reads the plan) and every rank gets the same plan.
-madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
-                                      const madpipe::Profile& profile, int rank,
-                                      const std::function<void(const std::string&)>& say) {
+// Runs `produce` on rank 0 and gives its result to every rank; what it throws there is thrown
+// on every rank, so that no rank is left waiting.
+std::string computed_on_rank0(int rank, const std::function<std::string()>& produce) {
   std::string text, failure;
   if (rank == 0) {
     try {
-      madpipe::schedule::Plan plan;
-      if (!c.plan.empty()) {
-        plan = madpipe::schedule::read_plan(c.plan);
-        madpipe::schedule::throw_if_invalid(madpipe::schedule::validate(plan), c.plan);
-      } else {
-        madpipe::Platform platform;
-        platform.gpus = c.gpus;
-        platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
-        platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
-        platform.weight_copies = c.weight_copies;
-        madpipe::partition::PlannerOptions options;
-        options.algorithm = madpipe::partition::algorithm_from_string(c.algorithm);
-        const auto result = madpipe::partition::make_plan(profile, platform, options);
-        if (!result.feasible) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory", result.reason);
-        plan = result.plan;
-        for (const std::string& note : result.notes) say("planner note: " + note);
-        say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
-      }
-      if (plan.platform.gpus != c.gpus)
-        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
-                             "the plan is for " + std::to_string(plan.platform.gpus) +
-                                 " GPUs but --gpus is " + std::to_string(c.gpus));
-      if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
-        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
-                             "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +
-                                 " layers but the model has " + std::to_string(profile.layers.size()));
-      std::ostringstream out;
-      madpipe::schedule::write_plan(plan, out);
-      text = out.str();
+      text = produce();
     } catch (const std::exception& e) {
       failure = e.what();
     }
   }
   failure = madpipe::runtime::broadcast_string(failure, 0);
   if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
-  text = madpipe::runtime::broadcast_string(text, 0);
+  return madpipe::runtime::broadcast_string(text, 0);
+}
+
+std::string plan_text(const madpipe::schedule::Plan& plan) {
+  std::ostringstream out;
+  madpipe::schedule::write_plan(plan, out);
+  return out.str();
+}
+
+madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
+  madpipe::Platform platform;
+  platform.gpus = c.gpus;
+  platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
+  platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
+  platform.weight_copies = c.weight_copies;
+  return platform;
+}
+
+madpipe::partition::PlannerOptions planner_options(const madpipe::runtime::TrainConfig& c) {
+  madpipe::partition::PlannerOptions options;
+  options.algorithm = madpipe::partition::algorithm_from_string(c.algorithm);
+  return options;
+}
+
+// Rank 0 plans (or reads the plan) and every rank gets the same plan.
+madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
+                                      const madpipe::Profile& profile, int rank,
+                                      const std::function<void(const std::string&)>& say) {
+  const std::string text = computed_on_rank0(rank, [&] {
+    madpipe::schedule::Plan plan;
+    if (!c.plan.empty()) {
+      plan = madpipe::schedule::read_plan(c.plan);
+      madpipe::schedule::throw_if_invalid(madpipe::schedule::validate(plan), c.plan);
+    } else {
+      const auto result = madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
+      if (!result.feasible) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory", result.reason);
+      plan = result.plan;
+      for (const std::string& note : result.notes) say("planner note: " + note);
+      say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
+    }
+    if (plan.platform.gpus != c.gpus)
+      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
+                           "the plan is for " + std::to_string(plan.platform.gpus) +
+                               " GPUs but --gpus is " + std::to_string(c.gpus));
+    if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
+      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
+                           "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +
+                               " layers but the model has " + std::to_string(profile.layers.size()));
+    return plan_text(plan);
+  });
   return madpipe::schedule::plan_from_json(nlohmann::json::parse(text), "plan");
+}
+
+// Rank 0 measures the model (or reads --profile) and every rank gets the same profile, which
+// rank 0 also writes to <output_dir>/profile.json.
+madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
+                                  madpipe::runtime::ChainModel& model,
+                                  const madpipe::runtime::Batch& sample, int rank,
+                                  const std::function<void(const std::string&)>& say) {
+  const std::string text = computed_on_rank0(rank, [&] {
+    madpipe::Profile profile;
+    if (!c.profile.empty()) {
+      profile = madpipe::read_profile(c.profile);
+      if (profile.layers.size() != model.layers.size())
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/layers",
+                             "the profile has " + std::to_string(profile.layers.size()) +
+                                 " layers but the model has " + std::to_string(model.layers.size()));
+      say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
+    } else {
+      profile = madpipe::runtime::profile_model(model, sample, c.model).profile;
+      say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
+    }
+    const std::string json = madpipe::profile_to_json(profile).dump(1);
+    madpipe::write_file_atomically((fs::path(c.output_dir) / "profile.json").string(), json + "\n");
+    return json;
+  });
+  return madpipe::profile_from_json(nlohmann::json::parse(text), "profile");
 }
 
 std::string stage_summary(const madpipe::schedule::Plan& plan,
@@ -118,16 +154,8 @@ std::string stage_summary(const madpipe::schedule::Plan& plan,
 // the others' parameters and buffers are released, so that a rank's memory is its share.
 void release_other_layers(madpipe::runtime::ChainModel& model, const madpipe::schedule::Plan& plan,
                           int rank) {
-  torch::NoGradGuard no_grad;
-  for (const auto& stage : plan.stages) {
-    if (stage.gpu == rank) continue;
-    for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
-      for (torch::Tensor p : model.layers[l].ptr()->parameters())
-        p.set_data(torch::empty({0}, p.options()));
-      for (torch::Tensor b : model.layers[l].ptr()->buffers())
-        b.set_data(torch::empty({0}, b.options()));
-    }
-  }
+  for (const auto& stage : plan.stages)
+    if (stage.gpu != rank) madpipe::runtime::release_layers(model, stage.first_layer, stage.last_layer);
 }
 
 // Collective: gathers the recorded steps on rank 0, which writes <output_dir>/trace.json and
@@ -177,7 +205,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   const bool reports = plan.stages.back().gpu == rank;
   runtime::ChainModel second = runtime::build_model(model_config);
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
-    return make_optimizer(c, std::move(p));
+    return madpipe::runtime::make_optimizer(c, std::move(p));
   });
   release_other_layers(second, plan, rank);
   const schedule::Program program = schedule::lower(plan, c.steps * m);
@@ -226,14 +254,133 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
   return 0;
 }
+// What synchronous training builds from a plan; rebuilt when re-planning switches plans.
+struct SyncPipeline {
+  madpipe::schedule::Plan plan;
+  std::unique_ptr<madpipe::runtime::Transport> transport;
+  std::unique_ptr<madpipe::runtime::PipelineExecutor> executor;
+  madpipe::schedule::Program program, eval_program;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;  // null: no parameters
+};
+
+// `states`: optimizer state to restore into the new optimizers, by parameter (null: fresh).
+std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainConfig& c,
+                                                  const madpipe::schedule::Plan& plan,
+                                                  madpipe::runtime::ChainModel& model,
+                                                  const madpipe::runtime::LayerOutputs& outputs,
+                                                  int rank,
+                                                  const madpipe::runtime::ParamStates* states) {
+  using namespace madpipe;
+  auto p = std::make_unique<SyncPipeline>();
+  p->plan = plan;
+  p->program = schedule::lower(p->plan, c.micro_batches);
+  p->eval_program = schedule::lower(p->plan, c.eval_micro_batches);
+  for (const schedule::Program* program : {&p->program, &p->eval_program}) {
+    const std::string stuck = schedule::dry_run(*program);
+    if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+  }
+  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()));
+  p->executor = std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
+  for (int s : p->executor->local_stages()) {
+    std::vector<torch::Tensor> parameters = p->executor->stage_parameters(s);
+    torch::optim::Optimizer* optimizer = nullptr;
+    if (!parameters.empty()) {
+      p->optimizers.push_back(runtime::make_optimizer(c, parameters));
+      optimizer = p->optimizers.back().get();
+      if (states)
+        for (const torch::Tensor& parameter : parameters) {
+          auto it = states->find(runtime::param_key(parameter));
+          if (it != states->end()) runtime::import_param_state(*optimizer, parameter, it->second);
+        }
+    }
+    p->stage_optimizers.emplace_back(s, optimizer);
+  }
+  return p;
+}
+
+// The mean compute time of every stage since the executors' last reset, on every rank.
+std::vector<madpipe::partition::MeasuredStage> measured_stages(
+    const madpipe::runtime::PipelineExecutor& executor) {
+  const auto& times = executor.stage_times();
+  std::vector<double> sums;
+  for (const auto& t : times) sums.insert(sums.end(), {t.forward_ms, t.backward_ms,
+                                                       static_cast<double>(t.forwards),
+                                                       static_cast<double>(t.backwards)});
+  sums = madpipe::runtime::all_reduce_sum(sums);
+  std::vector<madpipe::partition::MeasuredStage> measured(times.size());
+  for (std::size_t s = 0; s < times.size(); ++s) {
+    auto& m = measured[s];
+    m.forwards = static_cast<int>(sums[4 * s + 2]);
+    m.backwards = static_cast<int>(sums[4 * s + 3]);
+    m.forward_ms = m.forwards > 0 ? sums[4 * s] / m.forwards : 0;
+    m.backward_ms = m.backwards > 0 ? sums[4 * s + 1] / m.backwards : 0;
+  }
+  return measured;
+}
+
+// --replan-after: re-plans on the measured stage times (rank 0 decides) and, when the decision
+// is to switch, moves layers and optimizer state between ranks and rebuilds the pipeline.
+// Returns true when it switched.
+bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& profile, int step,
+            int first_measured, std::unique_ptr<SyncPipeline>& pipeline,
+            madpipe::runtime::ChainModel& model, const madpipe::runtime::LayerOutputs& outputs,
+            int rank, const std::function<void(const std::string&)>& say) {
+  using namespace madpipe;
+  const auto started = Clock::now();
+  const std::vector<partition::MeasuredStage> measured = measured_stages(*pipeline->executor);
+  const std::string decision = computed_on_rank0(rank, [&] {
+    say("re-planning after step " + std::to_string(step) + " on the stage times measured in steps " +
+        std::to_string(first_measured) + ".." + std::to_string(step) + ":\n" +
+        partition::format_measurements(pipeline->plan, measured));
+    const partition::ReplanOutcome outcome = partition::replan_from_measurements(
+        profile, pipeline->plan, measured, planner_options(c), c.replan_min_gain);
+    say(outcome.reason);
+    return outcome.switch_plan ? plan_text(outcome.plan) : std::string();
+  });
+  if (decision.empty()) return false;
+  const schedule::Plan next = schedule::plan_from_json(nlohmann::json::parse(decision), "plan");
+  runtime::ParamStates states;
+  for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+    if (optimizer)
+      for (const torch::Tensor& parameter : pipeline->executor->stage_parameters(s)) {
+        std::vector<torch::Tensor> state = runtime::export_param_state(*optimizer, parameter);
+        if (!state.empty()) states[runtime::param_key(parameter)] = std::move(state);
+      }
+  int moved = 0;
+  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
+    auto owner = [l](const schedule::Plan& plan) {
+      for (const auto& stage : plan.stages)
+        if (stage.first_layer <= l && l <= stage.last_layer) return stage.gpu;
+      return -1;
+    };
+    moved += owner(pipeline->plan) != owner(next) ? 1 : 0;
+  }
+  const schedule::Plan previous = pipeline->plan;
+  pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
+  runtime::migrate_layers(model, previous, next, rank, states);
+  pipeline = build_sync_pipeline(c, next, model, outputs, rank, &states);
+  if (rank == 0) schedule::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
+  char line[160];
+  std::snprintf(line, sizeof line, "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per micro-batch",
+                moved, moved == 1 ? "" : "s", seconds_since(started), next.stages.size(),
+                format_ms(next.predicted.period_ms).c_str());
+  say(line);
+  say(stage_summary(next, model));
+  return true;
+}
 }  // namespace
 
 int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) {
   TrainConfig c = config;
   // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
-  const fs::path saved_plan = fs::path(c.output_dir) / "plan.json";
-  if (c.resume && c.plan.empty() && read_latest(c.output_dir) > 0 && fs::exists(saved_plan))
-    c.plan = saved_plan.string();
+  if (c.resume && c.plan.empty()) {
+    const int latest = read_latest(c.output_dir);
+    const fs::path with_checkpoint = checkpoint_plan_path(c.output_dir, latest);
+    const fs::path saved_plan = fs::path(c.output_dir) / "plan.json";
+    if (latest > 0 && fs::exists(with_checkpoint)) c.plan = with_checkpoint.string();
+    else if (latest > 0 && fs::exists(saved_plan)) c.plan = saved_plan.string();
+  }
   MpiSession session(argc, argv);
   const int rank = session.rank();
   auto say = [&](const std::string& line) {
@@ -247,6 +394,18 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       throw Error(ErrorKind::InvalidInput, "", "gpus",
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
                       " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
+    if (c.mode != "sync" && c.mode != "2bw")
+      throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
+    if (c.replan_after > 0 && c.mode != "sync")
+      throw Error(ErrorKind::InvalidInput, "", "replan-after",
+                  "re-planning needs --mode sync (2bw never stops the pipeline to switch plans)");
+    if (c.replan_after > 0 && c.replan_after >= c.steps)
+      throw Error(ErrorKind::InvalidInput, "", "replan-after",
+                  "--replan-after " + std::to_string(c.replan_after) +
+                      " leaves no step to run with a new plan (--steps " + std::to_string(c.steps) + ")");
+    if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
+      throw Error(ErrorKind::InvalidInput, "", "replan-min-gain",
+                  "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
     // Data and model: identical on every rank (same seed), each rank keeps its stages.
@@ -258,48 +417,27 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     fs::create_directories(c.output_dir);
 
     const Batch sample = data->micro_batch(0, 0, false);
-    std::string profile_text;
-    if (rank == 0) {
-      const Profile profile = profile_model(model, sample, c.model).profile;
-      profile_text = profile_to_json(profile).dump(1);
-      madpipe::write_file_atomically((fs::path(c.output_dir) / "profile.json").string(), profile_text + "\n");
-      say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
-    }
-    profile_text = broadcast_string(profile_text, 0);
-    const Profile profile = profile_from_json(nlohmann::json::parse(profile_text), "profile");
-    const schedule::Plan plan = agree_on_plan(c, profile, rank, say);
-    if (rank == 0) schedule::write_plan(plan, (fs::path(c.output_dir) / "plan.json").string());
-    say("plan: " + plan.algorithm + ", " + std::to_string(plan.stages.size()) + " stages on " +
-        std::to_string(c.gpus) + " ranks, " + std::to_string(plan.pattern.k) +
-        "-periodic, predicted " + format_ms(plan.predicted.period_ms) + " per micro-batch");
-    say(stage_summary(plan, model));
+    const Profile profile = agree_on_profile(c, model, sample, rank, say);
+    const schedule::Plan first_plan = agree_on_plan(c, profile, rank, say);
+    if (rank == 0) schedule::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
+    say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
+        " stages on " + std::to_string(c.gpus) + " ranks, " + std::to_string(first_plan.pattern.k) +
+        "-periodic, predicted " + format_ms(first_plan.predicted.period_ms) + " per micro-batch");
+    say(stage_summary(first_plan, model));
 
-    const schedule::Program program = schedule::lower(plan, c.micro_batches);
-    const schedule::Program eval_program = schedule::lower(plan, c.eval_micro_batches);
-    for (const schedule::Program* p : {&program, &eval_program}) {
-      const std::string stuck = schedule::dry_run(*p);
-      if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+    const LayerOutputs outputs = probe_layer_outputs(model, sample);
+    if (c.mode == "2bw") {
+      std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(first_plan.stages.size()));
+      PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
+      release_other_layers(model, first_plan, rank);
+      return train_two_weight_versions(c, first_plan, model_config, executor, *data, say);
     }
-    std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(plan.stages.size()));
-    PipelineExecutor executor(model, plan, rank, *transport, sample);
-    release_other_layers(model, plan, rank);
-    if (c.mode == "2bw") return train_two_weight_versions(c, plan, model_config, executor, *data, say);
-    if (c.mode != "sync")
-      throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
-    std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
-    std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;
-    for (int s : executor.local_stages()) {
-      std::vector<torch::Tensor> parameters = executor.stage_parameters(s);
-      torch::optim::Optimizer* optimizer = nullptr;
-      if (!parameters.empty()) {
-        optimizers.push_back(make_optimizer(c, parameters));
-        optimizer = optimizers.back().get();
-      }
-      stage_optimizers.emplace_back(s, optimizer);
-    }
+    std::unique_ptr<SyncPipeline> pipeline = build_sync_pipeline(c, first_plan, model, outputs, rank, nullptr);
+    release_other_layers(model, first_plan, rank);
     auto checkpoint = [&](int step) {
-      for (const auto& [s, optimizer] : stage_optimizers)
-        save_stage(c.output_dir, step, s, executor.stage_parameters(s), optimizer);
+      for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+        save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
+      if (rank == 0) schedule::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
       MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before `latest` names the step
       if (rank == 0) write_latest(c.output_dir, step);
     };
@@ -308,40 +446,49 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.resume) {
       const int latest = read_latest(c.output_dir);
       if (latest > 0) {
-        for (const auto& [s, optimizer] : stage_optimizers)
-          load_stage(c.output_dir, latest, s, executor.stage_parameters(s), optimizer);
+        for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+          load_stage(c.output_dir, latest, s, pipeline->executor->stage_parameters(s), optimizer);
         first_step = latest + 1;
         say("resumed from the checkpoint of step " + std::to_string(latest));
       } else {
         say("no checkpoint in " + c.output_dir + "; starting from step 1");
       }
     }
+    const bool replanning = c.replan_after >= first_step && c.replan_after < c.steps;
+    if (c.replan_after > 0 && !replanning)
+      say("no re-planning: the run resumes after step " + std::to_string(c.replan_after));
+    // The first step warms up (allocations, caches): it is left out of the measurements.
+    const int first_measured = replanning && c.replan_after > first_step ? first_step + 1 : first_step;
     std::ofstream metrics;
     if (rank == 0)
       metrics.open(fs::path(c.output_dir) / "metrics.jsonl",
                    first_step > 1 ? std::ios::app : std::ios::trunc);
-    const int last_traced = std::min(c.steps, first_step + c.trace_steps - 1);
+    // With re-planning, the trace records the steps after it: the plan the run continues with.
+    const int first_traced = replanning ? c.replan_after + 1 : first_step;
+    const int last_traced = std::min(c.steps, first_traced + c.trace_steps - 1);
     MemoryMeter meter(torch::kCPU);
-    MPI_Barrier(MPI_COMM_WORLD);
-    TraceRecorder recorder(rank);
-    if (last_traced >= first_step) {
-      recorder.record_until_step(last_traced);
-      executor.trace_into(&recorder);
-      meter.reset_peak();
-    }
+    std::unique_ptr<TraceRecorder> recorder;
     const auto started = Clock::now();
     double last_val = -1;
     for (int step = first_step; step <= c.steps; ++step) {
-      recorder.begin_step(step);
-      for (auto& optimizer : optimizers) optimizer->zero_grad();
-      const StepLoss local = executor.run(program, [&](int i) {
+      if (step == first_traced && last_traced >= first_traced) {
+        MPI_Barrier(MPI_COMM_WORLD);  // a common clock origin
+        recorder = std::make_unique<TraceRecorder>(rank);
+        recorder->record_until_step(last_traced);
+        pipeline->executor->trace_into(recorder.get());
+        meter.reset_peak();
+      }
+      if (recorder) recorder->begin_step(step);
+      if (step == first_measured) pipeline->executor->reset_stage_times();
+      for (auto& optimizer : pipeline->optimizers) optimizer->zero_grad();
+      const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
         return data->micro_batch(step, i, false);
       });
-      for (auto& optimizer : optimizers) optimizer->step();
+      for (auto& optimizer : pipeline->optimizers) optimizer->step();
       const double loss = all_reduce_sum(local.sum) / std::max(1.0, all_reduce_sum(local.count));
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
-        const StepLoss v = executor.evaluate(eval_program, [&](int i) {
+        const StepLoss v = pipeline->executor->evaluate(pipeline->eval_program, [&](int i) {
           return data->micro_batch(0, i, true);  // the same validation set every time
         });
         last_val = all_reduce_sum(v.sum) / std::max(1.0, all_reduce_sum(v.count));
@@ -368,11 +515,16 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
           say(buf);
         }
       }
-      if (step == last_traced) {
-        recorder.stop();
-        write_trace(c, plan, recorder, meter, last_traced - first_step + 1, rank, say);
+      if (recorder && step == last_traced) {
+        recorder->stop();
+        write_trace(c, pipeline->plan, *recorder, meter, last_traced - first_traced + 1, rank, say);
+        pipeline->executor->trace_into(nullptr);
+        recorder.reset();
       }
-      if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
+      if (replanning && step == c.replan_after &&
+          replan(c, profile, step, first_measured, pipeline, model, outputs, rank, say))
+        checkpoint(step);  // a resumed run must find the new plan's stages on disk
+      else if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
         checkpoint(step);
     }
     say("done in " + duration_text(seconds_since(started)) + "; plan, profile, metrics and " +

@@ -37,6 +37,9 @@ struct TrainConfig {
   int weight_copies = 4;  // AdamW: weights, gradients and two moments
   std::string algorithm = "madpipe";
   std::string plan;        // load this plan instead of planning
+  std::string profile;     // plan from this profile instead of measuring the model
+  int replan_after = 0;    // measure steps up to this one, then re-plan on the measured costs (0: never)
+  double replan_min_gain = 0.05;  // switch plans only when the period drops by this fraction
   std::string output_dir = "runs/default";
   int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)

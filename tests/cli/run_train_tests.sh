@@ -143,6 +143,58 @@ INI
     [[ $status -eq 0 ]] || fail "untraced run failed"
     [[ ! -e untraced/trace.json ]] || fail "--trace-steps 0 must not write a trace"
     ;;
+  replan_moves_layers)
+    # The profile claims the output layer is slow, so the first plan gives it a rank of its own;
+    # the measured stage times say otherwise and the run switches plans after step 3, moving
+    # layers (weights and AdamW state) between ranks. Losses must match unsplit training.
+    wide=(--model mlp --layers 3 --width 256 --inputs 256 --outputs 256 --micro-batch-size 16)
+    "$madpipe" profile "${wide[@]}" --repeats 3 --output prof.json >out 2>err ||
+      fail "profile failed"
+    awk 'slow && /"forward_ms"/ { sub(/: [0-9.e+-]+/, ": 50") }
+         slow && /"backward_ms"/ { sub(/: [0-9.e+-]+/, ": 100"); slow = 0 }
+         /"name": "out"/ { slow = 1 } { print }' prof.json >skewed.json
+    grep -A1 '"name": "out"' skewed.json | grep -q '"forward_ms": 50' || fail "skewing the profile failed"
+    wide+=(--micro-batches 4 --eval-every 0)
+    mpi 1 "${wide[@]}" --gpus 1 --steps 5 --output-dir unsplit
+    [[ $status -eq 0 ]] || fail "unsplit run failed"
+    for optimizer in adamw sgd; do
+      mpi 2 "${wide[@]}" --optimizer "$optimizer" --gpus 2 --steps 5 --profile skewed.json \
+        --replan-after 3 --replan-min-gain 0 --output-dir "re-$optimizer"
+      [[ $status -eq 0 ]] || fail "$optimizer: exit status $status"
+      grep -q "profile of 4 layers read from skewed.json" out || fail "--profile not used"
+      grep -q "stage 1: layers out..out on rank 1" out || fail "the first plan should isolate the output layer"
+      grep -q "re-planning after step 3 on the stage times measured in steps 2..3" out || fail "no re-planning"
+      grep -q "switching to the new plan" out || fail "$optimizer: no switch"
+      grep -qE "^moved [1-9][0-9]* layers? between ranks" out || fail "$optimizer: no layer moved"
+      [[ -f re-$optimizer/checkpoints/step-3/plan.json ]] || fail "no checkpoint with the new plan"
+      cmp -s "re-$optimizer/plan.json" "re-$optimizer/checkpoints/step-3/plan.json" ||
+        fail "plan.json should be the new plan"
+    done
+    mpi 1 "${wide[@]}" --optimizer sgd --gpus 1 --steps 5 --output-dir unsplit-sgd
+    for pair in "unsplit re-adamw" "unsplit-sgd re-sgd"; do
+      read -r a b <<<"$pair"
+      for step in 4 5; do
+        x=$(grep "\"step\":$step," "$a/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
+        y=$(grep "\"step\":$step," "$b/metrics.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
+        [[ -n $x && $x == "$y" ]] || fail "$b step $step: loss $y, unsplit $x"
+      done
+    done
+    # Resuming from the checkpoint written at the switch runs the new plan from step 4.
+    rm -rf re-adamw/checkpoints/step-5
+    echo 3 >re-adamw/checkpoints/latest
+    mpi 2 "${wide[@]}" --gpus 2 --steps 5 --profile skewed.json --output-dir re-adamw --resume
+    [[ $status -eq 0 ]] || fail "resume after the switch failed"
+    grep -q "resumed from the checkpoint of step 3" out || fail "no resume message"
+    y=$(grep '"step":5,' re-adamw/metrics.jsonl | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/')
+    x=$(grep '"step":5,' unsplit/metrics.jsonl | sed 's/.*"loss":\([^,]*\),.*/\1/')
+    [[ $x == "$y" ]] || fail "resumed step 5: loss $y, unsplit $x"
+    mpi 2 "${wide[@]}" --gpus 2 --steps 3 --replan-after 3 --output-dir bad
+    [[ $status -ne 0 ]] || fail "--replan-after at the last step must fail"
+    grep -q "replan-after 3 leaves no step to run with a new plan (--steps 3)" err || fail "message should say why"
+    mpi 2 "${wide[@]}" --mode 2bw --gpus 2 --steps 4 --replan-after 2 --output-dir bad
+    [[ $status -ne 0 ]] || fail "--replan-after in 2bw must fail"
+    grep -q "re-planning needs --mode sync" err || fail "message should name the mode"
+    ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"

@@ -1,0 +1,20 @@
+#pragma once
+
+#include "runtime/model.hpp"
+#include "runtime/optimizer.hpp"
+#include "schedule/plan.hpp"
+
+namespace madpipe::runtime {
+
+// Collective (every rank calls it, between training steps): moves each layer whose rank differs
+// between `from` and `to` from its old rank to its new one: parameters, buffers and, through
+// `states`, the optimizer state of its parameters. The old rank then releases the layer's
+// tensors; the new rank's parameters are the same tensor objects as before, now holding the
+// values. Point-to-point messages on a private communicator, layer by layer in chain order.
+void migrate_layers(ChainModel& model, const schedule::Plan& from, const schedule::Plan& to,
+                    int rank, ParamStates& states);
+
+// Empties the parameters and buffers of layers [first, last] (a rank keeps only its own layers).
+void release_layers(ChainModel& model, int first, int last);
+
+}  // namespace madpipe::runtime

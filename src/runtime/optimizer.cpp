@@ -1,0 +1,83 @@
+#include "runtime/optimizer.hpp"
+
+#include <sstream>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "runtime/trainer.hpp"
+
+namespace {
+// The optimizer keys its state by parameter: a string of the TensorImpl address in LibTorch 1.x,
+// the address itself in later versions.
+template <class StateMap>
+typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << p.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+torch::Tensor copy_of(const torch::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
+    const TrainConfig& c, std::vector<torch::Tensor> parameters) {
+  if (c.optimizer == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+  if (c.optimizer == "sgd")
+    return std::make_unique<torch::optim::SGD>(
+        parameters,
+        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+  throw Error(ErrorKind::InvalidInput, "", "optimizer",
+              "unknown optimizer '" + c.optimizer + "' (valid: adamw, sgd)");
+}
+
+std::vector<torch::Tensor> madpipe::runtime::export_param_state(
+    const torch::optim::Optimizer& optimizer, const torch::Tensor& parameter) {
+  const auto& states = optimizer.state();
+  const auto it = states.find(state_key(states, parameter));
+  if (it == states.end()) return {};
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+    std::vector<torch::Tensor> out{torch::tensor(static_cast<std::int64_t>(adamw->step())),
+                                   copy_of(adamw->exp_avg()), copy_of(adamw->exp_avg_sq())};
+    if (adamw->max_exp_avg_sq().defined()) out.push_back(copy_of(adamw->max_exp_avg_sq()));
+    return out;
+  }
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+    if (!sgd->momentum_buffer().defined()) return {};
+    return {copy_of(sgd->momentum_buffer())};
+  }
+  throw Error(ErrorKind::Internal, "", "optimizer", "cannot move the state of this optimizer");
+}
+
+void madpipe::runtime::import_param_state(torch::optim::Optimizer& optimizer,
+                                          const torch::Tensor& parameter,
+                                          const std::vector<torch::Tensor>& state) {
+  if (state.empty()) return;
+  auto& states = optimizer.state();
+  const torch::Device device = parameter.device();
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
+    if (state.size() != 3 && state.size() != 4)
+      throw Error(ErrorKind::Internal, "", "optimizer", "AdamW state needs 3 or 4 tensors");
+    auto adamw = std::make_unique<torch::optim::AdamWParamState>();
+    adamw->step(state[0].item<std::int64_t>());
+    adamw->exp_avg(state[1].to(device));
+    adamw->exp_avg_sq(state[2].to(device));
+    if (state.size() == 4) adamw->max_exp_avg_sq(state[3].to(device));
+    states[state_key(states, parameter)] = std::move(adamw);
+    return;
+  }
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
+    if (state.size() != 1) throw Error(ErrorKind::Internal, "", "optimizer", "SGD state needs 1 tensor");
+    auto sgd = std::make_unique<torch::optim::SGDParamState>();
+    sgd->momentum_buffer(state[0].to(device));
+    states[state_key(states, parameter)] = std::move(sgd);
+    return;
+  }
+  throw Error(ErrorKind::Internal, "", "optimizer", "cannot restore the state of this optimizer");
+}
