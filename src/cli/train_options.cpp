@@ -58,6 +58,8 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runt
   g.add_options()(
       "gpus", po::value(&c.gpus)->default_value(c.gpus)->notifier(at_least(1, "--gpus")),
       "pipeline ranks; must equal the number of MPI processes")(
+      "device", po::value(&c.device)->default_value(c.device),
+      "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
       "memory", po::value(&c.memory)->default_value(c.memory), "memory per rank the planner may use")(
       "bandwidth", po::value(&c.bandwidth)->default_value(c.bandwidth), "link bandwidth the planner assumes")(
       "weight-copies", po::value(&c.weight_copies)->default_value(c.weight_copies)->notifier(at_least(1, "--weight-copies")),

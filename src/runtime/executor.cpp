@@ -32,6 +32,7 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
     x = layer.forward(x);
     outputs.shapes.push_back(x.sizes().vec());
     outputs.dtypes.push_back(x.scalar_type());
+    outputs.device = x.device();
   }
   for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
   return outputs;
@@ -65,6 +66,7 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
     output_dtypes_.push_back(outputs.dtypes[stage.last_layer]);
   }
   stage_times_.resize(plan.stages.size());
+  device_ = outputs.device;
 }
 
 void madpipe::runtime::PipelineExecutor::reset_stage_times() {
@@ -124,7 +126,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     if (!act && (instr.kind != InstrKind::RecvGrad || !train)) continue;
     transport_.post_recv(
         instr.peer, {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
-        torch::empty(output_shapes_[instr.stage], torch::TensorOptions().dtype(output_dtypes_[instr.stage])));
+        torch::empty(output_shapes_[instr.stage], torch::TensorOptions().dtype(output_dtypes_[instr.stage]).device(device_)));
   }
   struct Slot {
     torch::Tensor input;   // leaf whose gradient goes to the previous stage

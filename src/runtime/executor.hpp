@@ -22,6 +22,7 @@ namespace madpipe::runtime {
 struct LayerOutputs {
   std::vector<std::vector<std::int64_t>> shapes;
   std::vector<torch::Dtype> dtypes;
+  torch::Device device = torch::kCPU;  // where the model runs: receive buffers go there
 };
 // One forward of a sample micro-batch through the whole model (every layer's weights present).
 // The model's buffers (batch-norm running statistics) are left as they were.
@@ -65,6 +66,7 @@ class PipelineExecutor {
   StepLoss evaluate(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
 
   std::vector<int> local_stages() const;
+  const torch::Device& device() const noexcept { return device_; }
   std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
 
   // Asynchronous training with two weight versions (2BW): micro-batch i runs its forward and its
@@ -103,6 +105,7 @@ class PipelineExecutor {
   Transport& transport_;
   std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
   std::vector<torch::Dtype> output_dtypes_;
+  torch::Device device_ = torch::kCPU;
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
   std::vector<StageTime> stage_times_;
 };

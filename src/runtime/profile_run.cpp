@@ -4,35 +4,15 @@
 
 #include "core/error.hpp"
 #include "runtime/data.hpp"
+#include "runtime/device.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/script_model.hpp"
 
 namespace {
-torch::Device device_of(const std::string& name) {
-  try {
-    const torch::Device device(name);
-    if (device.is_cpu()) return device;
-    if (device.is_cuda() && torch::cuda::is_available()) {
-      if (device.has_index() && device.index() >= static_cast<int>(torch::cuda::device_count()))
-        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "device",
-                             "'" + name + "': this machine has " +
-                                 std::to_string(torch::cuda::device_count()) + " CUDA devices");
-      return device;
-    }
-    if (device.is_cuda())
-      throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "device",
-                           "'" + name + "': no CUDA device is available to this LibTorch");
-  } catch (const c10::Error&) {
-  }
-  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "device",
-                       "unknown device '" + name + "' (valid: cpu, cuda, cuda:N)");
-}
-
 void move_to(madpipe::runtime::ChainModel& model, madpipe::runtime::Batch& batch,
              const torch::Device& device) {
-  for (auto& layer : model.layers) layer.ptr()->to(device);
-  batch.input = batch.input.to(device);
-  batch.target = batch.target.to(device);
+  madpipe::runtime::move_model(model, device);
+  batch = madpipe::runtime::on_device(batch, device);
 }
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include "partition/replan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
+#include "runtime/device.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/layer_migration.hpp"
 #include "runtime/memory_meter.hpp"
@@ -120,7 +121,8 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
 // rank 0 also writes to <output_dir>/profile.json.
 madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                                   madpipe::runtime::ChainModel& model,
-                                  const madpipe::runtime::Batch& sample, int rank,
+                                  const madpipe::runtime::Batch& sample,
+                                  const torch::Device& device, int rank,
                                   const std::function<void(const std::string&)>& say) {
   const std::string text = computed_on_rank0(rank, [&] {
     madpipe::Profile profile;
@@ -132,7 +134,9 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                                  " layers but the model has " + std::to_string(model.layers.size()));
       say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
     } else {
-      profile = madpipe::runtime::profile_model(model, sample, c.model).profile;
+      madpipe::runtime::ProfilerOptions options;
+      options.device = device;
+      profile = madpipe::runtime::profile_model(model, sample, c.model, options).profile;
       say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
     }
     const std::string json = madpipe::profile_to_json(profile).dump(1);
@@ -162,7 +166,8 @@ void release_other_layers(madpipe::runtime::ChainModel& model, const madpipe::sc
 // prints measured against predicted period and memory.
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule::Plan& plan,
                  const madpipe::runtime::TraceRecorder& recorder,
-                 const madpipe::runtime::MemoryMeter& meter, int steps, int rank,
+                 const madpipe::runtime::MemoryMeter& meter, const torch::Device& device,
+                 int steps, int rank,
                  const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   schedule::Trace trace =
@@ -170,7 +175,7 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule
   if (rank != 0) return;
   trace.profile = plan.profile;
   trace.algorithm = plan.algorithm;
-  trace.device = "cpu";
+  trace.device = device.str();
   trace.mode = c.mode;
   trace.micro_batches = c.micro_batches;
   trace.steps = steps;
@@ -203,7 +208,9 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool reports = plan.stages.back().gpu == rank;
+  const torch::Device device = executor.device();
   runtime::ChainModel second = runtime::build_model(model_config);
+  runtime::move_model(second, device);
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
@@ -238,7 +245,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     generation_loss.erase(i / m);
   });
   const int traced = std::min(c.trace_steps, c.steps);
-  runtime::MemoryMeter meter(torch::kCPU);
+  runtime::MemoryMeter meter(device);
   MPI_Barrier(MPI_COMM_WORLD);
   runtime::TraceRecorder recorder(rank);
   if (traced > 0) {
@@ -247,9 +254,11 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     executor.trace_into(&recorder);
     meter.reset_peak();
   }
-  executor.run(program, [&](int i) { return data.micro_batch(i / m + 1, i % m, false); });
+  executor.run(program, [&](int i) {
+    return runtime::on_device(data.micro_batch(i / m + 1, i % m, false), device);
+  });
   MPI_Barrier(MPI_COMM_WORLD);
-  if (traced > 0) write_trace(c, plan, recorder, meter, traced, rank, say);
+  if (traced > 0) write_trace(c, plan, recorder, meter, device, traced, rank, say);
   say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
   return 0;
@@ -330,9 +339,10 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
   const auto started = Clock::now();
   const std::vector<partition::MeasuredStage> measured = measured_stages(*pipeline->executor);
   const std::string decision = computed_on_rank0(rank, [&] {
+    std::string table = partition::format_measurements(pipeline->plan, measured);
+    table.pop_back();  // say() ends the line
     say("re-planning after step " + std::to_string(step) + " on the stage times measured in steps " +
-        std::to_string(first_measured) + ".." + std::to_string(step) + ":\n" +
-        partition::format_measurements(pipeline->plan, measured));
+        std::to_string(first_measured) + ".." + std::to_string(step) + ":\n" + table);
     const partition::ReplanOutcome outcome = partition::replan_from_measurements(
         profile, pipeline->plan, measured, planner_options(c), c.replan_min_gain);
     say(outcome.reason);
@@ -406,6 +416,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
       throw Error(ErrorKind::InvalidInput, "", "replan-min-gain",
                   "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
+    const torch::Device device = device_of(c.device, session.local_rank());
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
     // Data and model: identical on every rank (same seed), each rank keeps its stages.
@@ -414,10 +425,12 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
     ChainModel model = build_model(model_config);
+    move_model(model, device);
+    if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
     fs::create_directories(c.output_dir);
 
-    const Batch sample = data->micro_batch(0, 0, false);
-    const Profile profile = agree_on_profile(c, model, sample, rank, say);
+    const Batch sample = on_device(data->micro_batch(0, 0, false), device);
+    const Profile profile = agree_on_profile(c, model, sample, device, rank, say);
     const schedule::Plan first_plan = agree_on_plan(c, profile, rank, say);
     if (rank == 0) schedule::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
@@ -466,7 +479,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     // With re-planning, the trace records the steps after it: the plan the run continues with.
     const int first_traced = replanning ? c.replan_after + 1 : first_step;
     const int last_traced = std::min(c.steps, first_traced + c.trace_steps - 1);
-    MemoryMeter meter(torch::kCPU);
+    MemoryMeter meter(device);
     std::unique_ptr<TraceRecorder> recorder;
     const auto started = Clock::now();
     double last_val = -1;
@@ -482,14 +495,14 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (step == first_measured) pipeline->executor->reset_stage_times();
       for (auto& optimizer : pipeline->optimizers) optimizer->zero_grad();
       const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
-        return data->micro_batch(step, i, false);
+        return on_device(data->micro_batch(step, i, false), device);
       });
       for (auto& optimizer : pipeline->optimizers) optimizer->step();
       const double loss = all_reduce_sum(local.sum) / std::max(1.0, all_reduce_sum(local.count));
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
         const StepLoss v = pipeline->executor->evaluate(pipeline->eval_program, [&](int i) {
-          return data->micro_batch(0, i, true);  // the same validation set every time
+          return on_device(data->micro_batch(0, i, true), device);  // the same validation set every time
         });
         last_val = all_reduce_sum(v.sum) / std::max(1.0, all_reduce_sum(v.count));
       }
@@ -517,7 +530,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       }
       if (recorder && step == last_traced) {
         recorder->stop();
-        write_trace(c, pipeline->plan, *recorder, meter, last_traced - first_traced + 1, rank, say);
+        write_trace(c, pipeline->plan, *recorder, meter, device, last_traced - first_traced + 1,
+                    rank, say);
         pipeline->executor->trace_into(nullptr);
         recorder.reset();
       }

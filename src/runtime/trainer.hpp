@@ -32,6 +32,7 @@ struct TrainConfig {
   int eval_micro_batches = 8;
   // platform and planning
   int gpus = 1;  // pipeline ranks: must equal the MPI world size
+  std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
   std::string memory = "16GiB";
   std::string bandwidth = "12GB/s";
   int weight_copies = 4;  // AdamW: weights, gradients and two moments
