@@ -6,6 +6,7 @@
 #include "cli/remat_command.hpp"
 #include "cli/show_command.hpp"
 #include "cli/simulate_command.hpp"
+#include "cli/sweep_command.hpp"
 #include "cli/train_command.hpp"
 #include "core/error.hpp"
 
@@ -18,6 +19,8 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
       {"simulate", "replay a plan for one training step: period and peak memory", simulate_command},
       {"compare", "plan with every algorithm and tabulate period, memory and time",
        compare_command},
+      {"sweep", "plan over a grid of options: CSV and a plot of period against memory",
+       sweep_command},
       {"remat", "optimal rematerialization of a stage for a memory budget (ROTOR)",
        remat_command},
       {"profile", "measure every layer of a model on a device -> profile.json", profile_command},

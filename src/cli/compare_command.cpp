@@ -42,13 +42,17 @@ static std::vector<madpipe::partition::Algorithm> parse_algorithm_list(const std
   return algorithms;
 }
 
-po::options_description madpipe::cli::compare_options_description(CompareOptions& options) {
-  po::options_description compare("Compare options", 100);
-  auto add_compare = compare.add_options();
-  add_compare("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
-              "madpipe.profile/1 JSON file of the model's layers");
-  add_compare("csv", po::bool_switch(&options.csv), "print CSV instead of a table");
-  add_compare("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
+po::options_description madpipe::cli::comparison_group(const std::string& title,
+                                                      ComparisonOptions& options) {
+  po::options_description group(title, 100);
+  group.add_options()("profile",
+                      po::value(&options.profile_path)->value_name("FILE")->required(),
+                      "madpipe.profile/1 JSON file of the model's layers");
+  return group;
+}
+
+po::options_description madpipe::cli::comparison_options_description(
+    const po::options_description& own, ComparisonOptions& options) {
   po::options_description planner = planner_options_description(options.planner);
   auto add_planner = planner.add_options();
   add_planner(
@@ -60,38 +64,58 @@ po::options_description madpipe::cli::compare_options_description(CompareOptions
           [&options](const std::string& text) { options.algorithms = parse_algorithm_list(text); }),
       "comma-separated algorithms to compare, or all (all adds ilp, the full ILP)");
   po::options_description all(100);
-  all.add(compare).add(platform_options_description(options.platform)).add(planner);
+  all.add(own).add(platform_options_description(options.platform)).add(planner);
   return all;
 }
 
+po::options_description madpipe::cli::compare_options_description(CompareOptions& options) {
+  po::options_description compare = comparison_group("Compare options", options);
+  auto add_compare = compare.add_options();
+  add_compare("csv", po::bool_switch(&options.csv), "print CSV instead of a table");
+  add_compare("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
+  return comparison_options_description(compare, options);
+}
+
 namespace {
-struct Row {
-  madpipe::partition::Algorithm algorithm;
-  bool feasible = false;
-  double period_ms = 0;
-  double throughput_per_s = 0;
-  std::int64_t max_memory_bytes = 0;
-  double planning_seconds = 0;
-  // With --remat rotor: the same algorithm allowed to rematerialize (period_ms is without).
-  bool remat_feasible = false;
-  double remat_period_ms = 0;
-  int remat_stages = 0;
+// A row: the plan without rematerialization or offloading and, with --remat rotor or --offload
+// host, the plan of the same algorithm allowed them.
+struct Row : madpipe::cli::PlanSummary {
+  explicit Row(const PlanSummary& plain) : PlanSummary(plain) {}
+  PlanSummary remat;  // with them, when asked; planning_seconds above adds up both runs
 };
 }  // namespace
 
-static madpipe::partition::PlanResult plan_checked(const madpipe::Profile& profile,
-                                                   const madpipe::Platform& platform,
-                                                   const madpipe::partition::PlannerOptions& options) {
-  using namespace madpipe;
-  partition::PlanResult result = partition::make_plan(profile, platform, options);
-  if (!result.feasible) return result;
+madpipe::cli::PlanSummary madpipe::cli::plan_summary(const Profile& profile,
+                                                     const Platform& platform,
+                                                     const partition::PlannerOptions& options) {
+  const partition::PlanResult result = partition::make_plan(profile, platform, options);
+  PlanSummary summary;
+  summary.algorithm = options.algorithm;
+  summary.planning_seconds = result.planning_seconds;
+  if (!result.feasible) return summary;
   const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
   if (!violations.empty()) {
     throw Error(ErrorKind::Internal, "", violations.front().field,
                 violations.front().problem + " (the " + partition::to_string(options.algorithm) +
                     " planner produced an invalid plan; please report it)");
   }
-  return result;
+  const schedule::Predicted& predicted = result.plan.predicted;
+  summary.feasible = true;
+  summary.period_ms = predicted.period_ms;
+  summary.throughput_per_s = predicted.throughput_per_s;
+  summary.max_memory_bytes =
+      *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
+  summary.stages = static_cast<int>(result.plan.stages.size());
+  summary.k = result.plan.pattern.k;
+  for (const schedule::Stage& stage : result.plan.stages)
+    summary.remat_stages += stage.remat != "none" || stage.offload != "none";
+  return summary;
+}
+
+std::string madpipe::cli::describe_outcome(const PlanSummary& summary) {
+  return (summary.feasible ? format_ms(summary.period_ms) + " per micro-batch"
+                           : std::string("does not fit")) +
+         " (" + fixed(summary.planning_seconds, 2) + " s)";
 }
 
 static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& platform,
@@ -102,27 +126,11 @@ static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& pl
   const partition::RematSettings asked = options.remat;
   options.remat.rotor = false;
   options.remat.host_offload = false;
-  const partition::PlanResult result = plan_checked(profile, platform, options);
-  Row row{algorithm};
-  row.planning_seconds = result.planning_seconds;
-  if (result.feasible) {
-    const schedule::Predicted& predicted = result.plan.predicted;
-    row.feasible = true;
-    row.period_ms = predicted.period_ms;
-    row.throughput_per_s = predicted.throughput_per_s;
-    row.max_memory_bytes =
-        *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
-  }
+  Row row(cli::plan_summary(profile, platform, options));
   if (asked.rotor || asked.host_offload) {
     options.remat = asked;
-    const partition::PlanResult remat = plan_checked(profile, platform, options);
-    row.planning_seconds += remat.planning_seconds;
-    row.remat_feasible = remat.feasible;
-    if (remat.feasible) {
-      row.remat_period_ms = remat.plan.predicted.period_ms;
-      for (const schedule::Stage& stage : remat.plan.stages)
-        row.remat_stages += stage.remat != "none" || stage.offload != "none";
-    }
+    row.remat = cli::plan_summary(profile, platform, options);
+    row.planning_seconds += row.remat.planning_seconds;
   }
   return row;
 }
@@ -144,13 +152,13 @@ static std::vector<madpipe::cli::Column> table_columns(bool remat) {
 static void append_remat(std::vector<std::string>& cells, const Row& row, int decimals,
                          const char* none) {
   using madpipe::cli::fixed;
-  if (!row.remat_feasible) {
+  if (!row.remat.feasible) {
     cells.insert(cells.end(), {none, "", ""});
     return;
   }
-  cells.push_back(fixed(row.remat_period_ms, decimals));
-  cells.push_back(row.feasible ? fixed(row.remat_period_ms / row.period_ms, decimals + 1) : "");
-  cells.push_back(std::to_string(row.remat_stages));
+  cells.push_back(fixed(row.remat.period_ms, decimals));
+  cells.push_back(row.feasible ? fixed(row.remat.period_ms / row.period_ms, decimals + 1) : "");
+  cells.push_back(std::to_string(row.remat.remat_stages));
 }
 
 static std::vector<std::string> table_row(const Row& row, double best, double lower_bound,
@@ -170,7 +178,7 @@ static std::vector<std::string> table_row(const Row& row, double best, double lo
                    : std::vector<std::string>{name, "does not fit", "-", "-", "-", "-", seconds};
   if (remat) {
     append_remat(cells, row, 2, "does not fit");
-    if (row.remat_feasible && !row.feasible) cells[cells.size() - 2] = "-";
+    if (row.remat.feasible && !row.feasible) cells[cells.size() - 2] = "-";
   }
   return cells;
 }
@@ -219,12 +227,9 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   std::vector<Row> rows;
   for (partition::Algorithm algorithm : options.algorithms) {
     rows.push_back(plan_one(profile, platform, options.planner, algorithm));
-    const Row& row = rows.back();
     if (!options.quiet) {
       std::cerr << "compare: " << partition::to_string(algorithm) << ": "
-                << (row.feasible ? format_ms(row.period_ms) + " per micro-batch"
-                                 : std::string("does not fit"))
-                << " (" << fixed(row.planning_seconds, 2) << " s)\n";
+                << describe_outcome(rows.back()) << '\n';
     }
   }
   double best = std::numeric_limits<double>::infinity();

@@ -51,6 +51,16 @@ expect_match() {
   grep -qE -- "$2" "$1" || fail "$1 has no line matching: $2"
 }
 
+# run_in DIR ARGS...: run, from the directory DIR (./out, ./err stay here).
+run_in() {
+  local dir=$1
+  shift
+  set +e
+  (cd "$dir" && "$madpipe" "$@") >out 2>err
+  status=$?
+  set -e
+}
+
 expect_not_in() {
   if grep -qF -- "$2" "$1"; then fail "$1 unexpectedly contains: $2"; fi
 }
@@ -72,12 +82,27 @@ expect_json() {
   fi
 }
 
+# Checks that FILE is well-formed XML when python3 is available.
+expect_xml() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import sys, xml.etree.ElementTree as e; e.parse(sys.argv[1])' "$1" ||
+      fail "$1 is not well-formed XML"
+  fi
+}
+
+# expect_count FILE TEXT N: the fixed string TEXT occurs N times in FILE.
+expect_count() {
+  local n
+  n=$(grep -oF -- "$2" "$1" | wc -l)
+  [[ $n -eq $3 ]] || fail "$1 contains '$2' $n times, expected $3"
+}
+
 # --- cases ----------------------------------------------------------------------------------
 
 case_help() {
   run --help
   expect_status 0
-  for command in plan simulate compare show; do expect_match out "^  $command  "; done
+  for command in plan simulate compare sweep show; do expect_match out "^  $command  "; done
   expect_empty err
   run help plan
   expect_status 0
@@ -96,6 +121,10 @@ case_help() {
   expect_status 0
   expect_in out "--algorithms"
   expect_in out "--csv"
+  run sweep --help
+  expect_status 0
+  expect_in out "usage: madpipe sweep --profile FILE --bandwidth RATE --set KEY=V1,V2,..."
+  for option in --set --csv --svg --algorithms --memory --config; do expect_in out "$option"; done
 }
 
 case_version() {
@@ -107,7 +136,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, remat, profile, train, show)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, remat, profile, train, show)"
   expect_empty out
   run
   expect_status 2
@@ -410,6 +439,124 @@ case_simulate_rejects_invalid_plan() {
   expect_in err "invalid plan"
 }
 
+# The sweep of configs/sweep-resnet50.ini: 3 memories x 2 GPU counts, madpipe and pipedream.
+# It runs from the source tree, where the profile path of the file leads.
+case_sweep() {
+  local config=configs/sweep-resnet50.ini
+  run_in "$source_dir" sweep --config "$config" --csv "$PWD/sweep.csv" --svg "$PWD/sweep.svg"
+  expect_status 0
+  expect_in out "profile      resnet50"
+  expect_match out "^sweep        memory \(3\) x gpus \(2\), 2 algorithms: 12 plans in [0-9.]+ s$"
+  local header="^ *memory +gpus +algorithm +period \(ms\) +throughput \(/s\) +max GPU memory"
+  expect_match out "$header +stages +k +planning \(s\)$"
+  expect_match out "^ +8GiB +2 +madpipe +does not fit +- +- +- +- +[0-9.]+$"
+  expect_match out "^ +24GiB +4 +pipedream +[0-9.]+ +[0-9.]+ +[0-9.]+ [KMG]iB +[0-9]+ +[0-9]+ +[0-9.]+$"
+  expect_in out "CSV written to $PWD/sweep.csv"
+  expect_in out "SVG written to $PWD/sweep.svg"
+  # One progress line per plan, in the order of the rows.
+  expect_line_count err 12
+  [[ $(head -n1 err) == "sweep: [1/12] memory=8GiB gpus=2 madpipe: does not fit "* ]] ||
+    fail "unexpected first progress line"
+  expect_match err "^sweep: \[12/12\] memory=24GiB gpus=4 pipedream: [0-9.]+ ms per micro-batch \([0-9.]+ s\)$"
+
+  # The CSV: a row per point and algorithm, the first --set key varying slowest.
+  local csv_header="memory,gpus,algorithm,feasible,period_ms,throughput_per_s,max_memory_bytes"
+  csv_header+=",planning_s,stages,k"
+  [[ $(head -n1 sweep.csv) == "$csv_header" ]] || fail "unexpected CSV header"
+  expect_line_count sweep.csv $((1 + 3 * 2 * 2))
+  awk -F, 'NR > 1 && NF != 10 { exit 1 }' sweep.csv || fail "a CSV row does not have 10 fields"
+  [[ $(tail -n +2 sweep.csv | cut -d, -f1-3 | sort -u | wc -l) -eq 12 ]] ||
+    fail "the CSV repeats a (memory, gpus, algorithm)"
+  [[ $(sed -n 2p sweep.csv) == 8GiB,2,madpipe,false,,,,*,, ]] || fail "unexpected first CSV row"
+  [[ $(sed -n 3p sweep.csv | cut -d, -f1-3) == 8GiB,2,pipedream ]] || fail "rows out of order"
+  [[ $(sed -n 4p sweep.csv | cut -d, -f1-3) == 8GiB,4,madpipe ]] || fail "rows out of order"
+  expect_match sweep.csv "^24GiB,4,madpipe,true,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9]+,[0-9]+$"
+  # MadPipe is never worse than PipeDream's partition, and fits wherever it does.
+  awk -F, 'NR > 1 { key = $1 "," $2; if ($3 == "madpipe") { fits[key] = $4; p[key] = $5 }
+                    else { q[key] = $5; qfits[key] = $4 } }
+           END { for (k in p) if (qfits[k] == "true" && (fits[k] != "true" || p[k] + 0 > q[k] + 1e-6))
+                   exit 1 }' sweep.csv || fail "madpipe is worse than pipedream at some point"
+
+  # The plot: a panel per GPU count, a line per algorithm in each, a legend, axes with units.
+  [[ $(head -c 4 sweep.svg) == "<svg" ]] || fail "sweep.svg does not start with <svg"
+  [[ $(tail -n 1 sweep.svg) == "</svg>" ]] || fail "sweep.svg does not end with </svg>"
+  expect_xml sweep.svg
+  expect_count sweep.svg '<g class="panel">' 2
+  expect_count sweep.svg '<path class="series"' 4
+  expect_count sweep.svg '<path class="series" data-series="madpipe"' 2
+  expect_count sweep.svg '<path class="series" data-series="pipedream"' 2
+  expect_count sweep.svg '<g class="legend"' 1
+  for text in ">resnet50: period per micro-batch against memory per GPU<" ">gpus = 2<" \
+    ">gpus = 4<" ">madpipe<" ">pipedream<" ">does not fit<" ">memory per GPU (log2 scale)<" \
+    ">period per micro-batch (ms)<" ">8 GiB<" ">16 GiB<" ">24 GiB<" ">links at 12.0 GB/s, C = 3<"; do
+    expect_in sweep.svg "$text"
+  done
+  # A cross per point that does not fit, and one in the legend.
+  expect_count sweep.svg 'class="missing"' $(($(grep -c ',false,' sweep.csv) + 1))
+
+  # The command line wins over the file: --gpus drops its list, --set memory replaces it.
+  run sweep --config "$source_dir/$config" --profile "$resnet" --gpus 4 --set memory=8GiB,16GiB \
+    --quiet
+  expect_status 0
+  expect_empty err
+  expect_match out "^sweep        memory \(2\), 2 algorithms: 4 plans in [0-9.]+ s$"
+  expect_match out "^ *memory +algorithm +period"
+  expect_match out "^ +16GiB +pipedream +[0-9.]+ "
+  expect_not_in out "written to"
+}
+
+# sweep_fails MESSAGE ARGS...: `madpipe sweep ARGS --csv e.csv --svg e.svg` fails with the one
+# line MESSAGE (its beginning) on stderr, before planning, and writes nothing.
+sweep_fails() {
+  local message=$1
+  shift
+  run sweep "$@" --csv e.csv --svg e.svg
+  expect_status 2
+  expect_line_count err 1
+  [[ $(cat err) == "$message"* ]] || fail "expected: $message"
+  expect_empty out
+  [[ ! -e e.csv && ! -e e.svg ]] || fail "a file was written although the sweep failed"
+}
+
+case_sweep_errors() {
+  local base=(--profile "$resnet" --bandwidth 12GB/s)
+  sweep_fails "madpipe: error: --set memory=abc: cannot parse 'abc' as a size (examples: 16GiB, 500MB)" \
+    "${base[@]}" --set memory=8GiB,abc --set gpus=2,4
+  sweep_fails "madpipe: error: --set gpus=x: the argument ('x') for option '--gpus' is invalid" \
+    "${base[@]}" --memory 8GiB --set gpus=2,x
+  sweep_fails "madpipe: error: --set gpus=0: must be >= 1, got 0" \
+    "${base[@]}" --memory 8GiB --set gpus=0,2
+  sweep_fails "madpipe: error: --set scheduler=greedy: unknown scheduler 'greedy'" \
+    "${base[@]}" --memory 8GiB --gpus 2 --set scheduler=heuristic,greedy
+  sweep_fails "madpipe: error: --set: unknown key 'speed' (valid: profile, gpus, memory, bandwidth, " \
+    "${base[@]}" --memory 8GiB --set speed=1,2
+  sweep_fails "madpipe: error: --set memory: no values (expected e.g. memory=V1,V2)" \
+    "${base[@]}" --gpus 2 --set memory=
+  sweep_fails "madpipe: error: --set memory: empty value in '4GiB,,8GiB'" \
+    "${base[@]}" --gpus 2 --set memory=4GiB,,8GiB
+  sweep_fails "madpipe: error: --set: expected KEY=V1,V2,..., got 'memory'" \
+    "${base[@]}" --gpus 2 --set memory
+  sweep_fails "madpipe: error: --set memory: value '8GiB' given twice" \
+    "${base[@]}" --gpus 2 --set memory=8GiB,16GiB,8GiB
+  sweep_fails "madpipe: error: --set gpus: given twice (one list per key)" \
+    "${base[@]}" --memory 8GiB --set gpus=2 --set gpus=4
+  sweep_fails "madpipe: error: --set memory: --memory is given too; give one or the other" \
+    "${base[@]}" --gpus 2 --memory 8GiB --set memory=4GiB,8GiB
+  sweep_fails "madpipe: error: the option '--gpus' is required but missing" \
+    "${base[@]}" --set memory=4GiB,8GiB
+  printf '[sweep]\nset = memory=8GiB,lots\n\n[platform]\ngpus = 2\n' >bad.ini
+  sweep_fails "madpipe: error: bad.ini: [sweep] set memory=lots: cannot parse 'lots' as a size" \
+    "${base[@]}" --config bad.ini
+  printf '[sweep]\nsets = memory=8GiB\n' >typo.ini
+  sweep_fails "madpipe: error: typo.ini: [sweep] sets: unknown key (known: profile, set)" \
+    "${base[@]}" --gpus 2 --memory 8GiB --config typo.ini
+  run sweep "${base[@]}" --gpus 2 --set memory=8GiB,16GiB --csv no/such/s.csv
+  expect_status 2
+  expect_in err "madpipe: error: --csv: no directory 'no/such' for no/such/s.csv"
+  expect_line_count err 1
+  [[ ! -e no ]] || fail "sweep created a directory for its output"
+}
+
 # A small trace by hand: 2 ranks, 4 micro-batches, F of micro-batch i at 10 * i on rank 0 and
 # 10 * i + 5 on rank 1, so the measured period is 10 ms (the plan it ran predicted 8 ms).
 write_small_trace() {
@@ -521,7 +668,7 @@ case_show() {
 
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
-  compare_csv config_file simulate_rejects_invalid_plan remat plan_remat show)
+  compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show)
 
 run_case() {
   case_name=$1
