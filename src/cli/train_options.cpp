@@ -90,7 +90,10 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "first steps recorded in trace.json with measured vs predicted period and memory (0: none)")(
       "resume", po::bool_switch(&c.resume),
       "continue from the newest checkpoint in --output-dir (same config and plan)")(
-      "quiet,q", po::bool_switch(&c.quiet), "no progress lines");
+      "quiet,q", po::bool_switch(&c.quiet), "no progress lines")(
+      "dry-run", po::bool_switch(&c.dry_run),
+      "profile and plan only (one process, any machine: on the CPU when --device is not here), "
+      "write profile.json and plan.json, train nothing");
   return g;
 }
 

@@ -400,7 +400,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
   };
   try {
-    if (session.size() != c.gpus)
+    if (c.dry_run && session.size() != 1)
+      throw Error(ErrorKind::InvalidInput, "", "dry-run", "a dry run is one process (no mpirun -np " +
+                                                              std::to_string(session.size()) + ")");
+    if (!c.dry_run && session.size() != c.gpus)
       throw Error(ErrorKind::InvalidInput, "", "gpus",
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
                       " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
@@ -416,7 +419,13 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
       throw Error(ErrorKind::InvalidInput, "", "replan-min-gain",
                   "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
-    const torch::Device device = device_of(c.device, session.local_rank());
+    torch::Device device = torch::kCPU;
+    try {
+      device = device_of(c.device, session.local_rank());
+    } catch (const Error& e) {
+      if (!c.dry_run || e.kind() != ErrorKind::Unsupported) throw;
+      say(std::string("dry run: ") + e.what() + "; profiling on the CPU instead (its times are not the device's)");
+    }
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
     // Data and model: identical on every rank (same seed), each rank keeps its stages.
@@ -438,6 +447,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         "-periodic, predicted " + format_ms(first_plan.predicted.period_ms) + " per micro-batch");
     say(stage_summary(first_plan, model));
 
+    if (c.dry_run) {
+      say("dry run: profile and plan in " + c.output_dir + "; nothing trained");
+      return 0;
+    }
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
     if (c.mode == "2bw") {
       std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(first_plan.stages.size()));

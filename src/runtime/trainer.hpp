@@ -46,6 +46,9 @@ struct TrainConfig {
   int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
   bool resume = false;       // continue from <output_dir>/checkpoints/latest
   bool quiet = false;
+  // Profile and plan, write profile.json and plan.json, train nothing; needs one process only,
+  // and profiles on the CPU when the device is not on this machine.
+  bool dry_run = false;
 };
 
 // Runs training under MPI (one process per pipeline rank; call inside an MPI job). Returns the
