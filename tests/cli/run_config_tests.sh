@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Every config in configs/ works as its header says. Usage:
+#   run_config_tests.sh MADPIPE_BINARY MPIRUN SOURCE_DIR CASE
+# planner_configs: each planning-only config (no [model] section) runs the commands of its header
+#   comment ("#   build/madpipe ...") from a directory where configs/ is the repository's.
+# train_configs: each training config for GPUs is parsed, profiled (on the CPU, at reduced depth
+#   and micro-batch size) and planned for its platform with --dry-run.
+# cpu_quickstart: configs/cpu-quickstart.ini trains for a few steps on 4 ranks.
+set -uo pipefail
+
+madpipe=$1
+mpirun_bin=$2
+source_dir=$3
+case_name=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+ln -s "$source_dir/configs" configs
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  echo "--- stdout" >&2; cat out >&2 2>/dev/null
+  echo "--- stderr" >&2; cat err >&2 2>/dev/null
+  exit 1
+}
+
+has_section() { grep -q "^\[$2\]" "$1"; }
+value_of() { sed -n "s/^[[:space:]]*$2[[:space:]]*=[[:space:]]*\([^[:space:]#]*\).*/\1/p" "$1" | tail -1; }
+
+configs=(configs/*.ini)
+[[ ${#configs[@]} -ge 5 ]] || fail "expected the shipped configs in configs/, found ${#configs[@]}"
+
+case "$case_name" in
+  planner_configs)
+    checked=0
+    for config in "${configs[@]}"; do
+      has_section "$config" model && continue
+      mapfile -t commands < <(sed -n 's|^#   build/madpipe \(.*\)$|\1|p' "$config")
+      [[ ${#commands[@]} -gt 0 ]] || fail "$config: no '#   build/madpipe ...' command in its header"
+      for command in "${commands[@]}"; do
+        read -r -a args <<<"$command"
+        "$madpipe" "${args[@]}" >out 2>err || fail "$config: 'madpipe $command' exited with $?"
+      done
+      checked=$((checked + 1))
+    done
+    [[ $checked -ge 3 ]] || fail "only $checked planning configs checked"
+    ;;
+  train_configs)
+    checked=0
+    for config in "${configs[@]}"; do
+      has_section "$config" model || continue
+      [[ $(value_of "$config" device) == cuda* ]] || continue
+      gpus=$(value_of "$config" gpus)
+      name=$(basename "$config" .ini)
+      "$mpirun_bin" --oversubscribe --allow-run-as-root -np 1 "$madpipe" train --config "$config" \
+        --dry-run --layers 2 --context 16 --image 32 --micro-batch-size 1 --output-dir "dry-$name" \
+        >out 2>err || fail "$config: dry run exited with $?"
+      grep -q "profiling on the CPU instead" out || fail "$config: should fall back to the CPU"
+      grep -qE "^plan: madpipe, [0-9]+ stages on $gpus ranks" out || fail "$config: no plan for $gpus ranks"
+      grep -q '"format": "madpipe.plan/1"' "dry-$name/plan.json" || fail "$config: no plan.json"
+      [[ ! -e dry-$name/metrics.jsonl ]] || fail "$config: a dry run must not train"
+      checked=$((checked + 1))
+    done
+    [[ $checked -ge 2 ]] || fail "only $checked GPU training configs checked"
+    ;;
+  cpu_quickstart)
+    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 4 "$madpipe" train \
+      --config configs/cpu-quickstart.ini --steps 3 --eval-every 3 --trace-steps 2 --output-dir q \
+      >out 2>err || fail "exit status $?"
+    grep -qE "^step 3/3  loss [0-9.]+  val [0-9.]+" out || fail "no validation loss at step 3"
+    [[ $(wc -l <q/metrics.jsonl) -eq 3 ]] || fail "metrics.jsonl should have 3 lines"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+echo "ok [$case_name]"
