@@ -6,6 +6,7 @@
 # train_configs: each training config for GPUs is parsed, profiled (on the CPU, at reduced depth
 #   and micro-batch size) and planned for its platform with --dry-run.
 # cpu_quickstart: configs/cpu-quickstart.ini trains for a few steps on 4 ranks.
+# launcher: launch/madpipe-run builds the right mpirun command and runs a CPU job.
 set -uo pipefail
 
 madpipe=$1
@@ -69,6 +70,25 @@ case "$case_name" in
       >out 2>err || fail "exit status $?"
     grep -qE "^step 3/3  loss [0-9.]+  val [0-9.]+" out || fail "no validation loss at step 3"
     [[ $(wc -l <q/metrics.jsonl) -eq 3 ]] || fail "metrics.jsonl should have 3 lines"
+    ;;
+  launcher)
+    run=$source_dir/launch/madpipe-run
+    export MADPIPE=$madpipe MPIRUN=$mpirun_bin
+    "$run" -np 8 --print --config configs/gpt-1node-8gpu.ini >out 2>err || fail "--print failed"
+    grep -q -- "-np 8 " out || fail "GPU run: -np missing"
+    grep -q -- "train --gpus 8 --config configs/gpt-1node-8gpu.ini" out || fail "GPU run: --gpus missing"
+    grep -q -- "-x NCCL_DEBUG" out || fail "GPU run: NCCL environment not exported"
+    ! grep -q -- "--oversubscribe" out || fail "GPU runs must not oversubscribe"
+    "$run" -np 2 --print --config configs/gpt-1node-8gpu.ini --device cpu >out 2>err || fail "--print failed"
+    grep -q -- "--oversubscribe" out || fail "--device cpu on the command line should win over the file"
+    "$run" --print --steps 1 >out 2>err && fail "-np is required"
+    grep -q "madpipe-run: error: -np N" err || fail "message should name -np"
+    "$run" -np 2 --hostfile missing-hosts >out 2>err && fail "a missing host file must fail"
+    grep -q "missing-hosts" err || fail "message should name the host file"
+    # A real CPU run through the launcher.
+    "$run" -np 2 --model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --steps 2 \
+      --micro-batches 4 --micro-batch-size 2 --output-dir launched >out 2>err || fail "launched run failed"
+    [[ $(wc -l <launched/metrics.jsonl) -eq 2 ]] || fail "the launched run should train 2 steps"
     ;;
   *)
     fail "unknown case"
