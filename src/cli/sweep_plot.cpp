@@ -1,5 +1,7 @@
 #include "cli/sweep_plot.hpp"
 
+#include "core/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -31,11 +33,7 @@ constexpr int kMaxColumns = 3;
 constexpr double kCellWidth = 400, kCellHeight = 300;
 constexpr double kSingleCellWidth = 680, kSingleCellHeight = 430;
 
-std::string num(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.2f", value);
-  return buffer;
-}
+std::string num(double value) { return madpipe::svg::number(value); }
 
 std::string general(double value) {
   char buffer[32];
@@ -43,19 +41,7 @@ std::string general(double value) {
   return buffer;
 }
 
-std::string xml_text(const std::string& text) {
-  static const std::string kSpecial = "&<>\"'";
-  static const char* const kEntities[] = {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"};
-  std::string out;
-  for (char c : text) {
-    const std::size_t i = kSpecial.find(c);
-    if (i == std::string::npos)
-      out += c;
-    else
-      out += kEntities[i];
-  }
-  return out;
-}
+std::string xml_text(const std::string& text) { return madpipe::svg::escape(text); }
 
 const char* colour(std::size_t series) { return kColours[series % kNumColours]; }
 
@@ -95,14 +81,7 @@ std::string cross(const char* stroke, double x, double y, const std::string& too
          "\" stroke-width=\"1.6\" fill=\"none\"" + close("path", tooltip);
 }
 
-// A tick spacing of 1, 2 or 5 times a power of ten giving about five ticks up to `top`.
-double tick_step(double top) {
-  const double raw = top / 5;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double factor : {1.0, 2.0, 5.0})
-    if (factor * magnitude >= raw) return factor * magnitude;
-  return 10 * magnitude;
-}
+double tick_step(double top) { return madpipe::svg::tick_step(top, 5); }
 
 struct Frame {  // a panel's plot area
   double left = 0, top = 0, width = 0, height = 0;

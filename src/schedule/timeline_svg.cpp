@@ -2,6 +2,8 @@
 
 #include "schedule/timeline.hpp"
 
+#include "core/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,33 +45,7 @@ static std::string format(const char* pattern, double value) {
   return buffer;
 }
 
-static std::string num(double value) { return format("%.2f", value); }
-
-static std::string escape_xml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+static std::string num(double value) { return madpipe::svg::number(value); }
 
 static Rgb mix(const Rgb& colour, const Rgb& with, double amount) {
   return {colour.r + (with.r - colour.r) * amount, colour.g + (with.g - colour.g) * amount,
@@ -105,14 +81,7 @@ static double timeline_height(const ms::Timeline& timeline) {
   return kTitleHeight + kMarkerLabelHeight + rows_height(timeline) + kTimelineGap;
 }
 
-// A tick spacing of 1, 2 or 5 times a power of ten giving about ten ticks.
-static double tick_step(double total_ms) {
-  const double raw = total_ms / 10;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double factor : {1.0, 2.0, 5.0})
-    if (factor * magnitude >= raw) return factor * magnitude;
-  return 10 * magnitude;
-}
+static double tick_step(double total_ms) { return madpipe::svg::tick_step(total_ms, 10); }
 
 namespace {
 // Appends the elements of one chart; x() maps milliseconds to pixels.
@@ -126,14 +95,14 @@ class SvgWriter {
   // The title, the row names and the rows' background.
   void draw_frame(const ms::Timeline& timeline, double top) {
     out_ += "<text x=\"" + num(kLeft) + "\" y=\"" + num(top + 16) +
-            "\" font-size=\"14\" font-weight=\"bold\">" + escape_xml(timeline.title) + "</text>\n";
+            "\" font-size=\"14\" font-weight=\"bold\">" + madpipe::svg::escape(timeline.title) + "</text>\n";
     const double rows_top = top + kTitleHeight + kMarkerLabelHeight;
     for (std::size_t row = 0; row < timeline.rows.size(); ++row) {
       const double y = rows_top + static_cast<double>(row) * (kRowHeight + kRowGap);
       out_ += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" + num(kPlotWidth) +
               "\" height=\"" + num(kRowHeight) + "\" fill=\"#f3f3f3\"/>\n";
       out_ += "<text x=\"" + num(kLeft - 8) + "\" y=\"" + num(y + 14) +
-              "\" font-size=\"12\" text-anchor=\"end\">" + escape_xml(timeline.rows[row]) +
+              "\" font-size=\"12\" text-anchor=\"end\">" + madpipe::svg::escape(timeline.rows[row]) +
               "</text>\n";
     }
   }
@@ -194,7 +163,7 @@ class SvgWriter {
     const Rgb colour = shade(bar.stage, is_light_shade(bar.kind));
     out_ += "<rect x=\"" + num(left) + "\" y=\"" + num(y + 1) + "\" width=\"" + num(width) +
             "\" height=\"" + num(kRowHeight - 2) + "\" fill=\"" + hex(colour) +
-            "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + escape_xml(bar.label) + ": " +
+            "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + madpipe::svg::escape(bar.label) + ": " +
             format("%.3f", bar.start_ms) + " to " + format("%.3f", bar.end_ms) +
             " ms</title></rect>\n";
     const std::string number = std::to_string(bar.micro_batch);
@@ -216,7 +185,7 @@ class SvgWriter {
       if (px - last_label < kMinMarkerLabelGap || px + 2 + label_width > kWidth) continue;
       last_label = px;
       out_ += "<text x=\"" + num(px + 2) + "\" y=\"" + num(rows_top - 5) +
-              "\" font-size=\"10\" fill=\"#303030\">" + escape_xml(marker.label) + "</text>\n";
+              "\" font-size=\"10\" fill=\"#303030\">" + madpipe::svg::escape(marker.label) + "</text>\n";
     }
   }
 
