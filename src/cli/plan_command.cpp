@@ -64,6 +64,26 @@ static std::string stages_of_gpu(const std::vector<madpipe::schedule::Stage>& st
   return list.empty() ? "-" : list;
 }
 
+// On several nodes: the stage boundaries whose transfers cross nodes, one line each.
+static void print_node_crossings(const madpipe::schedule::Plan& plan) {
+  using namespace madpipe;
+  if (num_nodes(plan.platform) < 2) return;
+  const std::string label = "across nodes ";
+  int printed = 0;
+  for (std::size_t s = 0; s + 1 < plan.stages.size(); ++s) {
+    const schedule::Stage& from = plan.stages[s];
+    const int to = plan.stages[s + 1].gpu;
+    if (node_of(plan.platform, from.gpu) == node_of(plan.platform, to)) continue;
+    std::cout << (printed++ == 0 ? label : std::string(label.size(), ' ')) << "stages " << s
+              << " -> " << s + 1 << ": gpu " << from.gpu << " (node "
+              << node_of(plan.platform, from.gpu) << ") -> gpu " << to << " (node "
+              << node_of(plan.platform, to) << "), " << bytes(from.output_bytes) << ", "
+              << format_ms(schedule::transfer_ms(from.output_bytes, plan.platform, from.gpu, to))
+              << " per transfer\n";
+  }
+  if (printed == 0) std::cout << label << "none: every stage boundary stays inside a node\n";
+}
+
 static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Profile& profile,
                           double planning_seconds) {
   using namespace madpipe;
@@ -108,6 +128,7 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
                                                         : "-");
   }
   cli::print_table(stages, std::cout);
+  print_node_crossings(plan);
 
   const schedule::Predicted& predicted = plan.predicted;
   std::cout << "\nperiod       " << format_ms(predicted.period_ms) << " per micro-batch";

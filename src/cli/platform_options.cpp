@@ -49,6 +49,17 @@ po::options_description madpipe::cli::platform_options_description(PlatformOptio
                   options.host_bandwidth_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
                 }),
             "bandwidth of copies between a GPU and host memory, for --offload host, e.g. 12GB/s");
+  add_group(
+      "gpus-per-node",
+      po::value(&options.gpus_per_node)->value_name("N")->notifier(at_least(0, "--gpus-per-node")),
+      "GPUs per node: GPU g is on node g / N; 0 (default): all GPUs in one node");
+  add_group(
+      "inter-node-bandwidth",
+      po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {
+        options.inter_node_bandwidth_bytes_per_ms = parse_bandwidth(text, "--inter-node-bandwidth");
+      }),
+      "bandwidth between two GPUs of different nodes, e.g. 25GB/s, 200Gbit/s; "
+      "default: --bandwidth");
   return group;
 }
 
@@ -64,14 +75,30 @@ madpipe::Platform madpipe::cli::to_platform(const PlatformOptions& options) {
   platform.bandwidth_bytes_per_ms = options.bandwidth_bytes_per_ms;
   platform.weight_copies = options.weight_copies;
   platform.host_bandwidth_bytes_per_ms = options.host_bandwidth_bytes_per_ms;
+  platform.gpus_per_node = options.gpus_per_node;
+  platform.inter_node_bandwidth_bytes_per_ms = options.inter_node_bandwidth_bytes_per_ms;
   return platform;
+}
+
+// "in 2 nodes of 4" (the last node may have fewer GPUs), or "" on one node.
+static std::string nodes_text(const madpipe::Platform& platform) {
+  if (madpipe::num_nodes(platform) < 2) return "";
+  return " in " + std::to_string(madpipe::num_nodes(platform)) + " nodes of " +
+         std::to_string(platform.gpus_per_node);
+}
+
+static std::string links_text(const madpipe::Platform& platform) {
+  using madpipe::format_bandwidth;
+  if (madpipe::num_nodes(platform) < 2 || madpipe::has_uniform_links(platform))
+    return "links at " + format_bandwidth(madpipe::slowest_link_bandwidth(platform));
+  return "links at " + format_bandwidth(platform.bandwidth_bytes_per_ms) + " within a node and " +
+         format_bandwidth(madpipe::inter_node_bandwidth(platform)) + " between nodes";
 }
 
 std::string madpipe::cli::describe(const Platform& platform) {
   return std::to_string(platform.gpus) + (platform.gpus == 1 ? " GPU" : " GPUs") + " with " +
-         format_bytes(static_cast<double>(platform.memory_bytes)) + " each, links at " +
-         format_bandwidth(platform.bandwidth_bytes_per_ms) +
-         ", C = " + std::to_string(platform.weight_copies) +
+         format_bytes(static_cast<double>(platform.memory_bytes)) + " each" + nodes_text(platform) +
+         ", " + links_text(platform) + ", C = " + std::to_string(platform.weight_copies) +
          (platform.host_bandwidth_bytes_per_ms > 0
               ? ", host link at " + format_bandwidth(platform.host_bandwidth_bytes_per_ms)
               : std::string());

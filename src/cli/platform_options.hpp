@@ -11,20 +11,25 @@
 
 namespace madpipe::cli {
 
-// --gpus, --memory, --bandwidth, --weight-copies, --host-bandwidth; section [platform] of a --config file.
+// --gpus, --memory, --bandwidth, --weight-copies, --host-bandwidth, --gpus-per-node,
+// --inter-node-bandwidth; section [platform] of a --config file.
 struct PlatformOptions {
   int gpus = 0;
   std::int64_t memory_bytes = 0;      // from "16GiB"-style text
   double bandwidth_bytes_per_ms = 0;  // from "12GB/s"-style text
   int weight_copies = 3;
   double host_bandwidth_bytes_per_ms = 0;  // --host-bandwidth: GPU <-> host copies; 0: none
+  int gpus_per_node = 0;                   // --gpus-per-node; 0: all GPUs in one node
+  double inter_node_bandwidth_bytes_per_ms = 0;  // --inter-node-bandwidth; 0: --bandwidth
 };
 
 po::options_description platform_options_description(PlatformOptions& options);
 ConfigSection platform_config_section();
 Platform to_platform(const PlatformOptions& options);
 
-// "4 GPUs with 8.0 GiB each, links at 12.0 GB/s, C = 3"
+// "4 GPUs with 8.0 GiB each, links at 12.0 GB/s, C = 3"; on several nodes
+// "8 GPUs with 16.0 GiB each in 2 nodes of 4, links at 100.0 GB/s within a node and 12.0 GB/s
+// between nodes, C = 3"
 std::string describe(const Platform& platform);
 
 // Notifier that rejects an integer option below `min`, naming the option ("--gpus").

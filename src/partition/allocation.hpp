@@ -33,7 +33,19 @@ void apply_remat(schedule::Stage& stage, const schedule::RematOption& option);
 // output (thesis ch. 7.1.1).
 std::int64_t stage_buffer_bytes(const ChainCosts& costs, int first, int last);
 
-// C(l) of the thesis: time to send a_l and receive delta_l over one link.
+// C(l) of the thesis: time to send a_l and receive delta_l over one link. The DPs cut the chain
+// before they know which GPUs a cut links: this is over the slowest link of the platform.
 double link_ms(const ChainCosts& costs, int layer, const Platform& platform);
+
+// C(l) over the fastest link of the platform: what any allocation that cuts after layer l pays
+// at least (lower bounds).
+double fastest_link_ms(const ChainCosts& costs, int layer, const Platform& platform);
+
+// On a platform whose links differ (multi-node, has_uniform_links() false): the allocation with
+// its GPUs renumbered so that the GPUs that exchange the most bytes share a node, when that
+// shortens its slowest link (the busiest GPU pair's transfer time), or at equal slowest link,
+// their sum. Stage boundaries do not move. Otherwise the allocation as it is.
+Allocation place_on_nodes(const ChainCosts& costs, const Platform& platform,
+                          const Allocation& allocation);
 
 }  // namespace madpipe::partition

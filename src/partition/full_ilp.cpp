@@ -107,6 +107,27 @@ ScheduledStages merge_stages(const ChainCosts& costs, const Platform& platform,
   return scheduled;
 }
 
+// The full ILP chooses the GPUs and times every transfer over the slowest link; on a platform
+// whose links differ, a warm start must take those times too: its transfers get them and it is
+// retimed (keeping its order and shifts) from a period long enough for them.
+static std::optional<ScheduledStages> at_slowest_links(const Platform& platform,
+                                                       ScheduledStages start) {
+  if (has_uniform_links(platform)) return start;
+  double added = 0;
+  for (Op& op : start.pattern.ops) {
+    if (!schedule::is_transfer(op.kind)) continue;
+    const double slow = schedule::transfer_ms(
+        start.stages[static_cast<std::size_t>(op.stage)].output_bytes, platform);
+    added += std::max(0.0, slow - op.duration_ms);
+    op.duration_ms = slow;
+  }
+  start.pattern.period_ms += added;
+  auto retimed = schedule::retime(start.pattern, start.stages, platform);
+  if (!retimed) return std::nullopt;
+  start.pattern = *retimed;
+  return start;
+}
+
 FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
                        const FullIlpOptions& options) {
   FullIlpResult result;
@@ -119,10 +140,12 @@ FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
   schedule::PatternIlp::Spec spec;
   spec.blocks = layer_stages(costs, alternating);
   spec.fixed_allocation = false;
-  spec.period_upper_bound_ms = schedule::sequential_period_ms(spec.blocks, platform);
+  spec.period_upper_bound_ms = schedule::sequential_period_ms(
+      spec.blocks, with_uniform_links(platform, slowest_link_bandwidth(platform)));
   std::optional<ScheduledStages> start;
-  if (options.warm_start && options.warm_start->pattern.k == 1) {
-    start = expand_to_layers(costs, *options.warm_start);
+  if (options.warm_start && options.warm_start->pattern.k == 1)
+    start = at_slowest_links(platform, expand_to_layers(costs, *options.warm_start));
+  if (start) {
     // A hair above the start's period: the solver must be able to take the start as it is.
     spec.period_upper_bound_ms = start->pattern.period_ms * (1 + 1e-6);
   }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -166,9 +167,11 @@ double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
                                                  const Platform& platform) {
   double bound = std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
                           costs.max_layer_compute_ms());
+  // A cut pays at least the fastest link's time, whichever GPUs it links.
   if (platform.gpus > 1 && platform.bandwidth_bytes_per_ms > 0)
     for (int l = 0; l + 1 < costs.num_layers(); ++l)
-      bound = std::max(bound, std::min(link_ms(costs, l, platform), costs.compute_ms(l, l + 1)));
+      bound = std::max(bound,
+                       std::min(fastest_link_ms(costs, l, platform), costs.compute_ms(l, l + 1)));
   return bound;
 }
 
@@ -181,6 +184,12 @@ static void check_platform(const madpipe::Platform& platform) {
     throw_invalid("", "bandwidth", "must be a finite bandwidth > 0");
   if (platform.weight_copies < 1)
     throw_invalid("", "weight-copies", "must be >= 1, got " + std::to_string(platform.weight_copies));
+  if (platform.gpus_per_node < 0)
+    throw_invalid("", "gpus-per-node",
+                  "must be >= 0, got " + std::to_string(platform.gpus_per_node));
+  if (!(platform.inter_node_bandwidth_bytes_per_ms >= 0) ||
+      !std::isfinite(platform.inter_node_bandwidth_bytes_per_ms))
+    throw_invalid("", "inter-node-bandwidth", "must be a finite bandwidth >= 0");
 }
 
 static void keep_better(std::optional<Candidate>& best, Candidate candidate) {
@@ -206,13 +215,35 @@ static std::optional<Candidate> without_and_with(
   return best;
 }
 
-// Schedules each allocation with the given pattern families and keeps the shortest period.
+static void add_unique(std::vector<madpipe::partition::Allocation>& all,
+                       const madpipe::partition::Allocation& allocation) {
+  if (std::find(all.begin(), all.end(), allocation) == all.end()) all.push_back(allocation);
+}
+
+// On a multi-node platform the DPs number GPUs without looking at nodes: each allocation is
+// also tried placed on the nodes by place_on_nodes() (first, when that moves GPUs).
+static std::vector<madpipe::partition::Allocation> with_node_placements(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const std::vector<madpipe::partition::Allocation>& allocations) {
+  if (madpipe::has_uniform_links(platform)) return allocations;
+  std::vector<madpipe::partition::Allocation> out;
+  for (const madpipe::partition::Allocation& allocation : allocations) {
+    add_unique(out, madpipe::partition::place_on_nodes(costs, platform, allocation));
+    add_unique(out, allocation);
+  }
+  return out;
+}
+
+// Schedules each allocation (and its placement on the nodes of a multi-node platform) with the
+// given pattern families and keeps the shortest period.
 static std::optional<Candidate> schedule_allocations(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
-    const std::vector<madpipe::partition::Allocation>& allocations,
+    const std::vector<madpipe::partition::Allocation>& dp_allocations,
     const madpipe::schedule::ScheduleSearchOptions& search,
     const madpipe::partition::PlannerOptions& options) {
   using namespace madpipe;
+  const std::vector<partition::Allocation> allocations =
+      with_node_placements(costs, platform, dp_allocations);
   std::optional<Candidate> best;
   int index = 0;
   for (const partition::Allocation& allocation : allocations) {
@@ -238,14 +269,47 @@ static std::optional<Candidate> schedule_allocations(
   return best;
 }
 
+// The DPs time every cut over the slowest link, so on a multi-node platform they do not cut
+// where only a fast (intra-node) link carries the boundary in time, nor see that the GPUs of one
+// node may do better than all of them. More candidates for them: the DPs' allocations with every
+// link at the fastest bandwidth, and on the GPUs of the first node alone; placed on the nodes,
+// they are scheduled with the real links like the others. None on a platform whose links are all
+// alike.
+static std::vector<madpipe::partition::Allocation> node_aware_allocations(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const madpipe::partition::PlannerOptions& options, std::initializer_list<bool> special_gpu,
+    madpipe::partition::StageOptions* remat) {
+  using namespace madpipe;
+  std::vector<partition::Allocation> out;
+  if (has_uniform_links(platform)) return out;
+  const Platform fast = with_uniform_links(platform, fastest_link_bandwidth(platform));
+  Platform one_node = with_uniform_links(platform, platform.bandwidth_bytes_per_ms);
+  one_node.gpus = platform.gpus_per_node;
+  const std::pair<const Platform*, std::string> variants[] = {
+      {&fast, "with every link at the fastest bandwidth"},
+      {&one_node, "on the " + std::to_string(one_node.gpus) + " GPUs of one node"}};
+  for (const auto& [variant, what] : variants) {
+    if (options.progress) options.progress("planning again " + what);
+    for (bool special : special_gpu)
+      for (const partition::Allocation& allocation : partition::madpipe_allocations(
+               costs, *variant, options.discretization, special, options.progress,
+               std::numeric_limits<double>::infinity(), remat))
+        add_unique(out, allocation);
+  }
+  return out;
+}
+
 static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
                                                 const madpipe::Platform& platform,
                                                 const madpipe::partition::PlannerOptions& options,
                                                 madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
-  const auto allocations =
-      partition::madpipe_allocations(costs, platform, options.discretization, false,
-                                     options.progress, std::numeric_limits<double>::infinity(), remat);
+  std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
+      costs, platform, options.discretization, false, options.progress,
+      std::numeric_limits<double>::infinity(), remat);
+  for (const partition::Allocation& allocation :
+       node_aware_allocations(costs, platform, options, {false}, remat))
+    add_unique(allocations, allocation);
   schedule::ScheduleSearchOptions search;
   search.families = {schedule::PatternFamily::OneFOneBStar};
   search.max_k = options.max_k;
@@ -257,11 +321,6 @@ static std::optional<madpipe::partition::Allocation> pipedream_allocation(
     madpipe::partition::StageOptions* remat) {
   return madpipe::partition::fixed_in_flight_partition(
       costs, platform, [](int stages_after) { return stages_after; }, remat);
-}
-
-static void add_unique(std::vector<madpipe::partition::Allocation>& all,
-                       const madpipe::partition::Allocation& allocation) {
-  if (std::find(all.begin(), all.end(), allocation) == all.end()) all.push_back(allocation);
 }
 
 // The stage-level ILP of thesis ch. 7.2 on the given allocations; keeps its pattern where it
@@ -359,6 +418,9 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                       options.progress, std::numeric_limits<double>::infinity(), remat))
     add_unique(allocations, allocation);
   if (auto pipedream = pipedream_allocation(costs, platform, remat)) add_unique(allocations, *pipedream);
+  for (const partition::Allocation& allocation :
+       node_aware_allocations(costs, platform, options, {true, false}, remat))
+    add_unique(allocations, allocation);
   schedule::ScheduleSearchOptions search;
   search.max_k = options.max_k;
   std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
@@ -470,13 +532,14 @@ static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& 
       costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; },
       remat);
   if (!allocation) return std::nullopt;
-  std::vector<schedule::Stage> stages = partition::stages_of(costs, *allocation);
+  const partition::Allocation placed = partition::place_on_nodes(costs, platform, *allocation);
+  std::vector<schedule::Stage> stages = partition::stages_of(costs, placed);
   schedule::Pattern pattern = gpipe ? schedule::gpipe(stages, platform, micro_batches)
                                     : schedule::one_f_one_b(stages, platform);
   if (!gpipe)
     if (auto tight = schedule::retime(pattern, stages, platform)) pattern = *tight;
   if (!schedule::fits_memory(stages, pattern, platform)) return std::nullopt;
-  return Candidate{*allocation, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b",
+  return Candidate{placed, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b",
                    std::nullopt};
 }
 

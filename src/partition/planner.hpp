@@ -91,7 +91,8 @@ PlanResult make_plan(const Profile& profile, const Platform& platform,
 
 // No plan can have a smaller normalized period: max(sum U / P, max_l (u_F + u_B), and for every
 // layer boundary min(C(l), U_l + U_{l+1}): either the boundary is cut and its link carries a_l
-// and delta_l, or one GPU runs both layers).
+// and delta_l, or one GPU runs both layers). On a multi-node platform C(l) is over the fastest
+// link, which a cut may use.
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
 double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 

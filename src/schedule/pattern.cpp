@@ -84,7 +84,8 @@ std::vector<madpipe::schedule::Op> madpipe::schedule::micro_batch_chain(
       send.kind = OpKind::SendAct;
       send.stage = s;
       send.link = link_between(s);
-      send.duration_ms = transfer_ms(stages[s].output_bytes, platform);
+      send.duration_ms =
+          transfer_ms(stages[s].output_bytes, platform, stages[s].gpu, stages[s + 1].gpu);
       chain.push_back(send);
     }
   }
@@ -94,7 +95,8 @@ std::vector<madpipe::schedule::Op> madpipe::schedule::micro_batch_chain(
       send.kind = OpKind::SendGrad;
       send.stage = s;
       send.link = link_between(s);
-      send.duration_ms = transfer_ms(stages[s].output_bytes, platform);
+      send.duration_ms =
+          transfer_ms(stages[s].output_bytes, platform, stages[s + 1].gpu, stages[s].gpu);
       chain.push_back(send);
     }
     Op b;

@@ -54,7 +54,8 @@ int resource_of(const Op& op, int num_gpus);
 // The operations one micro-batch goes through, in dependency order:
 // F0 [SEND_ACT0] F1 ... F(S-1) B(S-1) [SEND_GRAD(S-2)] B(S-2) ... B0.
 // Transfers appear only between stages on different GPUs. Durations come from the stages and
-// the platform bandwidth; start_ms and shift are 0. Each op depends on the one before it.
+// the bandwidth of each transfer's link (intra- or inter-node); start_ms and shift are 0. Each op
+// depends on the one before it.
 std::vector<Op> micro_batch_chain(const std::vector<Stage>& stages, const Platform& platform);
 
 // Builds a 1-periodic pattern of period T from absolute start times of micro-batch 0's ops

@@ -44,8 +44,16 @@ LinearExpr PatternIlp::duration(int node) const {
   const Stage& block = spec_.blocks[x.block];
   if (x.kind == OpKind::F) return block.forward_ms;
   if (x.kind == OpKind::B) return block.backward_ms;
-  const double ms = transfer_ms(block.output_bytes, platform_);
+  const double ms = transfer_time(x.block);
   return spec_.fixed_allocation ? LinearExpr(ms) : ms * cut(x.block);
+}
+
+// A fixed allocation knows the link of every cut boundary; a free one does not, and times every
+// transfer over the slowest link (the decoded pattern is retimed with the real links).
+double PatternIlp::transfer_time(int boundary) const {
+  const Stage& block = spec_.blocks[boundary];
+  if (!spec_.fixed_allocation) return transfer_ms(block.output_bytes, platform_);
+  return transfer_ms(block.output_bytes, platform_, block.gpu, spec_.blocks[boundary + 1].gpu);
 }
 
 // The nodes of the chain, their start variables, and the period.
@@ -81,11 +89,11 @@ void PatternIlp::add_variables() {
   for (int b = 0; b < n_; ++b) {
     f_node_[b] = add_node(OpKind::F, b, spec_.blocks[b].forward_ms);
     if (b + 1 < n_ && has_transfer(b))
-      act_node_[b] = add_node(OpKind::SendAct, b, transfer_ms(spec_.blocks[b].output_bytes, platform_));
+      act_node_[b] = add_node(OpKind::SendAct, b, transfer_time(b));
   }
   for (int b = n_ - 1; b >= 0; --b) {
     if (b + 1 < n_ && has_transfer(b))
-      grad_node_[b] = add_node(OpKind::SendGrad, b, transfer_ms(spec_.blocks[b].output_bytes, platform_));
+      grad_node_[b] = add_node(OpKind::SendGrad, b, transfer_time(b));
     b_node_[b] = add_node(OpKind::B, b, spec_.blocks[b].backward_ms);
   }
   // Every node ends within [0, T] (thesis (6.17), (6.18)).

@@ -14,8 +14,10 @@ namespace madpipe::schedule {
 // The integer linear program of thesis ch. 6 over a chain of blocks: a 1-periodic pattern of
 // minimum period T in which every block's F and B, and every transfer between blocks on different
 // GPUs, runs once per period. Blocks are layers (the full ILP, ch. 6) or the stages of a fixed
-// partition (ch. 7.2). With a fixed allocation the GPU of each block is given; otherwise the
-// program also chooses it: blocks on one GPU form an equivalence class of at most P classes.
+// partition (ch. 7.2). With a fixed allocation the GPU of each block is given, and each transfer
+// takes its link's time; otherwise the program also chooses it: blocks on one GPU form an
+// equivalence class of at most P classes, and transfers take the slowest link's time (on a
+// multi-node platform, the program does not know which classes share a node).
 //
 // Memory is that of evaluate_memory(), exactly: C * weights, send/receive buffers of every cut,
 // the largest workspace, and at the start of every F, sum over the blocks of its GPU of
@@ -65,6 +67,7 @@ class PatternIlp {
   solver::LinearExpr same_gpu(int a, int b) const;  // 1 if blocks a and b share a GPU
   solver::LinearExpr cut(int boundary) const { return 1.0 - same_gpu(boundary, boundary + 1); }
   solver::LinearExpr duration(int node) const;
+  double transfer_time(int boundary) const;  // of a transfer at `boundary`, when it is cut
   void add_variables();
   void add_dependencies();
   void add_compute_exclusivity();

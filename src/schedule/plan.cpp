@@ -39,6 +39,9 @@ static Json plan_json(const madpipe::schedule::Plan& plan) {
   platform["weight_copies"] = plan.platform.weight_copies;
   if (plan.platform.host_bandwidth_bytes_per_ms > 0)
     platform["host_bandwidth_bytes_per_ms"] = plan.platform.host_bandwidth_bytes_per_ms;
+  if (plan.platform.gpus_per_node != 0) platform["gpus_per_node"] = plan.platform.gpus_per_node;
+  if (plan.platform.inter_node_bandwidth_bytes_per_ms != 0)
+    platform["inter_node_bandwidth_bytes_per_ms"] = plan.platform.inter_node_bandwidth_bytes_per_ms;
   j["platform"] = std::move(platform);
 
   j["algorithm"] = plan.algorithm;
@@ -328,6 +331,12 @@ static madpipe::Platform read_platform(const json& j, const std::string& file) {
   if (o.contains("host_bandwidth_bytes_per_ms"))
     platform.host_bandwidth_bytes_per_ms =
         double_member(o, "host_bandwidth_bytes_per_ms", Sign::Positive, p, file);
+  // Multi-node platforms; 0 (or absent): one node, and the same bandwidth between nodes.
+  if (o.contains("gpus_per_node"))
+    platform.gpus_per_node = int_member(o, "gpus_per_node", 0, p, file);
+  if (o.contains("inter_node_bandwidth_bytes_per_ms"))
+    platform.inter_node_bandwidth_bytes_per_ms =
+        double_member(o, "inter_node_bandwidth_bytes_per_ms", Sign::NonNegative, p, file);
   return platform;
 }
 

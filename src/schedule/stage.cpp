@@ -52,7 +52,16 @@ bool madpipe::schedule::is_contiguous_allocation(const std::vector<Stage>& stage
   return true;
 }
 
+static double transfer_at(std::int64_t bytes, double bytes_per_ms) {
+  if (bytes_per_ms <= 0) return 0.0;
+  return static_cast<double>(bytes) / bytes_per_ms;
+}
+
+double madpipe::schedule::transfer_ms(std::int64_t bytes, const Platform& platform, int from_gpu,
+                                      int to_gpu) {
+  return transfer_at(bytes, link_bandwidth(platform, from_gpu, to_gpu));
+}
+
 double madpipe::schedule::transfer_ms(std::int64_t bytes, const Platform& platform) {
-  if (platform.bandwidth_bytes_per_ms <= 0) return 0.0;
-  return static_cast<double>(bytes) / platform.bandwidth_bytes_per_ms;
+  return transfer_at(bytes, slowest_link_bandwidth(platform));
 }

@@ -42,8 +42,14 @@ std::vector<Stage> make_stages(const ChainCosts& costs, const std::vector<int>& 
 // True when every GPU holds at most one stage.
 bool is_contiguous_allocation(const std::vector<Stage>& stages);
 
-// Time to send `bytes` over one link; 0 when the bandwidth is infinite (0 means "not set" and is
-// rejected by readers).
+// Time to send `bytes` from GPU `from_gpu` to GPU `to_gpu` over their link: at
+// bandwidth_bytes_per_ms within a node, at the inter-node bandwidth between nodes. 0 when the
+// bandwidth is infinite (0 means "not set" and is rejected by readers).
+double transfer_ms(std::int64_t bytes, const Platform& platform, int from_gpu, int to_gpu);
+
+// Time to send `bytes` over the slowest link of the platform: for planners that decide stage
+// boundaries before they know which GPUs a boundary links (conservative on multi-node
+// platforms). With uniform links, the time over any link.
 double transfer_ms(std::int64_t bytes, const Platform& platform);
 
 }  // namespace madpipe::schedule

@@ -68,6 +68,12 @@ static std::string op_name(const madpipe::schedule::Op& op) {
   return madpipe::schedule::op_token(op.kind, op.stage);
 }
 
+// True when GPUs a and b sit on different nodes linked at an inter-node bandwidth of their own.
+static bool crosses_nodes(const madpipe::Platform& platform, int a, int b) {
+  return platform.inter_node_bandwidth_bytes_per_ms > 0 &&
+         madpipe::node_of(platform, a) != madpipe::node_of(platform, b);
+}
+
 static void check_platform(const madpipe::Platform& platform, Report& report) {
   if (platform.gpus < 1)
     report.add("/platform/gpus", "must be >= 1, got " + std::to_string(platform.gpus));
@@ -80,6 +86,14 @@ static void check_platform(const madpipe::Platform& platform, Report& report) {
   if (platform.weight_copies < 1)
     report.add("/platform/weight_copies",
                "must be >= 1, got " + std::to_string(platform.weight_copies));
+  if (platform.gpus_per_node < 0)
+    report.add("/platform/gpus_per_node",
+               "must be >= 0, got " + std::to_string(platform.gpus_per_node));
+  if (!(std::isfinite(platform.inter_node_bandwidth_bytes_per_ms) &&
+        platform.inter_node_bandwidth_bytes_per_ms >= 0))
+    report.add(
+        "/platform/inter_node_bandwidth_bytes_per_ms",
+        "must be a finite number >= 0, got " + num(platform.inter_node_bandwidth_bytes_per_ms));
 }
 
 // Stages numbered in chain order, contiguous layer ranges from layer 0, GPUs in range. Returns
@@ -351,8 +365,11 @@ static void check_ops(const madpipe::schedule::Plan& plan, bool timing,
                                     std::to_string(op.link.b) + "]");
         placed = false;
       }
-      expected = madpipe::schedule::transfer_ms(stage.output_bytes, plan.platform);
-      expected_what = "output_bytes / bandwidth_bytes_per_ms";
+      const int to = stages[op.stage + 1].gpu;
+      expected = madpipe::schedule::transfer_ms(stage.output_bytes, plan.platform, stage.gpu, to);
+      expected_what = crosses_nodes(plan.platform, stage.gpu, to)
+                          ? "output_bytes / inter_node_bandwidth_bytes_per_ms"
+                          : "output_bytes / bandwidth_bytes_per_ms";
     } else {
       if (op.gpu != stage.gpu) {
         report.add(p + "/gpu", "must be the gpu of " + stage_text + " (" +

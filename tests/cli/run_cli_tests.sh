@@ -666,9 +666,49 @@ case_show() {
   expect_in err "--steps"
 }
 
+# Two nodes of 4 GPUs: the plan keeps the logits (lm_head -> loss) inside a node, names the
+# boundaries that cross nodes, and simulates at its period; bad node options fail clearly.
+case_multi_node() {
+  local nodes=(--gpus 8 --gpus-per-node 4 --memory 16GiB --bandwidth 100GB/s
+    --inter-node-bandwidth 12GB/s)
+  run plan --profile "$gpt2" "${nodes[@]}" --output multi.json
+  expect_status 0
+  expect_in out "platform     8 GPUs with 16.0 GiB each in 2 nodes of 4, links at 100.0 GB/s within a node and 12.0 GB/s between nodes, C = 3"
+  expect_match out "^across nodes stages [0-9]+ -> [0-9]+: gpu [0-3] \(node 0\) -> gpu [4-7] \(node 1\), "
+  expect_match out "^period +16\.47 ms per micro-batch"
+  expect_json multi.json
+  expect_in multi.json '"gpus_per_node": 4, "inter_node_bandwidth_bytes_per_ms": 12000000.0}'
+  run simulate --plan multi.json --profile "$gpt2"
+  expect_status 0
+  expect_in out "in 2 nodes of 4"
+  expect_match out "^steady period .* ratio 1\.000$"
+  expect_not_in err "warning"
+  # The same platform in a --config file.
+  printf '[platform]\ngpus = 8\ngpus-per-node = 4\nmemory = 16GiB\nbandwidth = 100GB/s\ninter-node-bandwidth = 12GB/s\n' >nodes.ini
+  run plan --profile "$gpt2" --config nodes.ini --quiet --output from-config.json
+  expect_status 0
+  cmp -s multi.json from-config.json || fail "the --config plan differs from the command line's"
+  # One node: no crossing is reported and the plan has no node fields.
+  run plan --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 100GB/s --quiet --output one.json
+  expect_status 0
+  expect_not_in out "across nodes"
+  expect_not_in one.json "gpus_per_node"
+  run plan --profile "$gpt2" --gpus 8 --gpus-per-node -1 --memory 16GiB --bandwidth 100GB/s
+  expect_status 2
+  expect_in err "madpipe: error: --gpus-per-node: must be >= 0, got -1"
+  run plan --profile "$gpt2" --gpus 8 --gpus-per-node 4 --memory 16GiB --bandwidth 100GB/s \
+    --inter-node-bandwidth slow
+  expect_status 2
+  expect_in err "madpipe: error: --inter-node-bandwidth: cannot parse 'slow' as a bandwidth"
+  run compare --profile "$gpt2" "${nodes[@]}" --algorithms madpipe,contiguous --quiet
+  expect_status 0
+  expect_in out "in 2 nodes of 4"
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
-  compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show)
+  compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
+  multi_node)
 
 run_case() {
   case_name=$1
