@@ -88,6 +88,9 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "trace-steps",
       po::value(&c.trace_steps)->default_value(c.trace_steps)->notifier(at_least(0, "--trace-steps")),
       "first steps recorded in trace.json with measured vs predicted period and memory (0: none)")(
+      "on-nan", po::value(&c.on_nan)->default_value(c.on_nan),
+      "a NaN or Inf loss or gradient: stop (exit with the step, micro-batch and stage named) or "
+      "skip (that step's update)")(
       "resume", po::bool_switch(&c.resume),
       "continue from the newest checkpoint in --output-dir (same config and plan)")(
       "quiet,q", po::bool_switch(&c.quiet), "no progress lines")(

@@ -1,29 +1,66 @@
 #include "runtime/checkpoint.hpp"
 
-#include <filesystem>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
+#include <regex>
 
 #include "core/error.hpp"
+#include "core/json_file.hpp"
 
 namespace fs = std::filesystem;
 
-static fs::path step_dir(const std::string& dir, int step) {
+namespace {
+fs::path stage_file(const std::string& dir, int step, int stage) {
+  return madpipe::runtime::checkpoint_dir(dir, step) / ("stage-" + std::to_string(stage) + ".pt");
+}
+
+fs::path sum_file(const fs::path& file) { return file.string() + ".sum"; }
+
+// FNV-1a 64 of a file's bytes, as 16 hex digits; empty when the file cannot be read.
+std::string checksum_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return "";
+  std::uint64_t hash = 1469598103934665603ULL;
+  char buffer[1 << 16];
+  while (in) {
+    in.read(buffer, sizeof buffer);
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      hash ^= static_cast<unsigned char>(buffer[i]);
+      hash *= 1099511628211ULL;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+std::string read_first_line(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+}  // namespace
+
+fs::path madpipe::runtime::checkpoint_dir(const std::string& dir, int step) {
   return fs::path(dir) / "checkpoints" / ("step-" + std::to_string(step));
 }
 
-static fs::path stage_file(const std::string& dir, int step, int stage) {
-  return step_dir(dir, step) / ("stage-" + std::to_string(stage) + ".pt");
+fs::path madpipe::runtime::checkpoint_plan_path(const std::string& dir, int step) {
+  return checkpoint_dir(dir, step) / "plan.json";
 }
 
 void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
                                   const std::vector<torch::Tensor>& parameters,
                                   torch::optim::Optimizer* optimizer) {
-  fs::create_directories(step_dir(dir, step));
+  fs::create_directories(checkpoint_dir(dir, step));
   torch::serialize::OutputArchive archive;
   archive.write("step", torch::tensor(static_cast<std::int64_t>(step)));
   archive.write("parameters", torch::tensor(static_cast<std::int64_t>(parameters.size())));
   for (std::size_t i = 0; i < parameters.size(); ++i)
-    archive.write("parameter" + std::to_string(i), parameters[i].detach());
+    archive.write("parameter" + std::to_string(i), parameters[i].detach().cpu());
   if (optimizer) {
     torch::serialize::OutputArchive state;
     optimizer->save(state);
@@ -36,13 +73,30 @@ void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::Io, tmp.string(), "", std::string("cannot write checkpoint: ") + e.what_without_backtrace());
   }
+  const std::string sum = checksum_of(tmp);
+  if (sum.empty()) throw Error(ErrorKind::Io, tmp.string(), "", "cannot read back the checkpoint just written");
   fs::rename(tmp, target);
+  write_file_atomically(sum_file(target).string(), sum + "\n");
+}
+
+std::string madpipe::runtime::verify_stage(const std::string& dir, int step, int stage) {
+  const fs::path file = stage_file(dir, step, stage);
+  if (!fs::exists(file)) return file.string() + ": missing";
+  const std::string expected = read_first_line(sum_file(file));
+  if (expected.empty()) return sum_file(file).string() + ": missing or empty checksum";
+  const std::string actual = checksum_of(file);
+  if (actual != expected)
+    return file.string() + ": checksum " + actual + " differs from the recorded " + expected +
+           " (the file is damaged or partial)";
+  return "";
 }
 
 void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
                                   const std::vector<torch::Tensor>& parameters,
                                   torch::optim::Optimizer* optimizer) {
   const fs::path file = stage_file(dir, step, stage);
+  const std::string problem = verify_stage(dir, step, stage);
+  if (!problem.empty()) throw Error(ErrorKind::Io, file.string(), "", problem);
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(file.string());
@@ -71,19 +125,29 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
   }
 }
 
-fs::path madpipe::runtime::checkpoint_plan_path(const std::string& dir, int step) {
-  return step_dir(dir, step) / "plan.json";
+void madpipe::runtime::mark_complete(const std::string& dir, int step) {
+  write_file_atomically((checkpoint_dir(dir, step) / "complete").string(), std::to_string(step) + "\n");
+  write_file_atomically((fs::path(dir) / "checkpoints" / "latest").string(), std::to_string(step) + "\n");
 }
 
-void madpipe::runtime::write_latest(const std::string& dir, int step) {
-  const fs::path latest = fs::path(dir) / "checkpoints" / "latest";
-  const fs::path tmp = latest.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << step << '\n';
-    if (!out) throw Error(ErrorKind::Io, tmp.string(), "", "cannot write file");
+std::vector<int> madpipe::runtime::complete_checkpoints(const std::string& dir) {
+  std::vector<int> steps;
+  const fs::path root = fs::path(dir) / "checkpoints";
+  std::error_code ignored;
+  if (fs::is_directory(root, ignored)) {
+    static const std::regex kStepDir("step-([0-9]+)");
+    for (const auto& entry : fs::directory_iterator(root, ignored)) {
+      std::smatch match;
+      const std::string name = entry.path().filename().string();
+      if (std::regex_match(name, match, kStepDir) && fs::exists(entry.path() / "complete"))
+        steps.push_back(std::stoi(match[1]));
+    }
   }
-  fs::rename(tmp, latest);
+  const int latest = read_latest(dir);
+  if (latest > 0 && std::find(steps.begin(), steps.end(), latest) == steps.end())
+    steps.push_back(latest);
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
 }
 
 int madpipe::runtime::read_latest(const std::string& dir) {

@@ -8,16 +8,31 @@
 
 namespace madpipe::runtime {
 
-// Checkpoints live in <dir>/checkpoints/step-<k>/stage-<s>.pt, one file per stage (weights,
-// optimizer state, step), each written to a temporary file and renamed. <dir>/checkpoints/latest
-// names the newest complete checkpoint; it is written (atomically) only after every rank saved.
+// A checkpoint of step k lives in <dir>/checkpoints/step-<k>/:
+//   stage-<s>.pt       one per stage: weights, optimizer state, step (written by its rank)
+//   stage-<s>.pt.sum   the FNV-1a 64 checksum of stage-<s>.pt, written after it
+//   plan.json          the plan those stages belong to
+//   run.json           the run's settings and where the data continues
+//   complete           written by rank 0 once every rank saved: the checkpoint is whole
+// Every file is written to a temporary name and renamed. <dir>/checkpoints/latest names the newest
+// complete checkpoint.
 void save_stage(const std::string& dir, int step, int stage,
                 const std::vector<torch::Tensor>& parameters, torch::optim::Optimizer* optimizer);
-// Loads a stage's weights and optimizer state; throws Error{Io} naming the file when missing or
-// unreadable, Error{InvalidInput} when it does not match the stage.
+// Empty when stage-<s>.pt of step k is whole (present, checksum present and equal); else what is
+// wrong, naming the file.
+std::string verify_stage(const std::string& dir, int step, int stage);
+// Loads a stage's weights and optimizer state after verifying its checksum; throws Error{Io}
+// naming the file when missing, damaged or unreadable, Error{InvalidInput} when it does not match
+// the stage.
 void load_stage(const std::string& dir, int step, int stage,
                 const std::vector<torch::Tensor>& parameters, torch::optim::Optimizer* optimizer);
-void write_latest(const std::string& dir, int step);
+
+// Rank 0, after every rank saved: `complete` in the step's directory, then `latest`.
+void mark_complete(const std::string& dir, int step);
+// Steps of the complete checkpoints, newest first (a `latest` without markers counts too).
+std::vector<int> complete_checkpoints(const std::string& dir);
+
+std::filesystem::path checkpoint_dir(const std::string& dir, int step);
 // <dir>/checkpoints/step-<k>/plan.json: the plan whose stages the checkpoint holds.
 std::filesystem::path checkpoint_plan_path(const std::string& dir, int step);
 // The step of the newest complete checkpoint, or 0 when there is none.

@@ -1,6 +1,8 @@
 #include "runtime/trainer.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +29,8 @@
 #include "runtime/mpi_session.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/resume.hpp"
+#include "runtime/stop_request.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
 #include "runtime/two_weight_versions.hpp"
@@ -379,18 +383,37 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
   say(stage_summary(next, model));
   return true;
 }
+// What every rank must know after a step's forwards and backwards: a NaN or Inf loss (the
+// first such micro-batch) or gradient (the first such stage), and a request to stop.
+struct StepHealth {
+  std::string problem;  // empty: all finite
+  int stop_signal = 0;
+};
+
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
+  int bad_stage = INT_MAX;
+  for (const auto& [s, optimizer] : pipeline.stage_optimizers)
+    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
+      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) bad_stage = std::min(bad_stage, s);
+  int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
+  int all[3];
+  MPI_Allreduce(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  StepHealth health;
+  health.stop_signal = -all[2];
+  const auto& stages = pipeline.plan.stages;
+  if (all[0] != INT_MAX)
+    health.problem = "the loss of micro-batch " + std::to_string(all[0]) + " (stage " +
+                     std::to_string(stages.size() - 1) + " on rank " + std::to_string(stages.back().gpu) +
+                     ") is not finite";
+  else if (all[1] != INT_MAX)
+    health.problem = "a gradient of stage " + std::to_string(all[1]) + " (rank " +
+                     std::to_string(stages[all[1]].gpu) + ") is not finite";
+  return health;
+}
 }  // namespace
 
 int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) {
   TrainConfig c = config;
-  // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
-  if (c.resume && c.plan.empty()) {
-    const int latest = read_latest(c.output_dir);
-    const fs::path with_checkpoint = checkpoint_plan_path(c.output_dir, latest);
-    const fs::path saved_plan = fs::path(c.output_dir) / "plan.json";
-    if (latest > 0 && fs::exists(with_checkpoint)) c.plan = with_checkpoint.string();
-    else if (latest > 0 && fs::exists(saved_plan)) c.plan = saved_plan.string();
-  }
   MpiSession session(argc, argv);
   const int rank = session.rank();
   auto say = [&](const std::string& line) {
@@ -407,6 +430,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       throw Error(ErrorKind::InvalidInput, "", "gpus",
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
                       " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
+    if (c.on_nan != "stop" && c.on_nan != "skip")
+      throw Error(ErrorKind::InvalidInput, "", "on-nan", "unknown action '" + c.on_nan + "' (valid: stop, skip)");
     if (c.mode != "sync" && c.mode != "2bw")
       throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
     if (c.replan_after > 0 && c.mode != "sync")
@@ -425,6 +450,12 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     } catch (const Error& e) {
       if (!c.dry_run || e.kind() != ErrorKind::Unsupported) throw;
       say(std::string("dry run: ") + e.what() + "; profiling on the CPU instead (its times are not the device's)");
+    }
+    // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
+    ResumePoint resume;
+    if (c.resume && !c.dry_run) {
+      resume = find_resume_point(c.output_dir, rank, say);
+      if (resume.step > 0 && c.plan.empty()) c.plan = resume.plan_path;
     }
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
@@ -463,23 +494,25 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     auto checkpoint = [&](int step) {
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
         save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
-      if (rank == 0) schedule::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
-      MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before `latest` names the step
-      if (rank == 0) write_latest(c.output_dir, step);
+      if (rank == 0) {
+        schedule::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
+        write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(), run_record(c, step));
+      }
+      MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
+      if (rank == 0) mark_complete(c.output_dir, step);
     };
 
     int first_step = 1;
-    if (c.resume) {
-      const int latest = read_latest(c.output_dir);
-      if (latest > 0) {
-        for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-          load_stage(c.output_dir, latest, s, pipeline->executor->stage_parameters(s), optimizer);
-        first_step = latest + 1;
-        say("resumed from the checkpoint of step " + std::to_string(latest));
-      } else {
-        say("no checkpoint in " + c.output_dir + "; starting from step 1");
-      }
+    if (c.resume && resume.step > 0) {
+      for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+        load_stage(c.output_dir, resume.step, s, pipeline->executor->stage_parameters(s), optimizer);
+      first_step = resume.step + 1;
+      if (rank == 0) truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);
+      say("resumed from the checkpoint of step " + std::to_string(resume.step));
+    } else if (c.resume) {
+      say("no checkpoint in " + c.output_dir + "; starting from step 1");
     }
+    install_stop_handlers();
     const bool replanning = c.replan_after >= first_step && c.replan_after < c.steps;
     if (c.replan_after > 0 && !replanning)
       say("no re-planning: the run resumes after step " + std::to_string(c.replan_after));
@@ -507,10 +540,26 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (recorder) recorder->begin_step(step);
       if (step == first_measured) pipeline->executor->reset_stage_times();
       for (auto& optimizer : pipeline->optimizers) optimizer->zero_grad();
+      int bad_micro_batch = INT_MAX;
+      pipeline->executor->on_loss([&](int i, double value) {
+        if (!std::isfinite(value)) bad_micro_batch = std::min(bad_micro_batch, i);
+      });
       const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
         return on_device(data->micro_batch(step, i, false), device);
       });
-      for (auto& optimizer : pipeline->optimizers) optimizer->step();
+      // Every rank learns of a non-finite loss or gradient, and of a request to stop.
+      const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
+      const bool skipped = !health.problem.empty();
+      if (skipped && c.on_nan == "stop")
+        throw Error(ErrorKind::Runtime, "", "on-nan",
+                    "step " + std::to_string(step) + ": " + health.problem +
+                        "; stopping (--on-nan skip skips such steps instead)");
+      if (skipped) {
+        say("step " + std::to_string(step) + ": " + health.problem + "; update skipped (--on-nan skip)");
+        for (auto& optimizer : pipeline->optimizers) optimizer->zero_grad();
+      } else {
+        for (auto& optimizer : pipeline->optimizers) optimizer->step();
+      }
       const double loss = all_reduce_sum(local.sum) / std::max(1.0, all_reduce_sum(local.count));
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
@@ -527,6 +576,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         line["step"] = step;
         line["loss"] = loss;
         if (eval) line["val_loss"] = last_val;
+        if (skipped) line["skipped"] = true;
         line["samples_per_s"] = samples_per_s;
         line["seconds"] = elapsed;
         metrics << line.dump() << '\n';
@@ -553,6 +603,13 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         checkpoint(step);  // a resumed run must find the new plan's stages on disk
       else if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
         checkpoint(step);
+      else if (health.stop_signal != 0)
+        checkpoint(step);
+      if (health.stop_signal != 0 && step < c.steps) {
+        say(std::string("stopped by ") + signal_name(health.stop_signal) + " after step " +
+            std::to_string(step) + "; checkpoint written, continue with --resume");
+        return 0;
+      }
     }
     say("done in " + duration_text(seconds_since(started)) + "; plan, profile, metrics and " +
         "checkpoints in " + c.output_dir);

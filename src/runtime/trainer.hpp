@@ -44,7 +44,8 @@ struct TrainConfig {
   std::string output_dir = "runs/default";
   int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
-  bool resume = false;       // continue from <output_dir>/checkpoints/latest
+  bool resume = false;       // continue from the newest whole checkpoint in <output_dir>
+  std::string on_nan = "stop";  // a NaN or Inf loss or gradient: stop | skip (the step)
   bool quiet = false;
   // Profile and plan, write profile.json and plan.json, train nothing; needs one process only,
   // and profiles on the CPU when the device is not on this machine.

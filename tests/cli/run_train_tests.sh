@@ -17,6 +17,25 @@ fail() {
   exit 1
 }
 
+# wait_for_lines FILE N: until FILE has N lines, at most 120 s (the run is in the background).
+wait_for_lines() {
+  local tries=0
+  until [[ -f $1 && $(wc -l <"$1") -ge $2 ]]; do
+    tries=$((tries + 1))
+    [[ $tries -le 1200 ]] || fail "$1 never reached $2 lines"
+    sleep 0.1
+  done
+}
+
+# rank_pid MPIRUN_PID: the process of one rank (a child of mpirun named madpipe).
+rank_pid() {
+  pgrep -P "$1" -x madpipe | head -1
+}
+
+loss_of() {  # loss_of METRICS STEP
+  grep "\"step\":$2," "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
+}
+
 mpi() {
   local ranks=$1
   shift
@@ -194,6 +213,73 @@ INI
     mpi 2 "${wide[@]}" --mode 2bw --gpus 2 --steps 4 --replan-after 2 --output-dir bad
     [[ $status -ne 0 ]] || fail "--replan-after in 2bw must fail"
     grep -q "re-planning needs --mode sync" err || fail "message should name the mode"
+    ;;
+  nan_stops_or_skips)
+    diverging=("${small[@]}" --optimizer sgd --learning-rate 1e30 --momentum 0 --gpus 2 --steps 4)
+    mpi 2 "${diverging[@]}" --output-dir stop
+    [[ $status -ne 0 ]] || fail "a non-finite loss must stop the run"
+    grep -qE "step [0-9]+: (the loss of micro-batch [0-9]+ \(stage [0-9]+ on rank [01]\)|a gradient of stage [0-9]+ \(rank [01]\)) is not finite; stopping" err ||
+      fail "the message should name the step, micro-batch or stage, and rank"
+    mpi 2 "${diverging[@]}" --on-nan skip --output-dir skip
+    [[ $status -eq 0 ]] || fail "--on-nan skip: exit status $status"
+    grep -q "update skipped (--on-nan skip)" out || fail "no skip announcement"
+    grep -q '"skipped":true' skip/metrics.jsonl || fail "metrics should mark skipped steps"
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --on-nan ignore --output-dir bad
+    [[ $status -ne 0 ]] && grep -q "unknown action 'ignore' (valid: stop, skip)" err || fail "bad --on-nan accepted"
+    ;;
+  sigterm_checkpoints_and_resumes)
+    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 2 "$madpipe" train "${small[@]}" --gpus 2 \
+      --steps 100000 --trace-steps 0 --output-dir sig >out 2>err &
+    launcher=$!
+    wait_for_lines sig/metrics.jsonl 3
+    kill -TERM "$(rank_pid $launcher)" || fail "no rank process to signal"
+    wait $launcher
+    status=$?
+    [[ $status -eq 0 ]] || fail "a stopped run should exit 0, got $status"
+    grep -qE "^stopped by SIGTERM after step [0-9]+; checkpoint written, continue with --resume" out ||
+      fail "no stop message"
+    k=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\);.*/\1/p' out)
+    [[ $(cat sig/checkpoints/latest) == "$k" ]] || fail "latest should name step $k"
+    [[ -f sig/checkpoints/step-$k/complete && -f sig/checkpoints/step-$k/run.json ]] || fail "incomplete checkpoint"
+    grep -q '"next_step": '$((k + 1)) sig/checkpoints/step-$k/run.json || fail "run.json should say where the data continues"
+    [[ $(wc -l <sig/metrics.jsonl) -eq $k ]] || fail "metrics should hold steps 1..$k"
+    mpi 2 "${small[@]}" --gpus 2 --steps $((k + 2)) --output-dir sig --resume
+    [[ $status -eq 0 ]] || fail "resume failed"
+    mpi 2 "${small[@]}" --gpus 2 --steps $((k + 2)) --output-dir straight
+    for step in $((k + 1)) $((k + 2)); do
+      a=$(loss_of straight/metrics.jsonl $step); b=$(loss_of sig/metrics.jsonl $step)
+      [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after the stop and resume, $a straight"
+    done
+    ;;
+  damaged_checkpoint_falls_back)
+    mpi 2 "${small[@]}" --gpus 2 --steps 4 --checkpoint-every 2 --output-dir run
+    [[ $status -eq 0 ]] || fail "first run failed"
+    printf 'x' >>run/checkpoints/step-4/stage-1.pt
+    mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir run --resume
+    [[ $status -eq 0 ]] || fail "resume with a damaged newest checkpoint failed"
+    grep -q "checkpoint of step 4 is not usable: .*stage-1.pt: checksum" err || fail "the damaged file should be named"
+    grep -q "checkpoints of step 4 are damaged; resuming from step 2" out || fail "no fallback message"
+    [[ $(wc -l <run/metrics.jsonl) -eq 6 ]] || fail "metrics should hold steps 1..6 once each"
+    mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir straight
+    a=$(loss_of straight/metrics.jsonl 6); b=$(loss_of run/metrics.jsonl 6)
+    [[ -n $a && $a == "$b" ]] || fail "step 6: loss $b after the fallback, $a straight"
+    rm run/checkpoints/step-2/stage-0.pt.sum
+    printf 'x' >>run/checkpoints/step-6/stage-0.pt
+    mpi 2 "${small[@]}" --gpus 2 --steps 8 --output-dir run --resume
+    [[ $status -ne 0 ]] || fail "no whole checkpoint must fail"
+    grep -q "no whole checkpoint to resume from (damaged: step 6, 4, 2)" err || fail "message should list the damaged steps"
+    ;;
+  killed_rank_stops_all)
+    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 3 "$madpipe" train "${small[@]}" --gpus 3 \
+      --steps 100000 --trace-steps 0 --output-dir killed >out 2>err &
+    launcher=$!
+    wait_for_lines killed/metrics.jsonl 2
+    kill -KILL "$(rank_pid $launcher)" || fail "no rank process to kill"
+    wait $launcher
+    status=$?
+    [[ $status -ne 0 ]] || fail "a killed rank must make the run fail"
+    grep -qE "rank [0-9]+ .*(signal 9|Killed)" err out || fail "the message should name the rank and the signal"
+    pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
     ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run

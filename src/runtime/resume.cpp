@@ -1,0 +1,115 @@
+#include "runtime/resume.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/mpi_session.hpp"
+#include "schedule/plan.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+// Rank 0 reads the plan of a checkpoint and every rank gets it; empty text when unreadable.
+std::string shared_plan_text(const std::string& path, int rank) {
+  std::string text;
+  if (rank == 0) {
+    try {
+      std::ostringstream out;
+      madpipe::schedule::write_plan(madpipe::schedule::read_plan(path), out);
+      text = out.str();
+    } catch (const std::exception&) {
+      text.clear();
+    }
+  }
+  return madpipe::runtime::broadcast_string(text, 0);
+}
+
+std::string join(const std::vector<int>& steps) {
+  std::string out;
+  for (int s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+}  // namespace
+
+madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
+    const std::string& output_dir, int rank, const std::function<void(const std::string&)>& say) {
+  std::vector<int> candidates;
+  if (rank == 0) candidates = complete_checkpoints(output_dir);
+  std::string list = broadcast_string(join(candidates), 0);
+  candidates.clear();
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) candidates.push_back(std::stoi(item));
+
+  std::vector<int> damaged;
+  for (int step : candidates) {
+    fs::path plan_path = checkpoint_plan_path(output_dir, step);
+    if (!fs::exists(plan_path)) plan_path = fs::path(output_dir) / "plan.json";  // older layout
+    const std::string text = shared_plan_text(plan_path.string(), rank);
+    std::string problem = text.empty() ? plan_path.string() + ": missing or unreadable plan" : "";
+    if (problem.empty()) {
+      const schedule::Plan plan = schedule::plan_from_json(nlohmann::json::parse(text), plan_path.string());
+      for (const auto& stage : plan.stages)
+        if (stage.gpu == rank && problem.empty()) problem = verify_stage(output_dir, step, stage.id);
+    }
+    // Every rank's verdict; the first problem is printed by the rank that found it.
+    int whole = problem.empty() ? 1 : 0, all_whole = 0;
+    MPI_Allreduce(&whole, &all_whole, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!problem.empty())
+      std::fprintf(stderr, "rank %d: checkpoint of step %d is not usable: %s\n", rank, step,
+                   problem.c_str());
+    if (all_whole) {
+      if (!damaged.empty())
+        say("checkpoints of step " + join(damaged) + " are damaged; resuming from step " +
+            std::to_string(step));
+      return {step, plan_path.string()};
+    }
+    damaged.push_back(step);
+  }
+  if (!damaged.empty())
+    throw Error(ErrorKind::Io, (fs::path(output_dir) / "checkpoints").string(), "",
+                "no whole checkpoint to resume from (damaged: step " + join(damaged) + ")");
+  return {};
+}
+
+void madpipe::runtime::truncate_metrics(const std::string& path, int step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int>() <= step)
+      kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
+  nlohmann::ordered_json j;
+  j["format"] = "madpipe.run/1";
+  j["step"] = step;
+  j["next_step"] = step + 1;
+  j["model"] = {{"model", c.model},   {"layers", c.layers}, {"width", c.width},
+                {"heads", c.heads},   {"context", c.context}, {"inputs", c.inputs},
+                {"outputs", c.outputs}, {"image", c.image}};
+  j["training"] = {{"data", c.data},
+                   {"mode", c.mode},
+                   {"steps", c.steps},
+                   {"micro_batches", c.micro_batches},
+                   {"micro_batch_size", c.micro_batch_size},
+                   {"optimizer", c.optimizer},
+                   {"learning_rate", c.learning_rate},
+                   {"momentum", c.momentum},
+                   {"weight_decay", c.weight_decay},
+                   {"seed", c.seed}};
+  j["platform"] = {{"gpus", c.gpus}, {"device", c.device}, {"memory", c.memory},
+                   {"bandwidth", c.bandwidth}, {"algorithm", c.algorithm}};
+  return j.dump(1) + "\n";
+}
