@@ -61,7 +61,13 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runt
       "device", po::value(&c.device)->default_value(c.device),
       "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
       "memory", po::value(&c.memory)->default_value(c.memory), "memory per rank the planner may use")(
-      "bandwidth", po::value(&c.bandwidth)->default_value(c.bandwidth), "link bandwidth the planner assumes")(
+      "bandwidth", po::value(&c.bandwidth)->default_value(c.bandwidth),
+      "link bandwidth the planner assumes (within a node)")(
+      "gpus-per-node",
+      po::value(&c.gpus_per_node)->default_value(c.gpus_per_node)->notifier(at_least(0, "--gpus-per-node")),
+      "ranks per node (rank r on node r / N, as launch/madpipe-run places them); 0: one node")(
+      "inter-node-bandwidth", po::value(&c.inter_node_bandwidth),
+      "bandwidth between ranks of different nodes (default: --bandwidth)")(
       "weight-copies", po::value(&c.weight_copies)->default_value(c.weight_copies)->notifier(at_least(1, "--weight-copies")),
       "weight-sized copies per layer (AdamW: 4)")(
       "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),

@@ -110,6 +110,7 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                    {"weight_decay", c.weight_decay},
                    {"seed", c.seed}};
   j["platform"] = {{"gpus", c.gpus}, {"device", c.device}, {"memory", c.memory},
-                   {"bandwidth", c.bandwidth}, {"algorithm", c.algorithm}};
+                   {"bandwidth", c.bandwidth}, {"gpus_per_node", c.gpus_per_node},
+                   {"inter_node_bandwidth", c.inter_node_bandwidth}, {"algorithm", c.algorithm}};
   return j.dump(1) + "\n";
 }

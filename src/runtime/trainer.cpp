@@ -83,6 +83,10 @@ madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
   platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
   platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
   platform.weight_copies = c.weight_copies;
+  platform.gpus_per_node = c.gpus_per_node;
+  if (!c.inter_node_bandwidth.empty())
+    platform.inter_node_bandwidth_bytes_per_ms =
+        madpipe::parse_bandwidth(c.inter_node_bandwidth, "inter-node-bandwidth");
   return platform;
 }
 

@@ -35,6 +35,8 @@ struct TrainConfig {
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
   std::string memory = "16GiB";
   std::string bandwidth = "12GB/s";
+  int gpus_per_node = 0;              // 0: all ranks on one node
+  std::string inter_node_bandwidth;   // between nodes; empty: bandwidth
   int weight_copies = 4;  // AdamW: weights, gradients and two moments
   std::string algorithm = "madpipe";
   std::string plan;        // load this plan instead of planning
