@@ -94,6 +94,9 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "trace-steps",
       po::value(&c.trace_steps)->default_value(c.trace_steps)->notifier(at_least(0, "--trace-steps")),
       "first steps recorded in trace.json with measured vs predicted period and memory (0: none)")(
+      "transfer-timeout", po::value(&c.transfer_timeout)->default_value(c.transfer_timeout),
+      "seconds a rank waits for an activation or gradient before stopping the run with an error "
+      "naming the ranks (0: wait for ever)")(
       "on-nan", po::value(&c.on_nan)->default_value(c.on_nan),
       "a NaN or Inf loss or gradient: stop (exit with the step, micro-batch and stage named) or "
       "skip (that step's update)")(

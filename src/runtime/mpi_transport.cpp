@@ -1,6 +1,10 @@
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdio>
 #include <map>
+#include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -10,7 +14,8 @@
 namespace {
 class MpiTransport final : public madpipe::runtime::Transport {
  public:
-  explicit MpiTransport(int num_stages) : num_stages_(num_stages) {
+  MpiTransport(int num_stages, double timeout_s) : num_stages_(num_stages), timeout_s_(timeout_s) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     int flag = 0;
     int* tag_ub = nullptr;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
@@ -21,6 +26,11 @@ class MpiTransport final : public madpipe::runtime::Transport {
     try {
       wait_sends();
     } catch (...) {
+    }
+    // Receives left behind by an error: withdrawn, so that MPI can finalize.
+    for (auto& [id, pending] : receives_) {
+      MPI_Cancel(&pending.request);
+      MPI_Request_free(&pending.request);
     }
   }
 
@@ -54,8 +64,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     if (it == receives_.end())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "waiting for a receive that was never posted");
-    MPI_Status status;
-    MPI_Wait(&it->second.request, &status);
+    wait(it->second.request, "for the " + what(key) + " from rank " + std::to_string(peer));
     torch::Tensor out = it->second.host;
     if (!it->second.device.is_cpu()) out = out.to(it->second.device, /*non_blocking=*/false);
     receives_.erase(it);
@@ -63,7 +72,8 @@ class MpiTransport final : public madpipe::runtime::Transport {
   }
 
   void wait_sends() override {
-    for (Pending& pending : sends_) MPI_Wait(&pending.request, MPI_STATUS_IGNORE);
+    for (Pending& pending : sends_)
+      wait(pending.request, "for a rank to receive what it sent");
     sends_.clear();
   }
 
@@ -73,6 +83,37 @@ class MpiTransport final : public madpipe::runtime::Transport {
     torch::Tensor host;
     torch::Device device = torch::kCPU;
   };
+
+  static std::string what(const madpipe::runtime::MessageKey& key) {
+    return std::string(key.direction == madpipe::runtime::Direction::Activation ? "activation"
+                                                                                : "gradient") +
+           " of stage " + std::to_string(key.stage) + ", micro-batch " + std::to_string(key.micro_batch);
+  }
+
+  // MPI_Wait, or with a timeout, MPI_Test until done or the time is up: then an error naming
+  // what was awaited, so that a lost or stuck peer stops the run instead of hanging it.
+  void wait(MPI_Request& request, const std::string& awaited) const {
+    if (timeout_s_ <= 0) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s_));
+    for (long polls = 0;; ++polls) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%g", timeout_s_);
+        throw madpipe::Error(madpipe::ErrorKind::Runtime, "", "transfer-timeout",
+                             "rank " + std::to_string(rank_) + " waited more than " + limit +
+                                 " s " + awaited + " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout)");
+      }
+      std::this_thread::yield();
+    }
+  }
 
   static torch::Tensor to_host(const torch::Tensor& tensor) {
     torch::Tensor t = tensor.detach();
@@ -99,6 +140,8 @@ class MpiTransport final : public madpipe::runtime::Transport {
   }
 
   int num_stages_ = 1;
+  double timeout_s_ = 0;
+  int rank_ = 0;
   long long tag_limit_ = 32767;
   std::vector<Pending> sends_;
   std::map<std::tuple<int, int, int, int>, Pending> receives_;
@@ -106,6 +149,6 @@ class MpiTransport final : public madpipe::runtime::Transport {
 }  // namespace
 
 std::unique_ptr<madpipe::runtime::Transport> madpipe::runtime::make_mpi_transport(
-    int num_stages) {
-  return std::make_unique<MpiTransport>(num_stages);
+    int num_stages, double timeout_s) {
+  return std::make_unique<MpiTransport>(num_stages, timeout_s);
 }

@@ -297,7 +297,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
     const std::string stuck = schedule::dry_run(*program);
     if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   }
-  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()));
+  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()), c.transfer_timeout);
   p->executor = std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
   for (int s : p->executor->local_stages()) {
     std::vector<torch::Tensor> parameters = p->executor->stage_parameters(s);
@@ -434,6 +434,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       throw Error(ErrorKind::InvalidInput, "", "gpus",
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
                       " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
+    if (!(c.transfer_timeout >= 0))
+      throw Error(ErrorKind::InvalidInput, "", "transfer-timeout",
+                  "must be a number of seconds >= 0, got " + std::to_string(c.transfer_timeout));
     if (c.on_nan != "stop" && c.on_nan != "skip")
       throw Error(ErrorKind::InvalidInput, "", "on-nan", "unknown action '" + c.on_nan + "' (valid: stop, skip)");
     if (c.mode != "sync" && c.mode != "2bw")
@@ -488,7 +491,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
     if (c.mode == "2bw") {
-      std::unique_ptr<Transport> transport = make_mpi_transport(static_cast<int>(first_plan.stages.size()));
+      std::unique_ptr<Transport> transport =
+          make_mpi_transport(static_cast<int>(first_plan.stages.size()), c.transfer_timeout);
       PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
       release_other_layers(model, first_plan, rank);
       return train_two_weight_versions(c, first_plan, model_config, executor, *data, say);

@@ -30,7 +30,9 @@ class Transport {
 };
 
 // MPI point-to-point transport for CPU tensors (GPU tensors are staged through host memory).
-// Tags encode (direction, stage, micro-batch); num_stages bounds the stage index.
-std::unique_ptr<Transport> make_mpi_transport(int num_stages);
+// Tags encode (direction, stage, micro-batch); num_stages bounds the stage index. A wait longer
+// than `timeout_s` (> 0) throws Error{Runtime} naming the rank, the peer and the message; 0:
+// wait for ever.
+std::unique_ptr<Transport> make_mpi_transport(int num_stages, double timeout_s = 0);
 
 }  // namespace madpipe::runtime

@@ -1,5 +1,6 @@
 // Moving training state between ranks when a run switches plans: optimizer state export and
 // import, and layers migrating between ranks with their weights, buffers and optimizer state.
+// Also the transport's watchdog: a transfer that never comes ends in an error.
 
 #include <gtest/gtest.h>
 
@@ -152,4 +153,26 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
     for (const auto& p : model.layers[l].ptr()->parameters())
       EXPECT_EQ(states.count(mr::param_key(p)), 0u) << "layer " << l;
   }
+}
+
+TEST(TransportWatchdog, AMissingTransferBecomesAnErrorNamingBothRanks) {
+  if (mt::world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int rank = mt::world_rank();
+  if (rank == 0) {
+    auto transport = mr::make_mpi_transport(2, 0.2);
+    transport->post_recv(1, {mr::Direction::Activation, 0, 3}, torch::empty({4}));
+    // Rank 1 never sends: the wait must end in an error, not a hang.
+    try {
+      transport->wait_recv(1, {mr::Direction::Activation, 0, 3});
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const madpipe::Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("rank 0 waited more than 0.2 s for the activation of stage 0, "
+                             "micro-batch 3 from rank 1"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("--transfer-timeout"), std::string::npos) << message;
+    }
+  }  // the transport withdraws the receive it still holds
+  MPI_Barrier(MPI_COMM_WORLD);
 }
