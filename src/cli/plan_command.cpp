@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
+#include "partition/infeasible.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/validate.hpp"
@@ -174,19 +175,8 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
                                           const madpipe::partition::PlannerOptions& options,
                                           bool quiet) {
   using namespace madpipe;
-  if (!quiet) std::cerr << "plan: " << result.reason << "; searching for the smallest memory\n";
-  const std::int64_t smallest = partition::smallest_feasible_memory(profile, platform, options);
-  const std::string with =
-      options.algorithm == partition::Algorithm::MadPipe
-          ? ""
-          : std::string(" with --algorithm ") + partition::to_string(options.algorithm);
-  if (smallest < 0) {
-    throw_invalid("", "",
-                  result.reason + "; madpipe finds no plan" + with + " with any memory per GPU");
-  }
-  throw_invalid("", "",
-                result.reason + "; the smallest memory per GPU for which madpipe finds a plan" +
-                    with + " is " + format_bytes(static_cast<double>(smallest)));
+  if (!quiet) std::cerr << "plan: " << result.reason << "; searching for what would fit\n";
+  throw_invalid("", "", partition::explain_infeasible(result.reason, profile, platform, options));
 }
 
 int madpipe::cli::run_plan(const PlanOptions& options) {

@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/units.hpp"
+#include "partition/infeasible.hpp"
 #include "partition/planner.hpp"
 #include "partition/replan.hpp"
 #include "runtime/checkpoint.hpp"
@@ -107,7 +108,10 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       madpipe::schedule::throw_if_invalid(madpipe::schedule::validate(plan), c.plan);
     } else {
       const auto result = madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
-      if (!result.feasible) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory", result.reason);
+      if (!result.feasible)
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory",
+                             madpipe::partition::explain_infeasible(result.reason, profile,
+                                                                    platform_of(c), planner_options(c)));
       plan = result.plan;
       for (const std::string& note : result.notes) say("planner note: " + note);
       say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+
+namespace madpipe::partition {
+
+// Why no plan fits and what would: the smallest memory per GPU for which the chosen algorithm
+// finds a plan, the same with per-stage rematerialization when it is not on, and the largest
+// layer when it alone outgrows a GPU (a stage cannot be smaller than one layer). One paragraph,
+// starting with `reason` (PlanResult::reason). Plans many times: seconds on large profiles.
+std::string explain_infeasible(const std::string& reason, const Profile& profile,
+                               const Platform& platform, const PlannerOptions& options);
+
+}  // namespace madpipe::partition
