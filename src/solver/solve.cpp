@@ -48,7 +48,22 @@ static void finish_result(madpipe::solver::SolveResult& result, std::string_view
 madpipe::solver::SolveResult FinishingBackend::solve(const madpipe::solver::Model& model,
                                                      const madpipe::solver::SolveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  madpipe::solver::SolveResult result = inner_->solve(model, options);
+  madpipe::solver::SolveResult result;
+  // A solver that fails inside (CBC throws CoinError, which is no std::exception) gives an
+  // error result, so that the planner keeps its heuristic plan instead of stopping.
+  try {
+    result = inner_->solve(model, options);
+  } catch (const madpipe::Error& e) {
+    if (e.kind() != madpipe::ErrorKind::Solver) throw;
+    result = {};
+    result.message = e.what();
+  } catch (const std::exception& e) {
+    result = {};
+    result.message = std::string("the solver failed: ") + e.what();
+  } catch (...) {
+    result = {};
+    result.message = "the solver failed with an exception";
+  }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   finish_result(result, inner_->name(), elapsed.count());
   return result;
@@ -86,6 +101,22 @@ double madpipe::solver::relative_gap(double objective, double bound) noexcept {
   return std::abs(objective - bound) / std::max(1e-9, std::abs(objective));
 }
 
+namespace {
+std::vector<std::pair<std::string, madpipe::solver::BackendFactory>>& registered() {
+  static std::vector<std::pair<std::string, madpipe::solver::BackendFactory>> backends;
+  return backends;
+}
+}  // namespace
+
+void madpipe::solver::register_backend(const std::string& name, BackendFactory factory) {
+  for (auto& [existing, f] : registered())
+    if (existing == name) {
+      f = std::move(factory);
+      return;
+    }
+  registered().emplace_back(name, std::move(factory));
+}
+
 std::vector<std::string> madpipe::solver::built_backends() {
   std::vector<std::string> names;
 #ifdef MADPIPE_HAVE_CBC
@@ -94,16 +125,20 @@ std::vector<std::string> madpipe::solver::built_backends() {
 #ifdef MADPIPE_HAVE_GLPK
   names.emplace_back("glpk");
 #endif
+  for (const auto& entry : registered())
+    if (std::find(names.begin(), names.end(), entry.first) == names.end()) names.push_back(entry.first);
   return names;
 }
 
 std::unique_ptr<madpipe::solver::Backend> madpipe::solver::make_backend(std::string_view name) {
   std::unique_ptr<Backend> inner;
+  for (const auto& [registered_name, factory] : registered())
+    if (name == registered_name) inner = factory();
 #ifdef MADPIPE_HAVE_CBC
-  if (name == "cbc") inner = detail::make_cbc_backend();
+  if (!inner && name == "cbc") inner = detail::make_cbc_backend();
 #endif
 #ifdef MADPIPE_HAVE_GLPK
-  if (name == "glpk") inner = detail::make_glpk_backend();
+  if (!inner && name == "glpk") inner = detail::make_glpk_backend();
 #endif
   if (!inner) {
     std::string built;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -9,8 +10,9 @@
 
 namespace madpipe::solver {
 
-// What the solver concluded (FORMATS.md solver.status). A failed call throws madpipe::Error
-// instead.
+// What the solver concluded (FORMATS.md solver.status). A solver that fails inside (an
+// Error{Solver}, any other exception) gives Error with the message; an invalid model still throws
+// madpipe::Error.
 enum class Status { Optimal, Feasible, Infeasible, Timeout, Error };
 
 // "optimal", "feasible", "infeasible", "timeout", "error".
@@ -43,11 +45,18 @@ class Backend {
   virtual SolveResult solve(const Model& model, const SolveOptions& options) = 0;
 };
 
-// "cbc" or "glpk"; throws madpipe::Error(Unsupported) naming the built backends otherwise. The
-// returned backend fills backend, seconds and gap of every result it returns.
+// "cbc", "glpk" or a registered name; throws madpipe::Error(Unsupported) naming the available
+// backends otherwise. The returned backend fills backend, seconds and gap of every result it
+// returns.
 std::unique_ptr<Backend> make_backend(std::string_view name);
 
-// Names of the backends compiled in, in a fixed order.
+// Makes another MILP solver available under `name` (e.g. a commercial one an embedder links),
+// after the built ones: the planner's --solver NAME and MilpSettings::backend find it. A second
+// registration of a name replaces the first. Not thread-safe: register before planning.
+using BackendFactory = std::function<std::unique_ptr<Backend>()>;
+void register_backend(const std::string& name, BackendFactory factory);
+
+// Names of the backends compiled in, in a fixed order, then the registered ones.
 std::vector<std::string> built_backends();
 
 // The relative gap of a result: |objective - bound| / max(1e-9, |objective|), kInf when either is
