@@ -32,6 +32,18 @@ rank_pid() {
   pgrep -P "$1" -x madpipe | head -1
 }
 
+# signal_mid_run RANKS SIGNAL DIR: starts a long run of the small model on RANKS ranks, sends
+# SIGNAL to one rank once DIR/metrics.jsonl has 2 lines, waits for mpirun; $status is its exit.
+signal_mid_run() {
+  "$mpirun_bin" --oversubscribe --allow-run-as-root -np "$1" "$madpipe" train "${small[@]}" \
+    --gpus "$1" --steps 100000 --trace-steps 0 --output-dir "$3" >out 2>err &
+  launcher=$!
+  wait_for_lines "$3/metrics.jsonl" 2
+  kill "-$2" "$(rank_pid $launcher)" || fail "no rank process to signal"
+  wait $launcher
+  status=$?
+}
+
 loss_of() {  # loss_of METRICS STEP
   grep "\"step\":$2," "$1" | tail -1 | sed 's/.*"loss":\([^,]*\),.*/\1/'
 }
@@ -228,13 +240,7 @@ INI
     [[ $status -ne 0 ]] && grep -q "unknown action 'ignore' (valid: stop, skip)" err || fail "bad --on-nan accepted"
     ;;
   sigterm_checkpoints_and_resumes)
-    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 2 "$madpipe" train "${small[@]}" --gpus 2 \
-      --steps 100000 --trace-steps 0 --output-dir sig >out 2>err &
-    launcher=$!
-    wait_for_lines sig/metrics.jsonl 3
-    kill -TERM "$(rank_pid $launcher)" || fail "no rank process to signal"
-    wait $launcher
-    status=$?
+    signal_mid_run 2 TERM sig
     [[ $status -eq 0 ]] || fail "a stopped run should exit 0, got $status"
     grep -qE "^stopped by SIGTERM after step [0-9]+; checkpoint written, continue with --resume" out ||
       fail "no stop message"
@@ -270,13 +276,7 @@ INI
     grep -q "no whole checkpoint to resume from (damaged: step 6, 4, 2)" err || fail "message should list the damaged steps"
     ;;
   killed_rank_stops_all)
-    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 3 "$madpipe" train "${small[@]}" --gpus 3 \
-      --steps 100000 --trace-steps 0 --output-dir killed >out 2>err &
-    launcher=$!
-    wait_for_lines killed/metrics.jsonl 2
-    kill -KILL "$(rank_pid $launcher)" || fail "no rank process to kill"
-    wait $launcher
-    status=$?
+    signal_mid_run 3 KILL killed
     [[ $status -ne 0 ]] || fail "a killed rank must make the run fail"
     grep -qE "rank [0-9]+ .*(signal 9|Killed)" err out || fail "the message should name the rank and the signal"
     pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
