@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "solver/backends/backends.hpp"
+#include "solver/isolated_backend.hpp"
 
 namespace {
 
@@ -135,10 +136,10 @@ std::unique_ptr<madpipe::solver::Backend> madpipe::solver::make_backend(std::str
   for (const auto& [registered_name, factory] : registered())
     if (name == registered_name) inner = factory();
 #ifdef MADPIPE_HAVE_CBC
-  if (!inner && name == "cbc") inner = detail::make_cbc_backend();
+  if (!inner && name == "cbc") inner = isolate_backend(detail::make_cbc_backend());
 #endif
 #ifdef MADPIPE_HAVE_GLPK
-  if (!inner && name == "glpk") inner = detail::make_glpk_backend();
+  if (!inner && name == "glpk") inner = isolate_backend(detail::make_glpk_backend());
 #endif
   if (!inner) {
     std::string built;
