@@ -1,6 +1,7 @@
 #include "cli/commands.hpp"
 
 #include "cli/compare_command.hpp"
+#include "cli/memplan_command.hpp"
 #include "cli/plan_command.hpp"
 #include "cli/profile_command.hpp"
 #include "cli/remat_command.hpp"
@@ -23,6 +24,8 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
        sweep_command},
       {"remat", "optimal rematerialization of a stage for a memory budget (ROTOR)",
        remat_command},
+      {"memplan", "static memory plan of a stage: tensor offsets in one arena (OLLA ILP)",
+       memplan_command},
       {"profile", "measure every layer of a model on a device -> profile.json", profile_command},
       {"train", "train a built-in model with a plan, one MPI process per pipeline rank",
        train_command},

@@ -136,7 +136,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, remat, profile, train, show)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, remat, memplan, profile, train, show)"
   expect_empty out
   run
   expect_status 2
@@ -707,10 +707,37 @@ case_multi_node() {
   expect_in out "in 2 nodes of 4"
 }
 
+case_memplan() {
+  run memplan --profile "$gpt2" --first 1 --last 4 --in-flight 3
+  expect_status 0
+  expect_in out "stage      layers 1..4 of gpt2_small, 3 micro-batches in flight, no remat"
+  expect_match out "^  abar2@m1 +[0-9.]+ [KMG]iB +F2all@m1 +B2@m1 +[0-9.]+ [KMG]?i?B$"
+  expect_match out "^  lower bound +[0-9.]+ [KMG]iB +[0-9]+ +\+0\.00%$"
+  expect_match out "^used       (ilp|greedy-by-start|greedy-largest-first): "
+  sequence='F1ck F2all F3all F4ck Loss dLoss F4all B4 B3 B2 F1all B1'
+  run memplan --profile "$gpt2" --first 1 --last 4 --remat-sequence "$sequence" --time-limit 2
+  expect_status 0
+  expect_in out "1 micro-batch in flight, sequence $sequence"
+  run plan --profile "$gpt2" "${platform[@]}" --quiet --output plan.json
+  expect_status 0
+  run memplan --profile "$gpt2" --plan plan.json --stage 1 --time-limit 2
+  expect_status 0
+  expect_match out "^stage      layers [0-9]+\.\.[0-9]+ of gpt2_small, [0-9]+ micro-batch"
+  run memplan --profile "$gpt2" --plan plan.json --stage 99
+  expect_status 2
+  expect_in err "madpipe: error: --stage: must be a stage of plan.json"
+  run memplan --profile "$gpt2" --first 1
+  expect_status 2
+  expect_in err "madpipe: error: --first: give the stage's layers (--first and --last) or --plan"
+  run memplan --profile "$gpt2" --first 1 --last 2 --remat-sequence "B1"
+  expect_status 2
+  expect_in err "madpipe: error: sequence: "
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node)
+  multi_node memplan)
 
 run_case() {
   case_name=$1

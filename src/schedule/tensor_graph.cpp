@@ -1,0 +1,189 @@
+#include "schedule/tensor_graph.hpp"
+
+#include <map>
+
+#include "core/error.hpp"
+
+void madpipe::schedule::check_tensor_graph(const TensorGraph& graph) {
+  const int nodes = static_cast<int>(graph.nodes.size());
+  for (const Tensor& tensor : graph.tensors) {
+    auto fail = [&](const std::string& problem) {
+      throw Error(ErrorKind::InvalidInput, "", "tensor " + tensor.name, problem);
+    };
+    if (tensor.size_bytes < 0) fail("size must be >= 0, got " + std::to_string(tensor.size_bytes));
+    if (tensor.producer < -1 || tensor.producer >= nodes)
+      fail("producer " + std::to_string(tensor.producer) + " is not a node");
+    for (int consumer : tensor.consumers) {
+      if (consumer < 0 || consumer >= nodes)
+        fail("consumer " + std::to_string(consumer) + " is not a node");
+      if (consumer <= tensor.producer)
+        fail("consumer " + graph.nodes[static_cast<std::size_t>(consumer)].name +
+             " does not run after its producer");
+    }
+  }
+}
+
+madpipe::schedule::TensorGraph madpipe::schedule::make_tensor_graph(
+    const std::vector<std::string>& node_names, const std::vector<TensorSpec>& tensors) {
+  TensorGraph graph;
+  std::map<std::string, int> index;
+  for (const std::string& name : node_names) {
+    if (!index.emplace(name, static_cast<int>(graph.nodes.size())).second)
+      throw_invalid("", "node " + name, "appears twice");
+    graph.nodes.push_back({name, 0.0});
+  }
+  auto node_of = [&](const std::string& tensor, const std::string& name) {
+    const auto found = index.find(name);
+    if (found == index.end()) throw_invalid("", "tensor " + tensor, "unknown node '" + name + "'");
+    return found->second;
+  };
+  for (const TensorSpec& spec : tensors) {
+    Tensor tensor{spec.name, spec.size_bytes, -1, {}};
+    if (!spec.producer.empty()) tensor.producer = node_of(spec.name, spec.producer);
+    for (const std::string& consumer : spec.consumers)
+      tensor.consumers.push_back(node_of(spec.name, consumer));
+    graph.tensors.push_back(std::move(tensor));
+  }
+  check_tensor_graph(graph);
+  return graph;
+}
+
+namespace {
+using madpipe::schedule::RematChain;
+using madpipe::schedule::RematOp;
+using madpipe::schedule::RematOpKind;
+using madpipe::schedule::Tensor;
+using madpipe::schedule::TensorNode;
+
+// The nodes and tensors of one micro-batch, in sequence order, each node marked forward or
+// backward part; tensors may have 0 bytes.
+class MicroBatchGraph {
+ public:
+  explicit MicroBatchGraph(const RematChain& chain)
+      : chain_(chain),
+        plain_(chain.a.size(), -1),
+        recorded_(chain.a.size(), -1),
+        gradient_(chain.a.size(), -1) {
+    add_node("recv", 0.0);  // the stage input arrives right before the forward part
+    plain_[0] = add_tensor("a0", chain.a[0]);
+    pending_gradient_ = chain.length();
+  }
+
+  void add(const RematOp& op, const std::string& token) {
+    const int k = op.stage;
+    switch (op.kind) {
+      case RematOpKind::ForwardAll:
+      case RematOpKind::ForwardCheckpoint:
+      case RematOpKind::ForwardNone: {
+        add_node(token, chain_.forward_ms[static_cast<std::size_t>(k)]);
+        if (op.kind == RematOpKind::ForwardNone) {
+          consume(plain_[k - 1], true);
+        } else {
+          consume(plain_[k - 1] >= 0 ? plain_[k - 1] : recorded_[k - 1], false);
+        }
+        if (op.kind == RematOpKind::ForwardAll) {
+          consume(plain_[k], true);
+          recorded_[k] = add_tensor("abar" + std::to_string(k), chain_.abar[k]);
+        } else if (plain_[k] < 0) {
+          plain_[k] = add_tensor("a" + std::to_string(k), chain_.a[k]);
+        }
+        workspace(chain_.forward_overhead[k]);
+        if (op.kind == RematOpKind::ForwardAll && k == chain_.length()) backward_ = true;
+        break;
+      }
+      case RematOpKind::Backward: {
+        if (pending_gradient_ >= 0) {  // the received gradient, right before the first backward
+          add_node("recv_grad", 0.0);
+          gradient_[pending_gradient_] = add_tensor("d" + std::to_string(pending_gradient_),
+                                                    chain_.delta[pending_gradient_]);
+          pending_gradient_ = -1;
+        }
+        add_node(token, chain_.backward_ms[static_cast<std::size_t>(k)]);
+        consume(gradient_[k], true);
+        consume(recorded_[k], true);
+        if (plain_[k - 1] >= 0) {
+          consume(plain_[k - 1], true);
+        } else {
+          consume(recorded_[k - 1], false);
+        }
+        gradient_[k - 1] = add_tensor("d" + std::to_string(k - 1), chain_.delta[k - 1]);
+        workspace(chain_.backward_overhead[k]);
+        break;
+      }
+      case RematOpKind::Offload:
+      case RematOpKind::Prefetch:
+        MADPIPE_UNREACHABLE("offloading ops are rejected before");
+    }
+  }
+
+  std::vector<TensorNode> nodes;
+  std::vector<bool> backward;  // per node
+  std::vector<Tensor> tensors;
+
+ private:
+  int current() const { return static_cast<int>(nodes.size()) - 1; }
+  void add_node(const std::string& name, double ms) {
+    nodes.push_back({name, ms});
+    backward.push_back(backward_);
+  }
+  int add_tensor(const std::string& name, std::int64_t bytes) {
+    tensors.push_back({name, bytes, current(), {}});
+    return static_cast<int>(tensors.size()) - 1;
+  }
+  // The current node uses tensor `t` (-1: none); `last` frees the slot holding it.
+  void consume(int& t, bool last) {
+    if (t < 0) return;
+    tensors[static_cast<std::size_t>(t)].consumers.push_back(current());
+    if (last) t = -1;
+  }
+  void workspace(std::int64_t bytes) { add_tensor("ws:" + nodes.back().name, bytes); }
+
+  const RematChain& chain_;
+  std::vector<int> plain_, recorded_, gradient_;
+  bool backward_ = false;
+  int pending_gradient_ = -1;
+};
+}  // namespace
+
+madpipe::schedule::TensorGraph madpipe::schedule::stage_tensor_graph(
+    const RematChain& chain, const RematSequence& sequence, int in_flight) {
+  if (in_flight < 1) throw_invalid("", "in_flight", "must be >= 1, got " + std::to_string(in_flight));
+  const RematSequence ops = sequence.empty() ? store_all_sequence(chain) : sequence;
+  const SequenceReplay replay = replay_sequence(chain, ops);
+  if (!replay.valid) throw_invalid("", "sequence", replay.problem);
+  const std::vector<std::string> tokens = [&] {
+    std::vector<std::string> out;
+    for (const RematOp& op : ops) out.push_back(to_string(RematSequence{op}, chain));
+    return out;
+  }();
+  MicroBatchGraph one(chain);
+  for (std::size_t i = 0; i < ops.size(); ++i) one.add(ops[i], tokens[i]);
+
+  // Global position of node i of micro-batch m: forward parts first, then backward parts.
+  const int size = static_cast<int>(one.nodes.size());
+  int forward_count = 0;
+  for (bool b : one.backward) forward_count += b ? 0 : 1;
+  const int backward_count = size - forward_count;
+  auto position = [&](int m, int i) {
+    return one.backward[static_cast<std::size_t>(i)]
+               ? in_flight * forward_count + m * backward_count + (i - forward_count)
+               : m * forward_count + i;
+  };
+  TensorGraph graph;
+  graph.nodes.resize(static_cast<std::size_t>(in_flight * size));
+  for (int m = 0; m < in_flight; ++m) {
+    const std::string suffix = "@m" + std::to_string(m);
+    for (int i = 0; i < size; ++i) {
+      const TensorNode& node = one.nodes[static_cast<std::size_t>(i)];
+      graph.nodes[static_cast<std::size_t>(position(m, i))] = {node.name + suffix, node.duration_ms};
+    }
+    for (const Tensor& tensor : one.tensors) {
+      if (tensor.size_bytes == 0) continue;
+      Tensor copy{tensor.name + suffix, tensor.size_bytes, position(m, tensor.producer), {}};
+      for (int consumer : tensor.consumers) copy.consumers.push_back(position(m, consumer));
+      graph.tensors.push_back(std::move(copy));
+    }
+  }
+  check_tensor_graph(graph);
+  return graph;
+}
