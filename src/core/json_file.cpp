@@ -22,6 +22,10 @@ static std::string strip_exception_id(const char* what) {
   return std::string(text);
 }
 
+// Deeper than any madpipe file needs (they nest 4 levels). Messages print offending values with
+// dump(), which recurses: without a limit a file of a few hundred kB of "[[[[" overflows the stack.
+static constexpr int kMaxDepth = 256;
+
 nlohmann::json madpipe::read_json_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
@@ -31,8 +35,17 @@ nlohmann::json madpipe::read_json_file(const std::string& path) {
     throw Error(ErrorKind::Io, path, "", std::string("cannot open file: ") + std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw Error(ErrorKind::Io, path, "", "cannot read file");
+  const nlohmann::json::parser_callback_t limit_depth =
+      [&path](int depth, nlohmann::json::parse_event_t event, const nlohmann::json&) {
+        const bool opens = event == nlohmann::json::parse_event_t::object_start ||
+                           event == nlohmann::json::parse_event_t::array_start;
+        if (opens && depth >= kMaxDepth)
+          throw Error(ErrorKind::InvalidInput, path, "",
+                      "invalid JSON: nested deeper than " + std::to_string(kMaxDepth) + " levels");
+        return true;
+      };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, limit_depth);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(
         ErrorKind::InvalidInput, path, "",

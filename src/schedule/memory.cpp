@@ -1,6 +1,7 @@
 #include "schedule/memory.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 namespace {
@@ -12,12 +13,30 @@ struct FlightClass {
 };
 }  // namespace
 
+// a * b, saturated at the limits of std::int64_t (see saturated_add).
+static std::int64_t saturated_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t product = 0;
+  if (!__builtin_mul_overflow(a, b, &product)) return product;
+  return (a < 0) == (b < 0) ? INT64_MAX : INT64_MIN;
+}
+
+// shift mod k in [0, k), without overflow for any shift and k >= 1.
+static int residue(int shift, int k) {
+  const int r = shift % k;
+  return r < 0 ? r + k : r;
+}
+
 // Micro-batches of the class in flight at time t (start <= t < end, ends within eps count as
 // ended so that back-to-back B/F pairs are not double counted).
 static int in_flight_at(const FlightClass& c, double t, double period) {
   const double eps = 1e-9 * period;
   const double x = t - c.f_start + eps;
-  return static_cast<int>(std::floor(x / period) - std::floor((x - c.span) / period));
+  const double count = std::floor(x / period) - std::floor((x - c.span) / period);
+  // Bounded so that the sums of counts fit: shifts far apart (a plan read from a file) give
+  // spans of billions of periods, or infinite ones.
+  constexpr double kLimit = 1 << 20;
+  if (!(count > -kLimit)) return -static_cast<int>(kLimit);
+  return count < kLimit ? static_cast<int>(count) : static_cast<int>(kLimit);
 }
 
 static std::vector<std::vector<FlightClass>> flight_classes(
@@ -28,12 +47,13 @@ static std::vector<std::vector<FlightClass>> flight_classes(
   const double T = pattern.period_ms;
   for (const auto& f : pattern.ops) {
     if (f.kind != OpKind::F || f.stage < 0 || f.stage >= num_stages) continue;
-    const int residue = ((f.shift % k) + k) % k;
+    const int f_residue = residue(f.shift, k);
     for (const auto& b : pattern.ops) {
       if (b.kind != OpKind::B || b.stage != f.stage) continue;
-      if (((b.shift % k) + k) % k != residue) continue;
+      if (residue(b.shift, k) != f_residue) continue;
       // Same micro-batch i: F in period (i - f.shift)/k, B in period (i - b.shift)/k.
-      const double periods_between = static_cast<double>(f.shift - b.shift) / k;
+      const double periods_between =
+          (static_cast<double>(f.shift) - static_cast<double>(b.shift)) / k;
       FlightClass c;
       c.f_start = f.start_ms;
       c.span = periods_between * T + b.start_ms + b.duration_ms - f.start_ms;
@@ -51,9 +71,9 @@ std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& patter
   const auto classes = flight_classes(pattern, num_stages);
   for (int s = 0; s < num_stages; ++s) {
     for (const FlightClass& probe : classes[s]) {
-      int count = 0;
+      std::int64_t count = 0;
       for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
-      nca[s] = std::max(nca[s], count);
+      nca[s] = static_cast<int>(std::clamp<std::int64_t>(count, nca[s], INT_MAX));
     }
   }
   return nca;
@@ -65,10 +85,13 @@ madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<
   const int n = static_cast<int>(stages.size());
   for (int s = 0; s < n; ++s) {
     if (stages[s].gpu != gpu) continue;
-    memory.weights += platform.weight_copies * stages[s].weight_bytes;
+    memory.weights = saturated_add(memory.weights,
+                                   saturated_mul(platform.weight_copies, stages[s].weight_bytes));
     memory.workspace = std::max(memory.workspace, stages[s].workspace_bytes);
-    if (s > 0 && stages[s - 1].gpu != gpu) memory.buffers += 2 * stages[s - 1].output_bytes;
-    if (s + 1 < n && stages[s + 1].gpu != gpu) memory.buffers += 2 * stages[s].output_bytes;
+    if (s > 0 && stages[s - 1].gpu != gpu)
+      memory.buffers = saturated_add(memory.buffers, saturated_mul(2, stages[s - 1].output_bytes));
+    if (s + 1 < n && stages[s + 1].gpu != gpu)
+      memory.buffers = saturated_add(memory.buffers, saturated_mul(2, stages[s].output_bytes));
   }
   return memory;
 }
@@ -89,9 +112,9 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
         std::int64_t bytes = 0;
         for (int s = 0; s < n; ++s) {
           if (stages[s].gpu != g) continue;
-          int count = 0;
+          std::int64_t count = 0;
           for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
-          bytes += count * stages[s].stored_bytes;
+          bytes = saturated_add(bytes, saturated_mul(count, stages[s].stored_bytes));
         }
         peak = std::max(peak, bytes);
       }

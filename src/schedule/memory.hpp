@@ -9,6 +9,14 @@
 
 namespace madpipe::schedule {
 
+// a + b, saturated at the limits of std::int64_t: memory sums of plans read from files (any size,
+// any weight_copies) must not overflow.
+inline std::int64_t saturated_add(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
 // Memory of one GPU under a pattern (ARCHITECTURE.md, "Memory of a GPU").
 struct GpuMemory {
   std::int64_t weights = 0;      // C * sum of W of its stages
@@ -16,9 +24,11 @@ struct GpuMemory {
   std::int64_t buffers = 0;      // send/receive buffers of activations and gradients
   std::int64_t workspace = 0;    // largest transient workspace of its layers
 
-  std::int64_t total() const noexcept { return weights + activations + buffers + workspace; }
+  std::int64_t total() const noexcept {
+    return saturated_add(saturated_add(weights, activations), saturated_add(buffers, workspace));
+  }
   // What FORMATS.md requires predicted.memory_bytes to be at least.
-  std::int64_t lower_bound() const noexcept { return weights + activations; }
+  std::int64_t lower_bound() const noexcept { return saturated_add(weights, activations); }
 };
 
 // Largest number of micro-batches in flight on each stage (from the start of F to the end of B),

@@ -103,12 +103,12 @@ static std::vector<std::vector<int>> op_table(const madpipe::schedule::Plan& pla
 }
 
 [[noreturn]] static void report_deadlock(const std::vector<Instance>& instances,
-                                         const std::vector<std::vector<int>>& by_resource,
+                                         const std::map<int, std::vector<int>>& by_resource,
                                          const std::vector<madpipe::schedule::Op>& ops, int gpus) {
   std::string stuck;
   int listed = 0, more = 0;
-  for (std::size_t r = 0; r < by_resource.size(); ++r) {
-    for (int id : by_resource[r]) {
+  for (const auto& [r, list] : by_resource) {
+    for (int id : list) {
       if (instances[id].done) continue;
       if (listed == 8) {
         ++more;
@@ -116,7 +116,7 @@ static std::vector<std::vector<int>> op_table(const madpipe::schedule::Plan& pla
       }
       const Instance& head = instances[id];
       const auto& op = ops[head.op];
-      std::string part = resource_name(static_cast<int>(r), gpus) + " waits to run " +
+      std::string part = resource_name(r, gpus) + " waits to run " +
                          madpipe::schedule::op_token(op.kind, op.stage, head.micro_batch);
       if (head.position > 0) {
         const auto& before = ops[instances[id - 1].op];
@@ -159,7 +159,6 @@ madpipe::schedule::SimResult madpipe::schedule::simulate(const Plan& plan,
   const int n = options.micro_batches > 0 ? options.micro_batches
                                           : default_micro_batches(num_stages, max_in_flight, k);
   const int length = static_cast<int>(chain.size());
-  const int num_resources = gpus + gpus * gpus;
 
   // Unroll: instance id = micro_batch * length + position.
   std::vector<Instance> instances(static_cast<std::size_t>(n) * length);
@@ -180,11 +179,12 @@ madpipe::schedule::SimResult madpipe::schedule::simulate(const Plan& plan,
     }
   }
 
-  // Each resource runs its instances in the order of their planned times.
-  std::vector<std::vector<int>> by_resource(num_resources);
+  // Each resource runs its instances in the order of their planned times. Only the resources the
+  // pattern uses are listed: there are gpus + gpus * gpus in all.
+  std::map<int, std::vector<int>> by_resource;
   for (int id = 0; id < static_cast<int>(instances.size()); ++id)
     by_resource[instances[id].resource].push_back(id);
-  for (auto& list : by_resource) {
+  for (auto& [resource, list] : by_resource) {
     std::sort(list.begin(), list.end(), [&](int a, int b) {
       const Instance& x = instances[a];
       const Instance& y = instances[b];

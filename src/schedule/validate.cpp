@@ -52,15 +52,25 @@ static std::string op_ptr(std::size_t i) { return "/pattern/ops/" + std::to_stri
 
 static std::string stage_ptr(std::size_t s) { return "/stages/" + std::to_string(s); }
 
-static int residue(int shift, int k) { return ((shift % k) + k) % k; }
+// shift mod k in [0, k), without overflow for any shift and k >= 1.
+static int residue(int shift, int k) {
+  const int r = shift % k;
+  return r < 0 ? r + k : r;
+}
 
 static bool close_to(double value, double expected, double rel, double abs) {
   return std::fabs(value - expected) <= rel * std::max(std::fabs(value), std::fabs(expected)) + abs;
 }
 
-static std::string resource_name(int resource, int gpus) {
+// resource_of() in 64 bits: gpus + a * gpus + b overflows an int from 46341 GPUs on.
+static std::int64_t resource_key(const madpipe::schedule::Op& op, int gpus) {
+  if (!madpipe::schedule::is_transfer(op.kind)) return op.gpu;
+  return gpus + std::int64_t{op.link.a} * gpus + op.link.b;
+}
+
+static std::string resource_name(std::int64_t resource, int gpus) {
   if (resource < gpus) return "gpu " + std::to_string(resource);
-  const int link = resource - gpus;
+  const std::int64_t link = resource - gpus;
   return "link [" + std::to_string(link / gpus) + ", " + std::to_string(link % gpus) + "]";
 }
 
@@ -74,9 +84,16 @@ static bool crosses_nodes(const madpipe::Platform& platform, int a, int b) {
          madpipe::node_of(platform, a) != madpipe::node_of(platform, b);
 }
 
+// Resource ids (resource_of: gpus + a * gpus + b for the link between gpus a and b) must fit an
+// int: 32768 + 32768 * 32768 does.
+static constexpr int kMaxGpus = 32768;
+
 static void check_platform(const madpipe::Platform& platform, Report& report) {
   if (platform.gpus < 1)
     report.add("/platform/gpus", "must be >= 1, got " + std::to_string(platform.gpus));
+  if (platform.gpus > kMaxGpus)
+    report.add("/platform/gpus", "must be at most " + std::to_string(kMaxGpus) + ", got " +
+                                     std::to_string(platform.gpus));
   if (platform.memory_bytes <= 0)
     report.add("/platform/memory_bytes",
                "must be > 0, got " + std::to_string(platform.memory_bytes));
@@ -112,7 +129,7 @@ static bool check_stages(const madpipe::schedule::Plan& plan, Report& report) {
       report.add(p + "/id", "must be " + std::to_string(s) +
                                 " (stages are numbered in chain order), got " +
                                 std::to_string(stage.id));
-    const int expected_first = s == 0 ? 0 : stages[s - 1].last_layer + 1;
+    const std::int64_t expected_first = s == 0 ? 0 : std::int64_t{stages[s - 1].last_layer} + 1;
     if (stage.first_layer != expected_first)
       report.add(p + "/first_layer",
                  (s == 0 ? std::string("the first stage must start at layer 0")
@@ -454,11 +471,10 @@ static void check_overlaps(const madpipe::schedule::Plan& plan,
   const double period = plan.pattern.period_ms;
   const double eps = kTimeTolerance * period;
   const int gpus = plan.platform.gpus;
-  std::map<int, std::vector<std::size_t>> by_resource;
+  std::map<std::int64_t, std::vector<std::size_t>> by_resource;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (!status[i].timed || !status[i].placed) continue;
-    const int resource = madpipe::schedule::resource_of(ops[i], gpus);
-    by_resource[resource].push_back(i);
+    by_resource[resource_key(ops[i], gpus)].push_back(i);
   }
   for (const auto& [resource, list] : by_resource) {
     for (std::size_t x = 0; x < list.size(); ++x) {

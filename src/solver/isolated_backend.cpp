@@ -19,7 +19,7 @@ using madpipe::solver::SolveResult;
 std::string encode(const SolveResult& r) {
   std::string bytes;
   auto put = [&bytes](const void* data, std::size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
+    if (size != 0) bytes.append(static_cast<const char*>(data), size);
   };
   const std::int32_t status = static_cast<std::int32_t>(r.status);
   put(&status, sizeof status);
@@ -36,7 +36,7 @@ bool decode(const std::string& bytes, SolveResult& r) {
   std::size_t at = 0;
   auto get = [&](void* data, std::size_t size) {
     if (at + size > bytes.size()) return false;
-    std::memcpy(data, bytes.data() + at, size);
+    if (size != 0) std::memcpy(data, bytes.data() + at, size);
     at += size;
     return true;
   };

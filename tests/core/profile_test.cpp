@@ -259,10 +259,15 @@ TEST(ReadProfile, RejectsDeeplyNestedJsonCleanly) {
   TempDir dir;
   const std::string path = dir.file("deep.json");
   const int depth = 100'000;
-  write_text(path, std::string(depth, '[') + std::string(depth, ']'));
-  const Error e = read_error(path);
-  EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
-  EXPECT_EQ(e.problem(), "must be a JSON object, got array");
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  // Refused while parsing: a message printing such a value ("/format: must be ..., got [[[...")
+  // used to overflow the stack.
+  for (const std::string& text : {nested, "{\"format\": " + nested + "}"}) {
+    write_text(path, text);
+    const Error e = read_error(path);
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_EQ(e.problem(), "invalid JSON: nested deeper than 256 levels");
+  }
 }
 
 // Every prefix of a shipped profile that cuts before its closing brace must be rejected with

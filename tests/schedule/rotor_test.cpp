@@ -46,7 +46,9 @@ double brute_force_time(const RematChain& chain, std::int64_t budget) {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   queue.push({0.0, start});
   while (!queue.empty()) {
-    const auto [time, state] = queue.top();
+    // Not a structured binding: C++17 does not let the lambda below capture one (clang refuses).
+    const double time = queue.top().first;
+    const State state = queue.top().second;
     queue.pop();
     if (time > best[state]) continue;
     const auto [plain, recorded, gradient] = state;

@@ -1,0 +1,32 @@
+// Fuzz target of the trace reader (madpipe.trace/1): read_trace on the input as a file, then what
+// `madpipe show --trace` does with an accepted trace (summary, timeline) and the writer's round
+// trip.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "fuzz_support.hpp"
+#include "schedule/timeline.hpp"
+#include "schedule/trace.hpp"
+
+namespace ms = madpipe::schedule;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto trace = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
+    return ms::read_trace(path);
+  });
+  if (!trace) return 0;
+  (void)ms::format_summary(ms::summarize(*trace));
+  try {
+    (void)ms::timeline_of_trace(*trace);
+    (void)ms::timeline_of_trace(*trace, 0);
+  } catch (const madpipe::Error& e) {
+    madpipe::fuzz::expect_user_error(e);
+  }
+  madpipe::fuzz::expect_round_trip(*trace, ms::trace_to_json, ms::trace_from_json, "trace");
+  return 0;
+}
