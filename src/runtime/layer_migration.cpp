@@ -8,13 +8,6 @@
 #include "core/error.hpp"
 
 namespace {
-int owner_of(const madpipe::schedule::Plan& plan, int layer) {
-  for (const auto& stage : plan.stages)
-    if (stage.first_layer <= layer && layer <= stage.last_layer) return stage.gpu;
-  throw madpipe::Error(madpipe::ErrorKind::Internal, "", "/stages",
-                       "no stage holds layer " + std::to_string(layer));
-}
-
 // MPI counts are ints: large layers go in pieces.
 constexpr std::int64_t kPiece = std::int64_t{1} << 30;
 
@@ -91,6 +84,12 @@ void unpack_layer(const std::string& bytes, torch::nn::Module& layer, int index,
 }
 }  // namespace
 
+int madpipe::runtime::rank_of_layer(const schedule::Plan& plan, int layer) {
+  for (const auto& stage : plan.stages)
+    if (stage.first_layer <= layer && layer <= stage.last_layer) return stage.gpu;
+  throw Error(ErrorKind::Internal, "", "/stages", "no stage holds layer " + std::to_string(layer));
+}
+
 void madpipe::runtime::release_layers(ChainModel& model, int first, int last) {
   torch::NoGradGuard no_grad;
   for (int l = first; l <= last; ++l) {
@@ -108,7 +107,7 @@ void madpipe::runtime::migrate_layers(ChainModel& model, const schedule::Plan& f
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
-    const int old_rank = owner_of(from, l), new_rank = owner_of(to, l);
+    const int old_rank = rank_of_layer(from, l), new_rank = rank_of_layer(to, l);
     if (old_rank == new_rank) continue;
     torch::nn::Module& layer = *model.layers[l].ptr();
     if (rank == old_rank) {

@@ -14,6 +14,9 @@ namespace madpipe::runtime {
 void migrate_layers(ChainModel& model, const schedule::Plan& from, const schedule::Plan& to,
                     int rank, ParamStates& states);
 
+// The rank of the stage that holds `layer` in `plan`; throws Error{Internal} when none does.
+int rank_of_layer(const schedule::Plan& plan, int layer);
+
 // Empties the parameters and buffers of layers [first, last] (a rank keeps only its own layers).
 void release_layers(ChainModel& model, int first, int last);
 

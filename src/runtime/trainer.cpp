@@ -370,14 +370,8 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
         if (!state.empty()) states[runtime::param_key(parameter)] = std::move(state);
       }
   int moved = 0;
-  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
-    auto owner = [l](const schedule::Plan& plan) {
-      for (const auto& stage : plan.stages)
-        if (stage.first_layer <= l && l <= stage.last_layer) return stage.gpu;
-      return -1;
-    };
-    moved += owner(pipeline->plan) != owner(next) ? 1 : 0;
-  }
+  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l)
+    moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
   const schedule::Plan previous = pipeline->plan;
   pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
   runtime::migrate_layers(model, previous, next, rank, states);

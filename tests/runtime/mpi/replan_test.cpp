@@ -110,11 +110,7 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
   // last layer on the last rank.
   const ms::Plan from = mt::make_plan(layers, {0, 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
   const ms::Plan to = mt::make_plan(layers, {0, layers - 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
-  auto owner = [](const ms::Plan& plan, int l) {
-    for (const auto& s : plan.stages)
-      if (s.first_layer <= l && l <= s.last_layer) return s.gpu;
-    return -1;
-  };
+  auto owner = [](const ms::Plan& plan, int l) { return mr::rank_of_layer(plan, l); };
   for (int l = 0; l < layers; ++l) {
     if (owner(from, l) != rank) mr::release_layers(model, l, l);
     else {
