@@ -57,7 +57,10 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runt
   po::options_description g("Platform and planner [platform] [planner]", 100);
   g.add_options()(
       "gpus", po::value(&c.gpus)->default_value(c.gpus)->notifier(at_least(1, "--gpus")),
-      "pipeline ranks; must equal the number of MPI processes")(
+      "ranks in all (replicas x pipeline ranks); must equal the number of MPI processes")(
+      "replicas", po::value(&c.replicas)->default_value(c.replicas)->notifier(at_least(1, "--replicas")),
+      "data-parallel copies of the pipeline: rank r is GPU r % (gpus / replicas) of replica "
+      "r / (gpus / replicas); gradients are averaged over the replicas at every step")(
       "device", po::value(&c.device)->default_value(c.device),
       "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
       "memory", po::value(&c.memory)->default_value(c.memory), "memory per rank the planner may use")(

@@ -246,6 +246,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         ++stage_times_[s].backwards;
         if (trace) trace->op(TraceOpKind::Backward, s, i, started, started + took);
         if (after_backward_) after_backward_(s, i);
+        if (on_backward_) on_backward_(s, i);
         break;
       }
       case InstrKind::SendGrad: {

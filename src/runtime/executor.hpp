@@ -78,6 +78,9 @@ class PipelineExecutor {
                              std::function<int(int, int)> copy_of,
                              std::function<void(int, int)> after_backward);
   void on_loss(std::function<void(int, double)> callback) { on_loss_ = std::move(callback); }
+  // on_backward(stage, i) runs when the backward of micro-batch i on a local stage is done (the
+  // trainer starts a stage's gradient all-reduce after its last one).
+  void on_backward(std::function<void(int, int)> callback) { on_backward_ = std::move(callback); }
 
   // Training runs record their forwards, backwards and transfers into `recorder` (null: none).
   void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
@@ -99,6 +102,7 @@ class PipelineExecutor {
   std::function<int(int, int)> copy_of_;
   std::function<void(int, int)> after_backward_;
   std::function<void(int, double)> on_loss_;
+  std::function<void(int, int)> on_backward_;
   TraceRecorder* recorder_ = nullptr;
   const schedule::Plan& plan_;
   int rank_;

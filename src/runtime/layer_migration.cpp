@@ -103,9 +103,10 @@ void madpipe::runtime::release_layers(ChainModel& model, int first, int last) {
 }
 
 void madpipe::runtime::migrate_layers(ChainModel& model, const schedule::Plan& from,
-                                      const schedule::Plan& to, int rank, ParamStates& states) {
+                                      const schedule::Plan& to, int rank, ParamStates& states,
+                                      MPI_Comm pipeline) {
   MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_dup(pipeline, &comm);
   for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
     const int old_rank = rank_of_layer(from, l), new_rank = rank_of_layer(to, l);
     if (old_rank == new_rank) continue;

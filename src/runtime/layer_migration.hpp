@@ -1,18 +1,21 @@
 #pragma once
 
+#include <mpi.h>
+
 #include "runtime/model.hpp"
 #include "runtime/optimizer.hpp"
 #include "schedule/plan.hpp"
 
 namespace madpipe::runtime {
 
-// Collective (every rank calls it, between training steps): moves each layer whose rank differs
+// Collective over `pipeline` (every rank of one replica calls it, between training steps; ranks
+// are the plans' GPU ids): moves each layer whose rank differs
 // between `from` and `to` from its old rank to its new one: parameters, buffers and, through
 // `states`, the optimizer state of its parameters. The old rank then releases the layer's
 // tensors; the new rank's parameters are the same tensor objects as before, now holding the
 // values. Point-to-point messages on a private communicator, layer by layer in chain order.
 void migrate_layers(ChainModel& model, const schedule::Plan& from, const schedule::Plan& to,
-                    int rank, ParamStates& states);
+                    int rank, ParamStates& states, MPI_Comm pipeline = MPI_COMM_WORLD);
 
 // The rank of the stage that holds `layer` in `plan`; throws Error{Internal} when none does.
 int rank_of_layer(const schedule::Plan& plan, int layer);

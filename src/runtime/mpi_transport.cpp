@@ -14,8 +14,9 @@
 namespace {
 class MpiTransport final : public madpipe::runtime::Transport {
  public:
-  MpiTransport(int num_stages, double timeout_s) : num_stages_(num_stages), timeout_s_(timeout_s) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MpiTransport(int num_stages, double timeout_s, MPI_Comm pipeline)
+      : num_stages_(num_stages), timeout_s_(timeout_s), comm_(pipeline) {
+    MPI_Comm_rank(comm_, &rank_);
     int flag = 0;
     int* tag_ub = nullptr;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
@@ -39,7 +40,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     Pending pending;
     pending.host = to_host(tensor);
     MPI_Isend(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key),
-              MPI_COMM_WORLD, &pending.request);
+              comm_, &pending.request);
     sends_.push_back(std::move(pending));
   }
 
@@ -49,7 +50,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     pending.host = buffer.device().is_cpu() ? buffer.contiguous()
                                             : torch::empty_like(buffer, torch::kCPU).pin_memory();
     MPI_Irecv(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key),
-              MPI_COMM_WORLD, &pending.request);
+              comm_, &pending.request);
     const auto id = std::make_tuple(peer, static_cast<int>(key.direction), key.stage,
                                     key.micro_batch);
     if (!receives_.emplace(id, std::move(pending)).second)
@@ -141,6 +142,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
 
   int num_stages_ = 1;
   double timeout_s_ = 0;
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0;
   long long tag_limit_ = 32767;
   std::vector<Pending> sends_;
@@ -149,6 +151,6 @@ class MpiTransport final : public madpipe::runtime::Transport {
 }  // namespace
 
 std::unique_ptr<madpipe::runtime::Transport> madpipe::runtime::make_mpi_transport(
-    int num_stages, double timeout_s) {
-  return std::make_unique<MpiTransport>(num_stages, timeout_s);
+    int num_stages, double timeout_s, MPI_Comm pipeline) {
+  return std::make_unique<MpiTransport>(num_stages, timeout_s, pipeline);
 }

@@ -69,13 +69,13 @@ nlohmann::json records_of(const std::vector<madpipe::schedule::TraceOp>& ops,
   return j;
 }
 
-std::vector<std::string> gather_strings(const std::string& mine, int root) {
+std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_Comm comm) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(static_cast<std::size_t>(size));
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, MPI_COMM_WORLD);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm);
   std::vector<int> offsets(static_cast<std::size_t>(size), 0);
   std::string all;
   if (rank == root) {
@@ -87,7 +87,7 @@ std::vector<std::string> gather_strings(const std::string& mine, int root) {
     all.resize(static_cast<std::size_t>(total));
   }
   MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
-              root, MPI_COMM_WORLD);
+              root, comm);
   std::vector<std::string> out;
   if (rank == root)
     for (int r = 0; r < size; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
@@ -96,12 +96,13 @@ std::vector<std::string> gather_strings(const std::string& mine, int root) {
 }  // namespace
 
 madpipe::schedule::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int64_t peak_bytes,
-                                                                 std::int64_t peak_rss_bytes) const {
+                                                                 std::int64_t peak_rss_bytes,
+                                                                 MPI_Comm pipeline) const {
   nlohmann::json received = nlohmann::json::array();
   for (const auto& r : received_)
     received.push_back({static_cast<int>(r.kind), r.stage, r.step, r.micro_batch, r.from, r.done_ms});
   const std::vector<std::string> parts =
-      gather_strings(records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root);
+      gather_strings(records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root, pipeline);
   schedule::Trace trace;
   if (parts.empty()) return trace;
   trace.ranks = static_cast<int>(parts.size());

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
 #include "schedule/trace.hpp"
 
 namespace madpipe::runtime {
@@ -35,9 +37,11 @@ class TraceRecorder {
   void received(schedule::TraceTransferKind kind, int stage, int micro_batch, int from,
                 double done_ms);
 
-  // Collective: every rank's records and peak memory meet on rank `root`, which returns the
-  // trace (transfers matched by what they carry); the other ranks return an empty trace.
-  schedule::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes) const;
+  // Collective over `pipeline` (one replica's ranks): every rank's records and peak memory meet
+  // on its rank `root`, which returns the trace (transfers matched by what they carry); the other
+  // ranks return an empty trace.
+  schedule::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes,
+                         MPI_Comm pipeline = MPI_COMM_WORLD) const;
 
  private:
   struct Received {

@@ -30,6 +30,7 @@
 #include "runtime/mpi_session.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/replicas.hpp"
 #include "runtime/resume.hpp"
 #include "runtime/stop_request.hpp"
 #include "runtime/trace_recorder.hpp"
@@ -78,9 +79,19 @@ std::string plan_text(const madpipe::schedule::Plan& plan) {
   return out.str();
 }
 
+// Ranks of one pipeline: --gpus counts every rank of every replica.
+int pipeline_ranks(const madpipe::runtime::TrainConfig& c) {
+  if (c.replicas < 1 || c.gpus % c.replicas != 0)
+    throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "replicas",
+                         "--replicas " + std::to_string(c.replicas) + " does not divide --gpus " +
+                             std::to_string(c.gpus) + " into equal pipelines");
+  return c.gpus / c.replicas;
+}
+
+// The platform of one replica's pipeline.
 madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
   madpipe::Platform platform;
-  platform.gpus = c.gpus;
+  platform.gpus = pipeline_ranks(c);
   platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
   platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
   platform.weight_copies = c.weight_copies;
@@ -116,10 +127,12 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       for (const std::string& note : result.notes) say("planner note: " + note);
       say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
     }
-    if (plan.platform.gpus != c.gpus)
+    if (plan.platform.gpus != pipeline_ranks(c))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
                            "the plan is for " + std::to_string(plan.platform.gpus) +
-                               " GPUs but --gpus is " + std::to_string(c.gpus));
+                               " GPUs but --gpus " + std::to_string(c.gpus) + " with --replicas " +
+                               std::to_string(c.replicas) + " gives pipelines of " +
+                               std::to_string(pipeline_ranks(c)));
     if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
                            "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +
@@ -179,11 +192,11 @@ void release_other_layers(madpipe::runtime::ChainModel& model, const madpipe::sc
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule::Plan& plan,
                  const madpipe::runtime::TraceRecorder& recorder,
                  const madpipe::runtime::MemoryMeter& meter, const torch::Device& device,
-                 int steps, int rank,
+                 int steps, int rank, MPI_Comm pipeline,
                  const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   schedule::Trace trace =
-      recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes());
+      recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes(), pipeline);
   if (rank != 0) return;
   trace.profile = plan.profile;
   trace.algorithm = plan.algorithm;
@@ -270,7 +283,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     return runtime::on_device(data.micro_batch(i / m + 1, i % m, false), device);
   });
   MPI_Barrier(MPI_COMM_WORLD);
-  if (traced > 0) write_trace(c, plan, recorder, meter, device, traced, rank, say);
+  if (traced > 0) write_trace(c, plan, recorder, meter, device, traced, rank, MPI_COMM_WORLD, say);
   say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
   return 0;
@@ -283,6 +296,9 @@ struct SyncPipeline {
   madpipe::schedule::Program program, eval_program;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
   std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;  // null: no parameters
+  // Data parallelism: a stage's gradients are averaged over its replicas once its last backward
+  // of the step is done.
+  std::unique_ptr<madpipe::runtime::GradientAverager> averager;
 };
 
 // `states`: optimizer state to restore into the new optimizers, by parameter (null: fresh).
@@ -290,7 +306,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
                                                   const madpipe::schedule::Plan& plan,
                                                   madpipe::runtime::ChainModel& model,
                                                   const madpipe::runtime::LayerOutputs& outputs,
-                                                  int rank,
+                                                  const madpipe::runtime::ReplicaGroups& groups,
                                                   const madpipe::runtime::ParamStates* states) {
   using namespace madpipe;
   auto p = std::make_unique<SyncPipeline>();
@@ -301,8 +317,19 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
     const std::string stuck = schedule::dry_run(*program);
     if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   }
-  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()), c.transfer_timeout);
+  const int rank = groups.layout().position;
+  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()),
+                                             c.transfer_timeout, groups.pipeline());
   p->executor = std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
+  if (groups.layout().replicas > 1) {
+    p->averager = std::make_unique<runtime::GradientAverager>(
+        groups.replicas(), groups.layout().replicas, static_cast<int>(p->plan.stages.size()),
+        c.micro_batches);
+    SyncPipeline* self = p.get();
+    p->executor->on_backward([self](int s, int) {
+      self->averager->backward_done(s, [&] { return self->executor->stage_parameters(s); });
+    });
+  }
   for (int s : p->executor->local_stages()) {
     std::vector<torch::Tensor> parameters = p->executor->stage_parameters(s);
     torch::optim::Optimizer* optimizer = nullptr;
@@ -346,7 +373,8 @@ std::vector<madpipe::partition::MeasuredStage> measured_stages(
 bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& profile, int step,
             int first_measured, std::unique_ptr<SyncPipeline>& pipeline,
             madpipe::runtime::ChainModel& model, const madpipe::runtime::LayerOutputs& outputs,
-            int rank, const std::function<void(const std::string&)>& say) {
+            const madpipe::runtime::ReplicaGroups& groups, int rank,
+            const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   const auto started = Clock::now();
   const std::vector<partition::MeasuredStage> measured = measured_stages(*pipeline->executor);
@@ -374,8 +402,8 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
     moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
   const schedule::Plan previous = pipeline->plan;
   pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
-  runtime::migrate_layers(model, previous, next, rank, states);
-  pipeline = build_sync_pipeline(c, next, model, outputs, rank, &states);
+  runtime::migrate_layers(model, previous, next, groups.layout().position, states, groups.pipeline());
+  pipeline = build_sync_pipeline(c, next, model, outputs, groups, &states);
   if (rank == 0) schedule::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
   char line[160];
   std::snprintf(line, sizeof line, "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per micro-batch",
@@ -439,6 +467,11 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       throw Error(ErrorKind::InvalidInput, "", "on-nan", "unknown action '" + c.on_nan + "' (valid: stop, skip)");
     if (c.mode != "sync" && c.mode != "2bw")
       throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
+    const int pipeline_size = pipeline_ranks(c);
+    if (c.replicas > 1 && c.mode != "sync")
+      throw Error(ErrorKind::InvalidInput, "", "replicas",
+                  "data-parallel replicas need --mode sync (2bw has no flush at which to average "
+                  "gradients)");
     if (c.replan_after > 0 && c.mode != "sync")
       throw Error(ErrorKind::InvalidInput, "", "replan-after",
                   "re-planning needs --mode sync (2bw never stops the pipeline to switch plans)");
@@ -479,8 +512,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const schedule::Plan first_plan = agree_on_plan(c, profile, rank, say);
     if (rank == 0) schedule::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
-        " stages on " + std::to_string(c.gpus) + " ranks, " + std::to_string(first_plan.pattern.k) +
-        "-periodic, predicted " + format_ms(first_plan.predicted.period_ms) + " per micro-batch");
+        " stages on " + std::to_string(pipeline_size) + " ranks" +
+        (c.replicas > 1 ? " x " + std::to_string(c.replicas) + " data-parallel replicas" : "") + ", " +
+        std::to_string(first_plan.pattern.k) + "-periodic, predicted " +
+        format_ms(first_plan.predicted.period_ms) + " per micro-batch");
     say(stage_summary(first_plan, model));
 
     if (c.dry_run) {
@@ -495,11 +530,16 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       release_other_layers(model, first_plan, rank);
       return train_two_weight_versions(c, first_plan, model_config, executor, *data, say);
     }
-    std::unique_ptr<SyncPipeline> pipeline = build_sync_pipeline(c, first_plan, model, outputs, rank, nullptr);
-    release_other_layers(model, first_plan, rank);
+    const ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
+    const int position = groups.layout().position;
+    // Replica d runs micro-batches d*m .. d*m+m-1 of the step's replicas*m.
+    const int first_micro_batch = groups.layout().replica * c.micro_batches;
+    std::unique_ptr<SyncPipeline> pipeline = build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
+    release_other_layers(model, first_plan, position);
     auto checkpoint = [&](int step) {
-      for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-        save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
+      if (groups.layout().replica == 0)  // replicas hold the same weights: one writes them
+        for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+          save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
       if (rank == 0) {
         schedule::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
         write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(), run_record(c, step));
@@ -538,7 +578,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     for (int step = first_step; step <= c.steps; ++step) {
       if (step == first_traced && last_traced >= first_traced) {
         MPI_Barrier(MPI_COMM_WORLD);  // a common clock origin
-        recorder = std::make_unique<TraceRecorder>(rank);
+        recorder = std::make_unique<TraceRecorder>(position);
         recorder->record_until_step(last_traced);
         pipeline->executor->trace_into(recorder.get());
         meter.reset_peak();
@@ -551,8 +591,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         if (!std::isfinite(value)) bad_micro_batch = std::min(bad_micro_batch, i);
       });
       const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
-        return on_device(data->micro_batch(step, i, false), device);
+        return on_device(data->micro_batch(step, first_micro_batch + i, false), device);
       });
+      if (pipeline->averager) pipeline->averager->finish();
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
       const bool skipped = !health.problem.empty();
@@ -577,7 +618,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (rank == 0) {
         const double elapsed = seconds_since(started);
         const double samples_per_s = static_cast<double>(step - first_step + 1) *
-                                     c.micro_batches * c.micro_batch_size / elapsed;
+                                     c.replicas * c.micro_batches * c.micro_batch_size / elapsed;
         nlohmann::ordered_json line;
         line["step"] = step;
         line["loss"] = loss;
@@ -600,12 +641,12 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (recorder && step == last_traced) {
         recorder->stop();
         write_trace(c, pipeline->plan, *recorder, meter, device, last_traced - first_traced + 1,
-                    rank, say);
+                    rank, groups.pipeline(), say);
         pipeline->executor->trace_into(nullptr);
         recorder.reset();
       }
       if (replanning && step == c.replan_after &&
-          replan(c, profile, step, first_measured, pipeline, model, outputs, rank, say))
+          replan(c, profile, step, first_measured, pipeline, model, outputs, groups, rank, say))
         checkpoint(step);  // a resumed run must find the new plan's stages on disk
       else if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
         checkpoint(step);

@@ -31,7 +31,8 @@ struct TrainConfig {
   int eval_every = 10;        // steps between validation losses; 0: never
   int eval_micro_batches = 8;
   // platform and planning
-  int gpus = 1;  // pipeline ranks: must equal the MPI world size
+  int gpus = 1;      // ranks in all (replicas x pipeline ranks): must equal the MPI world size
+  int replicas = 1;  // data-parallel copies of the pipeline
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
   std::string memory = "16GiB";
   std::string bandwidth = "12GB/s";

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include <mpi.h>
 #include <torch/torch.h>
 
 namespace madpipe::runtime {
@@ -30,9 +31,11 @@ class Transport {
 };
 
 // MPI point-to-point transport for CPU tensors (GPU tensors are staged through host memory).
-// Tags encode (direction, stage, micro-batch); num_stages bounds the stage index. A wait longer
-// than `timeout_s` (> 0) throws Error{Runtime} naming the rank, the peer and the message; 0:
-// wait for ever.
-std::unique_ptr<Transport> make_mpi_transport(int num_stages, double timeout_s = 0);
+// Peers are ranks of `pipeline` (one replica's ranks, ranked by their GPU id in the plan). Tags
+// encode (direction, stage, micro-batch); num_stages bounds the stage index. A wait longer than
+// `timeout_s` (> 0) throws Error{Runtime} naming the rank, the peer and the message; 0: wait for
+// ever.
+std::unique_ptr<Transport> make_mpi_transport(int num_stages, double timeout_s = 0,
+                                              MPI_Comm pipeline = MPI_COMM_WORLD);
 
 }  // namespace madpipe::runtime

@@ -281,6 +281,38 @@ INI
     grep -qE "rank [0-9]+ .*(signal 9|Killed)" err out || fail "the message should name the rank and the signal"
     pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
     ;;
+  data_parallel_equals_unsplit)
+    # 2 replicas x 2 pipeline ranks, 2 micro-batches each, train like one process on the 4
+    # micro-batches of every step (up to rounding: gradients are summed in another order).
+    dp=(--model mlp --layers 3 --width 16 --inputs 6 --outputs 3 --micro-batch-size 2
+      --eval-every 0 --optimizer adamw --steps 4)
+    mpi 1 "${dp[@]}" --gpus 1 --micro-batches 4 --output-dir unsplit
+    [[ $status -eq 0 ]] || fail "unsplit run failed"
+    mpi 4 "${dp[@]}" --gpus 4 --replicas 2 --micro-batches 2 --checkpoint-every 2 --output-dir dp
+    [[ $status -eq 0 ]] || fail "2 x 2 run: exit status $status"
+    grep -q "stages on 2 ranks x 2 data-parallel replicas" out || fail "the plan line should name the replicas"
+    grep -q '"gpus": 2' dp/plan.json || fail "the plan should be for one pipeline of 2 GPUs"
+    for step in 1 2 3 4; do
+      x=$(loss_of unsplit/metrics.jsonl $step)
+      y=$(loss_of dp/metrics.jsonl $step)
+      awk -v x="$x" -v y="$y" 'BEGIN { d = x - y; if (d < 0) d = -d; exit !(x != "" && d <= 1e-5 * (x < 0 ? -x : x)) }' ||
+        fail "step $step: loss $y with replicas, $x unsplit"
+    done
+    # Replicas hold the same weights: one writes the checkpoint, all resume from it.
+    rm -rf dp/checkpoints/step-4
+    echo 2 >dp/checkpoints/latest
+    cp dp/metrics.jsonl straight.jsonl
+    mpi 4 "${dp[@]}" --gpus 4 --replicas 2 --micro-batches 2 --output-dir dp --resume
+    [[ $status -eq 0 ]] || fail "resume with replicas failed"
+    [[ $(loss_of dp/metrics.jsonl 4) == "$(loss_of straight.jsonl 4)" ]] ||
+      fail "resumed step 4: loss $(loss_of dp/metrics.jsonl 4), uninterrupted $(loss_of straight.jsonl 4)"
+    mpi 4 "${dp[@]}" --gpus 4 --replicas 3 --output-dir bad
+    [[ $status -ne 0 ]] || fail "3 replicas of 4 ranks must fail"
+    grep -q "replicas 3 does not divide --gpus 4 into equal pipelines" err || fail "message should name both counts"
+    mpi 2 "${dp[@]}" --gpus 2 --replicas 2 --mode 2bw --output-dir bad
+    [[ $status -ne 0 ]] || fail "2bw with replicas must fail"
+    grep -q "data-parallel replicas need --mode sync" err || fail "message should name the mode"
+    ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"

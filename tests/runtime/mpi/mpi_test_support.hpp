@@ -63,12 +63,13 @@ inline const char* schedule_name(Schedule s) {
 }
 
 // A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs; stage s gets the sequence sequence_of(s, first, last), and the
-// plan must pass the validator unless `expect_valid` is false.
+// plan must pass the validator unless `expect_valid` is false. The platform has `platform_gpus`
+// GPUs (0: one per rank).
 using SequenceOf = std::function<std::string(int stage, int first, int last)>;
 
 inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
                    Schedule kind, int micro_batches, const SequenceOf& sequence_of,
-                   bool expect_valid = true) {
+                   bool expect_valid = true, int platform_gpus = 0) {
   madpipe::Profile profile;
   profile.name = "test";
   profile.input_bytes = 1000;
@@ -83,7 +84,7 @@ inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, cons
   }
   ms::Plan plan;
   plan.profile = "test";
-  plan.platform.gpus = world_size();
+  plan.platform.gpus = platform_gpus > 0 ? platform_gpus : world_size();
   plan.platform.memory_bytes = 1LL << 40;
   plan.platform.bandwidth_bytes_per_ms = 1000;
   plan.algorithm = "test";
