@@ -100,6 +100,13 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "transfer-timeout", po::value(&c.transfer_timeout)->default_value(c.transfer_timeout),
       "seconds a rank waits for an activation or gradient before stopping the run with an error "
       "naming the ranks (0: wait for ever)")(
+      "receive-buffers", po::value(&c.receive_buffers)->default_value(c.receive_buffers),
+      "arena: each receive posted --receive-lookahead compute steps before its use, into one "
+      "arena per rank at a planned offset; upfront: every receive of a step posted at its start, "
+      "each its own allocation")(
+      "receive-lookahead",
+      po::value(&c.receive_lookahead)->default_value(c.receive_lookahead)->notifier(at_least(0, "--receive-lookahead")),
+      "forwards and backwards a receive is posted ahead of the one that needs it (arena)")(
       "on-nan", po::value(&c.on_nan)->default_value(c.on_nan),
       "a NaN or Inf loss or gradient: stop (exit with the step, micro-batch and stage named) or "
       "skip (that step's update)")(

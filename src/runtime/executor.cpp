@@ -1,6 +1,8 @@
 #include "runtime/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "core/error.hpp"
 
@@ -120,14 +122,51 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   const int n = program.micro_batches;
   const std::vector<Instr>& list = program.per_gpu.at(rank_);
   auto gpu_of = [&](int s) { return plan_.stages[s].gpu; };
-  // Post every receive of the step first: data lands while earlier instructions compute.
-  for (const Instr& instr : list) {
+  auto post_receive = [&](const Instr& instr, torch::Tensor buffer) {
     const bool act = instr.kind == InstrKind::RecvAct;
-    if (!act && (instr.kind != InstrKind::RecvGrad || !train)) continue;
-    transport_.post_recv(
-        instr.peer, {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
-        torch::empty(output_shapes_[instr.stage], torch::TensorOptions().dtype(output_dtypes_[instr.stage]).device(device_)));
+    transport_.post_recv(instr.peer,
+                         {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
+                         std::move(buffer));
+  };
+  // Receives are posted ahead of their use (Arena) or all at the start of the step (Upfront):
+  // either way data lands while earlier instructions compute.
+  const schedule::ReceivePlan* receives = nullptr;
+  std::vector<std::vector<int>> post_before(list.size()), free_after(list.size());
+  if (receives_ == Receives::Arena) {
+    receives = &receive_plan(list, train);
+    if (receives->placed() && (!arena_.defined() || arena_.numel() < receives->arena_bytes()))
+      arena_ = torch::empty({receives->arena_bytes()}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+    for (int j = 0; j < static_cast<int>(receives->slots.size()); ++j) {
+      post_before[receives->slots[j].post_before].push_back(j);
+      free_after[receives->slots[j].last_use].push_back(j);
+    }
+  } else {
+    for (const Instr& instr : list)
+      if (instr.kind == InstrKind::RecvAct || (train && instr.kind == InstrKind::RecvGrad))
+        post_receive(instr, receive_buffer(instr.stage, -1));
   }
+  ArenaUse use;
+  std::map<int, const schedule::ReceiveSlot*> live;  // by slot index
+  std::int64_t live_bytes = 0;
+  if (receives) {
+    use.planned_bytes = receives->arena_bytes();
+    use.buffers = static_cast<int>(receives->slots.size());
+    for (const auto& slot : receives->slots) use.sum_bytes += slot.bytes;
+  }
+  auto post_planned = [&](int j) {
+    const schedule::ReceiveSlot& slot = receives->slots[j];
+    if (slot.offset >= 0)
+      for (const auto& [other, placed] : live)
+        if (slot.offset < placed->offset + placed->bytes && placed->offset < slot.offset + slot.bytes)
+          throw Error(ErrorKind::Internal, "", "receive arena",
+                      "the buffer of " + schedule::to_string(list[slot.instr]) + " overlaps the live buffer of " +
+                          schedule::to_string(list[placed->instr]));
+    live.emplace(j, &slot);
+    live_bytes += slot.bytes;
+    use.peak_live_bytes = std::max(use.peak_live_bytes, live_bytes);
+    if (slot.offset >= 0) use.high_water_bytes = std::max(use.high_water_bytes, slot.offset + slot.bytes);
+    post_receive(list[slot.instr], receive_buffer(list[slot.instr].stage, slot.offset));
+  };
   struct Slot {
     torch::Tensor input;   // leaf whose gradient goes to the previous stage
     torch::Tensor output;  // stage output (or the scaled loss on the last stage)
@@ -144,7 +183,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   };
   TraceRecorder* const trace = train && recorder_ && recorder_->recording() ? recorder_ : nullptr;
   StepLoss loss;
-  for (const Instr& instr : list) {
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    for (int j : post_before[k]) post_planned(j);
+    const Instr& instr = list[k];
     const int s = instr.stage, i = instr.micro_batch;
     const bool last = s == num_stages - 1;
     switch (instr.kind) {
@@ -262,11 +303,48 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
       case InstrKind::RecvAct:
       case InstrKind::RecvGrad:
       case InstrKind::OptimizerStep:
-        break;  // receives were posted up front; the caller steps the optimizers
+        break;  // receives are posted ahead (post_before); the caller steps the optimizers
+    }
+    for (int j : free_after[k]) {
+      live_bytes -= receives->slots[j].bytes;
+      live.erase(j);
     }
   }
   transport_.wait_sends();
+  if (train && receives) arena_use_ = use;
   return loss;
+}
+
+void madpipe::runtime::PipelineExecutor::receive_buffers(Receives mode, int lookahead) {
+  if (lookahead < 0)
+    throw Error(ErrorKind::InvalidInput, "", "receive-lookahead", "must be >= 0, got " + std::to_string(lookahead));
+  receives_ = mode;
+  lookahead_ = lookahead;
+  receive_plans_.clear();
+}
+
+const madpipe::schedule::ReceivePlan& madpipe::runtime::PipelineExecutor::receive_plan(
+    const std::vector<Instr>& list, bool train) {
+  for (const PlannedReceives& planned : receive_plans_)
+    if (planned.train == train && planned.list == list) return planned.plan;
+  std::vector<std::int64_t> message_bytes;
+  for (std::size_t s = 0; s < output_shapes_.size(); ++s) {
+    std::int64_t numel = 1;
+    for (std::int64_t d : output_shapes_[s]) numel *= d;
+    message_bytes.push_back(numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[s])));
+  }
+  receive_plans_.push_back({list, train, schedule::plan_receives(list, message_bytes, train, lookahead_)});
+  return receive_plans_.back().plan;
+}
+
+// A buffer for stage `stage`'s output: at `offset` in the arena, or its own allocation (-1).
+torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(int stage, std::int64_t offset) {
+  const auto options = torch::TensorOptions().dtype(output_dtypes_[stage]).device(device_);
+  if (offset < 0) return torch::empty(output_shapes_[stage], options);
+  std::int64_t numel = 1;
+  for (std::int64_t d : output_shapes_[stage]) numel *= d;
+  const std::int64_t bytes = numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[stage]));
+  return arena_.narrow(0, offset, bytes).view(output_dtypes_[stage]).view(output_shapes_[stage]);
 }
 
 madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(

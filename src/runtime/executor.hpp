@@ -14,6 +14,7 @@
 #include "runtime/transport.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/program.hpp"
+#include "schedule/receive_plan.hpp"
 
 namespace madpipe::runtime {
 
@@ -82,6 +83,23 @@ class PipelineExecutor {
   // trainer starts a stage's gradient all-reduce after its last one).
   void on_backward(std::function<void(int, int)> callback) { on_backward_ = std::move(callback); }
 
+  // How receive buffers are made. Arena (the default): each receive is posted `lookahead` compute
+  // instructions before its use, into one arena at an offset planned for the whole step
+  // (schedule/receive_plan.hpp), so the rank's receive memory is fixed and unfragmented. Upfront:
+  // every receive of a step is posted at its start, each into its own allocation.
+  enum class Receives { Arena, Upfront };
+  void receive_buffers(Receives mode, int lookahead = 2);
+
+  // What the receive buffers of the last training run used.
+  struct ArenaUse {
+    std::int64_t planned_bytes = 0;     // the arena (0 when the offsets were not planned)
+    std::int64_t high_water_bytes = 0;  // highest end of a buffer in use
+    std::int64_t peak_live_bytes = 0;   // most bytes in use at once
+    std::int64_t sum_bytes = 0;         // every buffer of the step
+    int buffers = 0;
+  };
+  const ArenaUse& arena_use() const noexcept { return arena_use_; }
+
   // Training runs record their forwards, backwards and transfers into `recorder` (null: none).
   void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
 
@@ -95,6 +113,8 @@ class PipelineExecutor {
                    bool train);
   torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
+  const schedule::ReceivePlan& receive_plan(const std::vector<schedule::Instr>& list, bool train);
+  torch::Tensor receive_buffer(int stage, std::int64_t offset);
 
   ChainModel& model_;
   ChainModel* second_ = nullptr;
@@ -112,6 +132,16 @@ class PipelineExecutor {
   torch::Device device_ = torch::kCPU;
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
   std::vector<StageTime> stage_times_;
+  Receives receives_ = Receives::Arena;
+  int lookahead_ = 2;
+  struct PlannedReceives {
+    std::vector<schedule::Instr> list;
+    bool train = true;
+    schedule::ReceivePlan plan;
+  };
+  std::vector<PlannedReceives> receive_plans_;  // one per program run so far
+  torch::Tensor arena_;                          // bytes on device_
+  ArenaUse arena_use_;
 };
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated

@@ -46,9 +46,13 @@ class MpiTransport final : public madpipe::runtime::Transport {
 
   void post_recv(int peer, const madpipe::runtime::MessageKey& key, torch::Tensor buffer) override {
     Pending pending;
-    pending.device = buffer.device();
-    pending.host = buffer.device().is_cpu() ? buffer.contiguous()
-                                            : torch::empty_like(buffer, torch::kCPU).pin_memory();
+    if (buffer.device().is_cpu() && buffer.is_contiguous()) {
+      pending.host = buffer;  // MPI writes straight into it (an arena slot, say)
+    } else {
+      pending.target = buffer;
+      pending.host = buffer.device().is_cpu() ? torch::empty(buffer.sizes(), buffer.options())
+                                              : torch::empty_like(buffer, torch::kCPU).pin_memory();
+    }
     MPI_Irecv(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key),
               comm_, &pending.request);
     const auto id = std::make_tuple(peer, static_cast<int>(key.direction), key.stage,
@@ -67,7 +71,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
                            "waiting for a receive that was never posted");
     wait(it->second.request, "for the " + what(key) + " from rank " + std::to_string(peer));
     torch::Tensor out = it->second.host;
-    if (!it->second.device.is_cpu()) out = out.to(it->second.device, /*non_blocking=*/false);
+    if (it->second.target.defined()) out = it->second.target.copy_(out);  // device or strided
     receives_.erase(it);
     return out;
   }
@@ -81,8 +85,8 @@ class MpiTransport final : public madpipe::runtime::Transport {
  private:
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
-    torch::Tensor host;
-    torch::Device device = torch::kCPU;
+    torch::Tensor host;    // what MPI reads or writes
+    torch::Tensor target;  // a receive's buffer when it is not `host` (on a device, or strided)
   };
 
   static std::string what(const madpipe::runtime::MessageKey& key) {

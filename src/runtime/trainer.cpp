@@ -102,6 +102,41 @@ madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
   return platform;
 }
 
+madpipe::runtime::PipelineExecutor::Receives receive_mode(const madpipe::runtime::TrainConfig& c) {
+  if (c.receive_buffers == "arena") return madpipe::runtime::PipelineExecutor::Receives::Arena;
+  if (c.receive_buffers == "upfront") return madpipe::runtime::PipelineExecutor::Receives::Upfront;
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "receive-buffers",
+                       "unknown value '" + c.receive_buffers + "' (valid: arena, upfront)");
+}
+
+// Collective: each pipeline rank's receive arena after a step, printed by rank 0.
+void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
+                          const madpipe::runtime::ReplicaLayout& layout,
+                          const std::function<void(const std::string&)>& say) {
+  using madpipe::format_bytes;
+  const auto& use = executor.arena_use();
+  std::vector<double> all(5 * static_cast<std::size_t>(layout.pipeline_ranks), 0.0);
+  if (layout.replica == 0) {
+    const std::size_t at = 5 * static_cast<std::size_t>(layout.position);
+    all[at] = static_cast<double>(use.planned_bytes);
+    all[at + 1] = static_cast<double>(use.high_water_bytes);
+    all[at + 2] = static_cast<double>(use.peak_live_bytes);
+    all[at + 3] = static_cast<double>(use.sum_bytes);
+    all[at + 4] = use.buffers;
+  }
+  all = madpipe::runtime::all_reduce_sum(all);
+  std::string text = "receive arena per rank (planned / highest end used / most live / all buffers of the step):";
+  for (int r = 0; r < layout.pipeline_ranks; ++r) {
+    const double* u = &all[5 * static_cast<std::size_t>(r)];
+    text += "\n  rank " + std::to_string(r) + ": ";
+    text += u[4] == 0 ? "receives nothing"
+                      : format_bytes(u[0]) + " / " + format_bytes(u[1]) + " / " + format_bytes(u[2]) +
+                            " / " + format_bytes(u[3]) + " (" + std::to_string(static_cast<int>(u[4])) +
+                            " buffers)";
+  }
+  say(text);
+}
+
 madpipe::partition::PlannerOptions planner_options(const madpipe::runtime::TrainConfig& c) {
   madpipe::partition::PlannerOptions options;
   options.algorithm = madpipe::partition::algorithm_from_string(c.algorithm);
@@ -127,6 +162,14 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       for (const std::string& note : result.notes) say("planner note: " + note);
       say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
     }
+    if (!c.plan.empty() && plan.replicas != c.replicas)
+      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/replicas",
+                           "the plan is for " + std::to_string(plan.replicas) +
+                               " data-parallel replica" + (plan.replicas == 1 ? "" : "s") +
+                               " but --replicas is " + std::to_string(c.replicas) +
+                               " (run it with --replicas " + std::to_string(plan.replicas) + " --gpus " +
+                               std::to_string(plan.replicas * plan.platform.gpus) + ")");
+    plan.replicas = c.replicas;
     if (plan.platform.gpus != pipeline_ranks(c))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
                            "the plan is for " + std::to_string(plan.platform.gpus) +
@@ -321,6 +364,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
   p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()),
                                              c.transfer_timeout, groups.pipeline());
   p->executor = std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
+  p->executor->receive_buffers(receive_mode(c), c.receive_lookahead);
   if (groups.layout().replicas > 1) {
     p->averager = std::make_unique<runtime::GradientAverager>(
         groups.replicas(), groups.layout().replicas, static_cast<int>(p->plan.stages.size()),
@@ -465,6 +509,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
                   "must be a number of seconds >= 0, got " + std::to_string(c.transfer_timeout));
     if (c.on_nan != "stop" && c.on_nan != "skip")
       throw Error(ErrorKind::InvalidInput, "", "on-nan", "unknown action '" + c.on_nan + "' (valid: stop, skip)");
+    receive_mode(c);  // an unknown --receive-buffers fails before any work
     if (c.mode != "sync" && c.mode != "2bw")
       throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
     const int pipeline_size = pipeline_ranks(c);
@@ -527,11 +572,23 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       std::unique_ptr<Transport> transport =
           make_mpi_transport(static_cast<int>(first_plan.stages.size()), c.transfer_timeout);
       PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
+      executor.receive_buffers(receive_mode(c), c.receive_lookahead);
       release_other_layers(model, first_plan, rank);
       return train_two_weight_versions(c, first_plan, model_config, executor, *data, say);
     }
     const ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const int position = groups.layout().position;
+    if (c.replicas > 1) {
+      say("replicas: rank r is GPU r % " + std::to_string(pipeline_size) + " of replica r / " +
+          std::to_string(pipeline_size) + "; each stage averages its gradients over the " +
+          std::to_string(c.replicas) + " replicas at every step (" +
+          std::to_string(c.replicas * c.micro_batches) + " micro-batches per step in all)");
+      if (c.gpus_per_node > 0 && pipeline_size % c.gpus_per_node != 0 &&
+          c.gpus_per_node % pipeline_size != 0)
+        say("warning: pipelines of " + std::to_string(pipeline_size) + " ranks straddle nodes of " +
+            std::to_string(c.gpus_per_node) + " ranks, which the plan does not model; choose " +
+            "--replicas so that the pipeline ranks divide --gpus-per-node or are a multiple of it");
+    }
     // Replica d runs micro-batches d*m .. d*m+m-1 of the step's replicas*m.
     const int first_micro_batch = groups.layout().replica * c.micro_batches;
     std::unique_ptr<SyncPipeline> pipeline = build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
@@ -594,6 +651,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         return on_device(data->micro_batch(step, first_micro_batch + i, false), device);
       });
       if (pipeline->averager) pipeline->averager->finish();
+      if (step == first_step && receive_mode(c) == PipelineExecutor::Receives::Arena)
+        report_receive_arena(*pipeline->executor, groups.layout(), say);
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
       const bool skipped = !health.problem.empty();

@@ -49,6 +49,8 @@ struct TrainConfig {
   int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
   bool resume = false;       // continue from the newest whole checkpoint in <output_dir>
   double transfer_timeout = 600;  // seconds a rank waits for a transfer before failing (0: for ever)
+  std::string receive_buffers = "arena";  // arena (planned offsets, posted ahead) | upfront
+  int receive_lookahead = 2;  // arena: compute instructions between a receive's post and its use
   std::string on_nan = "stop";  // a NaN or Inf loss or gradient: stop | skip (the step)
   bool quiet = false;
   // Profile and plan, write profile.json and plan.json, train nothing; needs one process only,

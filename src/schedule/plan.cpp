@@ -43,6 +43,7 @@ static Json plan_json(const madpipe::schedule::Plan& plan) {
   if (plan.platform.inter_node_bandwidth_bytes_per_ms != 0)
     platform["inter_node_bandwidth_bytes_per_ms"] = plan.platform.inter_node_bandwidth_bytes_per_ms;
   j["platform"] = std::move(platform);
+  if (plan.replicas != 1) j["replicas"] = plan.replicas;  // absent: one pipeline, as before
 
   j["algorithm"] = plan.algorithm;
 
@@ -445,6 +446,13 @@ madpipe::schedule::Plan madpipe::schedule::plan_from_json(const nlohmann::json& 
   Plan plan;
   plan.profile = string_member(j, "profile", "", file);
   plan.platform = read_platform(j, file);
+  if (j.contains("replicas")) {
+    plan.replicas = int_member(j, "replicas", 1, "", file);
+    if (static_cast<std::int64_t>(plan.replicas) * plan.platform.gpus > INT_MAX)
+      fail(file, "/replicas",
+           "replicas x platform gpus must be at most " + std::to_string(INT_MAX) + ", got " +
+               std::to_string(plan.replicas) + " x " + std::to_string(plan.platform.gpus));
+  }
   plan.algorithm = string_member(j, "algorithm", "", file);
   const json& stages = array_member(j, "stages", "", file);
   for (std::size_t s = 0; s < stages.size(); ++s)

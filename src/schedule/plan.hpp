@@ -32,7 +32,10 @@ struct SolverInfo {
 
 struct Plan {
   std::string profile;  // profile name
-  Platform platform;
+  Platform platform;    // the GPUs of one pipeline
+  // Data-parallel replicas of the pipeline: D * platform.gpus ranks, rank r runs pipeline
+  // position r % platform.gpus of replica r / platform.gpus.
+  int replicas = 1;
   std::string algorithm;
   std::vector<Stage> stages;
   Pattern pattern;
