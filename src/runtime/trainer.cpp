@@ -172,10 +172,11 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
     plan.replicas = c.replicas;
     if (plan.platform.gpus != pipeline_ranks(c))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
-                           "the plan is for " + std::to_string(plan.platform.gpus) +
-                               " GPUs but --gpus " + std::to_string(c.gpus) + " with --replicas " +
-                               std::to_string(c.replicas) + " gives pipelines of " +
-                               std::to_string(pipeline_ranks(c)));
+                           "the plan is for " + std::to_string(plan.platform.gpus) + " GPUs but " +
+                               (c.replicas == 1 ? "--gpus is " + std::to_string(c.gpus)
+                                                : "--gpus " + std::to_string(c.gpus) + " with --replicas " +
+                                                      std::to_string(c.replicas) + " gives pipelines of " +
+                                                      std::to_string(pipeline_ranks(c)) + " GPUs"));
     if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
                            "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +

@@ -292,6 +292,11 @@ INI
     [[ $status -eq 0 ]] || fail "2 x 2 run: exit status $status"
     grep -q "stages on 2 ranks x 2 data-parallel replicas" out || fail "the plan line should name the replicas"
     grep -q '"gpus": 2' dp/plan.json || fail "the plan should be for one pipeline of 2 GPUs"
+    grep -q '"replicas": 2' dp/plan.json || fail "the plan should record its 2 replicas"
+    mpi 2 "${dp[@]}" --gpus 2 --plan dp/plan.json --output-dir bad
+    [[ $status -ne 0 ]] || fail "a plan for 2 replicas must be refused with --replicas 1"
+    grep -q "the plan is for 2 data-parallel replicas but --replicas is 1 (run it with --replicas 2 --gpus 4)" err ||
+      fail "message should name the replicas"
     for step in 1 2 3 4; do
       x=$(loss_of unsplit/metrics.jsonl $step)
       y=$(loss_of dp/metrics.jsonl $step)
