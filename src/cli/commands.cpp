@@ -5,6 +5,7 @@
 #include "cli/plan_command.hpp"
 #include "cli/profile_command.hpp"
 #include "cli/remat_command.hpp"
+#include "cli/scale_command.hpp"
 #include "cli/show_command.hpp"
 #include "cli/simulate_command.hpp"
 #include "cli/sweep_command.hpp"
@@ -22,6 +23,7 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
        compare_command},
       {"sweep", "plan over a grid of options: CSV and a plot of period against memory",
        sweep_command},
+      {"scale", "data parallelism: D replicas of a P-GPU pipeline, best throughput", scale_command},
       {"remat", "optimal rematerialization of a stage for a memory budget (ROTOR)",
        remat_command},
       {"memplan", "static memory plan of a stage: tensor offsets in one arena (OLLA ILP)",

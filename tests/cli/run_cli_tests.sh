@@ -102,7 +102,7 @@ expect_count() {
 case_help() {
   run --help
   expect_status 0
-  for command in plan simulate compare sweep show; do expect_match out "^  $command  "; done
+  for command in plan simulate compare sweep scale show; do expect_match out "^  $command  "; done
   expect_empty err
   run help plan
   expect_status 0
@@ -136,7 +136,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, remat, memplan, profile, train, show)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, scale, remat, memplan, profile, train, show)"
   expect_empty out
   run
   expect_status 2
@@ -734,10 +734,66 @@ case_memplan() {
   expect_in err "madpipe: error: sequence: "
 }
 
+# madpipe scale: 32 GPUs in 4 nodes of 8 as D replicas of a P-GPU pipeline; GPT-2 small has 15
+# layers, so P = 16 and 32 are rejected.
+case_scale() {
+  local scale=(--profile "$gpt2" --gpus 32 --gpus-per-node 8 --memory 80GiB --bandwidth 300GB/s
+    --inter-node-bandwidth 25GB/s)
+  run scale "${scale[@]}" --global-batch 1024 --csv scale.csv -o best.json
+  expect_status 0
+  expect_in out "global batch 1024 samples per step = D x m x 8"
+  expect_match out "^ D +P +m +period \(ms\) +bubble +all-reduce \(ms\) +exposed \(ms\) +step \(ms\) +samples/s +peak memory +status$"
+  local numbers="[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ [KMG]iB"
+  for row in "32 +1 +4" "16 +2 +8" " 8 +4 +16" " 4 +8 +32"; do
+    expect_match out "^$row +$numbers +(chosen|ok)$"
+  done
+  expect_count out "  chosen" 1
+  expect_match out "^ 2 +16 +64 +- .* rejected: P = 16 GPUs exceed the 15 layers$"
+  expect_match out "^ 1 +32 +128 +- .* rejected: P = 32 GPUs exceed the 15 layers$"
+  expect_match out "^chosen       D = [0-9]+ replicas? of a [0-9]+-GPU pipeline \([0-9]+ stages?, madpipe\), m = [0-9]+ micro-batch"
+  expect_in out "plan written to best.json"
+  expect_match err "^scale: \[1/6\] D=32 x P=1, m=4: [0-9.]+ ms per micro-batch, step [0-9.]+ ms"
+  expect_line_count scale.csv 7
+  expect_match scale.csv "^replicas,pipeline_gpus,micro_batches,status,period_ms,"
+  expect_match scale.csv "^2,16,64,rejected,,,,,,,,,,[0-9.]+,P = 16 GPUs exceed the 15 layers$"
+  expect_json best.json
+  local replicas
+  replicas=$(grep -oE '^ *[0-9]+ +[0-9]+ +[0-9]+ .*chosen$' out | awk '{print $1}')
+  if [[ $replicas -eq 1 ]]; then
+    expect_not_in best.json '"replicas"'
+  else
+    expect_in best.json "\"replicas\": $replicas,"
+  fi
+  run simulate --plan best.json --profile "$gpt2"
+  expect_status 0
+  # Too small a global batch for 32 replicas: that row is rejected, m < P is flagged.
+  run scale "${scale[@]}" --global-batch 128 --quiet
+  expect_status 0
+  expect_empty err
+  expect_match out "^32 +1 +- +- .* rejected: the global batch does not split: 128 is not a multiple of D x batch = 256$"
+  expect_in out "(m = 1 < P = 2: mostly fill and drain)"
+  # Bad input: exit status 2 and a message naming the option.
+  run scale "${scale[@]}" --global-batch 12
+  expect_status 2
+  expect_in err "madpipe: error: --global-batch: must be a multiple of the profile's batch (8), got 12"
+  expect_empty out
+  run scale "${scale[@]}" --global-batch 0
+  expect_status 2
+  expect_in err "madpipe: error: --global-batch: must be >= 1, got 0"
+  run scale --profile "$gpt2" --gpus 32 --memory 80GiB --bandwidth 300GB/s
+  expect_status 2
+  expect_in err "madpipe: error: the option '--global-batch' is required but missing"
+  # Nothing fits: the table says why, then an error.
+  run scale --profile "$gpt2" --gpus 4 --memory 2GiB --bandwidth 300GB/s --global-batch 64 -q
+  expect_status 2
+  expect_in out "rejected: no madpipe plan fits in 2.0 GiB per GPU"
+  expect_in err "madpipe: error: no split of the 4 GPUs into D replicas of a pipeline works"
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan)
+  multi_node memplan scale)
 
 run_case() {
   case_name=$1
