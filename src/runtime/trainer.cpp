@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/units.hpp"
+#include "partition/data_parallel.hpp"
 #include "partition/infeasible.hpp"
 #include "partition/planner.hpp"
 #include "partition/replan.hpp"
@@ -88,10 +89,11 @@ int pipeline_ranks(const madpipe::runtime::TrainConfig& c) {
   return c.gpus / c.replicas;
 }
 
-// The platform of one replica's pipeline.
+// The platform of one replica's pipeline (partition::replica_platform: its own nodes when the
+// replicas sit alike on them, else every link at the slowest bandwidth).
 madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
   madpipe::Platform platform;
-  platform.gpus = pipeline_ranks(c);
+  platform.gpus = c.gpus;
   platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
   platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
   platform.weight_copies = c.weight_copies;
@@ -99,7 +101,8 @@ madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
   if (!c.inter_node_bandwidth.empty())
     platform.inter_node_bandwidth_bytes_per_ms =
         madpipe::parse_bandwidth(c.inter_node_bandwidth, "inter-node-bandwidth");
-  return platform;
+  if (c.replicas == 1) return platform;  // its own nodes, a partial last one included
+  return madpipe::partition::replica_platform(platform, pipeline_ranks(c));
 }
 
 madpipe::runtime::PipelineExecutor::Receives receive_mode(const madpipe::runtime::TrainConfig& c) {
@@ -586,9 +589,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
           std::to_string(c.replicas * c.micro_batches) + " micro-batches per step in all)");
       if (c.gpus_per_node > 0 && pipeline_size % c.gpus_per_node != 0 &&
           c.gpus_per_node % pipeline_size != 0)
-        say("warning: pipelines of " + std::to_string(pipeline_size) + " ranks straddle nodes of " +
-            std::to_string(c.gpus_per_node) + " ranks, which the plan does not model; choose " +
-            "--replicas so that the pipeline ranks divide --gpus-per-node or are a multiple of it");
+        say("note: pipelines of " + std::to_string(pipeline_size) + " ranks straddle nodes of " +
+            std::to_string(c.gpus_per_node) + " ranks differently, so every link is planned at the " +
+            "slowest bandwidth; --replicas such that the pipeline ranks divide --gpus-per-node (or " +
+            "are a multiple of it) keeps pipeline neighbours on one node");
     }
     // Replica d runs micro-batches d*m .. d*m+m-1 of the step's replicas*m.
     const int first_micro_batch = groups.layout().replica * c.micro_batches;

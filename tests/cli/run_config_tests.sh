@@ -52,12 +52,20 @@ case "$case_name" in
       has_section "$config" model || continue
       [[ $(value_of "$config" device) == cuda* ]] || continue
       gpus=$(value_of "$config" gpus)
+      replicas=$(value_of "$config" replicas)
       name=$(basename "$config" .ini)
       "$mpirun_bin" --oversubscribe --allow-run-as-root -np 1 "$madpipe" train --config "$config" \
         --dry-run --layers 2 --context 16 --image 32 --micro-batch-size 1 --output-dir "dry-$name" \
         >out 2>err || fail "$config: dry run exited with $?"
       grep -q "profiling on the CPU instead" out || fail "$config: should fall back to the CPU"
-      grep -qE "^plan: madpipe, [0-9]+ stages on $gpus ranks" out || fail "$config: no plan for $gpus ranks"
+      if [[ -n $replicas && $replicas -gt 1 ]]; then
+        pipeline=$((gpus / replicas))
+        grep -qE "^plan: madpipe, [0-9]+ stages on $pipeline ranks x $replicas data-parallel replicas" out ||
+          fail "$config: no plan for $replicas replicas of $pipeline ranks"
+        grep -q "\"replicas\": $replicas," "dry-$name/plan.json" || fail "$config: plan.json without its replicas"
+      else
+        grep -qE "^plan: madpipe, [0-9]+ stages on $gpus ranks" out || fail "$config: no plan for $gpus ranks"
+      fi
       grep -q '"format": "madpipe.plan/1"' "dry-$name/plan.json" || fail "$config: no plan.json"
       [[ ! -e dry-$name/metrics.jsonl ]] || fail "$config: a dry run must not train"
       checked=$((checked + 1))
