@@ -120,3 +120,9 @@ void madpipe::runtime::migrate_layers(ChainModel& model, const schedule::Plan& f
   }
   MPI_Comm_free(&comm);
 }
+
+void madpipe::runtime::release_other_layers(ChainModel& model, const madpipe::schedule::Plan& plan,
+                          int rank) {
+  for (const auto& stage : plan.stages)
+    if (stage.gpu != rank) release_layers(model, stage.first_layer, stage.last_layer);
+}

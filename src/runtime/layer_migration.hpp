@@ -23,4 +23,9 @@ int rank_of_layer(const schedule::Plan& plan, int layer);
 // Empties the parameters and buffers of layers [first, last] (a rank keeps only its own layers).
 void release_layers(ChainModel& model, int first, int last);
 
+// Every rank builds the whole model (same seed, same weights) and keeps only the layers of its
+// stages in `plan` (`rank`: its GPU id there): the others' parameters and buffers are released,
+// so that a rank's memory is its share.
+void release_other_layers(ChainModel& model, const schedule::Plan& plan, int rank);
+
 }  // namespace madpipe::runtime

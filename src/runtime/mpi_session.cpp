@@ -60,3 +60,17 @@ std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values)
                   MPI_COMM_WORLD);
   return out;
 }
+
+std::string madpipe::runtime::computed_on_rank0(int rank, const std::function<std::string()>& produce) {
+  std::string text, failure;
+  if (rank == 0) {
+    try {
+      text = produce();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  failure = madpipe::runtime::broadcast_string(failure, 0);
+  if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
+  return madpipe::runtime::broadcast_string(text, 0);
+}

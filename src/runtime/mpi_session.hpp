@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ class MpiSession {
 
 // Broadcasts a string from `root` to every rank.
 std::string broadcast_string(const std::string& value, int root);
+
+// Runs `produce` on rank 0 and gives its result to every rank; what it throws there is thrown
+// on every rank (as Error{InvalidInput}), so that no rank is left waiting.
+std::string computed_on_rank0(int rank, const std::function<std::string()>& produce);
 
 // Sum over all ranks.
 double all_reduce_sum(double value);

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/profile.hpp"
+#include "partition/replan.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/optimizer.hpp"
+#include "runtime/replicas.hpp"
+#include "runtime/train_planning.hpp"
+#include "runtime/trainer.hpp"
+#include "runtime/transport.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/program.hpp"
+
+namespace madpipe::runtime {
+
+// What synchronous training builds from a plan; rebuilt when re-planning switches plans.
+struct SyncPipeline {
+  schedule::Plan plan;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<PipelineExecutor> executor;
+  schedule::Program program, eval_program;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;  // null: no parameters
+  // Data parallelism: a stage's gradients are averaged over its replicas once its last backward
+  // of the step is done.
+  std::unique_ptr<GradientAverager> averager;
+};
+
+// --receive-buffers; throws Error{InvalidInput} for an unknown value.
+PipelineExecutor::Receives receive_mode(const TrainConfig& c);
+
+// Collective: each pipeline rank's receive arena after a step, printed by rank 0.
+void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout& layout, const Say& say);
+
+// Lowers the plan, builds this rank's executor (on the replica's pipeline communicator), its
+// optimizers and, with replicas, the gradient averaging. `states`: optimizer state to restore
+// into the new optimizers, by parameter (null: fresh).
+std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const schedule::Plan& plan,
+                                                  ChainModel& model, const LayerOutputs& outputs,
+                                                  const ReplicaGroups& groups,
+                                                  const ParamStates* states);
+
+// Collective: the mean compute time of every stage since the executors' last reset.
+std::vector<partition::MeasuredStage> measured_stages(const PipelineExecutor& executor);
+
+// --replan-after (collective): re-plans on the measured stage times (rank 0 decides) and, when the
+// decision is to switch, moves layers and optimizer state between the ranks of each replica and
+// rebuilds the pipeline. Returns true when it switched.
+bool replan(const TrainConfig& c, const Profile& profile, int step, int first_measured,
+            std::unique_ptr<SyncPipeline>& pipeline, ChainModel& model, const LayerOutputs& outputs,
+            const ReplicaGroups& groups, int rank, const Say& say);
+
+// What every rank must know after a step's forwards and backwards: a NaN or Inf loss (the
+// first such micro-batch) or gradient (the first such stage), and a request to stop.
+struct StepHealth {
+  std::string problem;  // empty: all finite
+  int stop_signal = 0;
+};
+
+// Collective: every rank learns of a NaN or Inf loss (`bad_micro_batch`, INT_MAX: none) or
+// gradient on any rank, and of a request to stop.
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch);
+
+}  // namespace madpipe::runtime

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+#include "schedule/plan.hpp"
+
+namespace madpipe::runtime {
+
+// What `madpipe train` plans with and how its ranks agree on a profile and a plan.
+
+using Say = std::function<void(const std::string&)>;  // a progress line (rank 0 prints it)
+
+std::string plan_text(const schedule::Plan& plan);  // the plan file's JSON
+
+// Ranks of one pipeline: --gpus counts every rank of every replica. Throws Error{InvalidInput}
+// when --replicas does not divide --gpus.
+int pipeline_ranks(const TrainConfig& c);
+
+// The platform of one replica's pipeline (partition::replica_platform: its own nodes when the
+// replicas sit alike on them, else every link at the slowest bandwidth).
+Platform platform_of(const TrainConfig& c);
+
+partition::PlannerOptions planner_options(const TrainConfig& c);
+
+// Collective: rank 0 plans (or reads --plan, which must match the run's ranks, replicas and
+// model) and every rank gets the same plan, with the run's replicas.
+schedule::Plan agree_on_plan(const TrainConfig& c, const Profile& profile, int rank, const Say& say);
+
+// Collective: rank 0 measures the model (or reads --profile) and every rank gets the same
+// profile, which rank 0 also writes to <output_dir>/profile.json.
+Profile agree_on_profile(const TrainConfig& c, ChainModel& model, const Batch& sample,
+                         const torch::Device& device, int rank, const Say& say);
+
+// "  stage s: layers A..B on rank r" lines.
+std::string stage_summary(const schedule::Plan& plan, const ChainModel& model);
+
+}  // namespace madpipe::runtime
