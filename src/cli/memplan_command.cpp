@@ -7,11 +7,14 @@
 #include "core/units.hpp"
 #include "schedule/address_plan.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/modulo_memory.hpp"
+#include "schedule/operator_order.hpp"
 #include "schedule/plan.hpp"
 #include "schedule/remat_chain.hpp"
 #include "schedule/remat_sequence.hpp"
 #include "schedule/tensor_graph.hpp"
 
+#include <algorithm>
 #include <iostream>
 
 #include <boost/program_options/value_semantic.hpp>
@@ -26,7 +29,11 @@ static const madpipe::cli::CommandSyntax kSyntax{
     "an offset in one arena so that tensors live at the same time never overlap. Compares the\n"
     "arena of the address ILP with greedy first-fit, the sum of all sizes and the lower bound\n"
     "(the most bytes ever live at once). With --plan, the stage, its sequence and its number\n"
-    "of micro-batches in flight come from the plan."};
+    "of micro-batches in flight come from the plan. --order ilp first reorders the ops inside\n"
+    "each micro-batch's forward and backward part for the smallest resident peak (OLLA's\n"
+    "operator-order ILP); --pyramid stacks nested lifetimes before the address ILP;\n"
+    "--steady-state plans the periodic steady state instead of one window: one slot set per\n"
+    "micro-batch in flight, lifetimes wrapping around the period, offsets valid in every period."};
 
 po::options_description madpipe::cli::memplan_options_description(MemplanOptions& options) {
   po::options_description group("Memplan options", 100);
@@ -47,7 +54,7 @@ po::options_description madpipe::cli::memplan_options_description(MemplanOptions
       po::value(&options.in_flight)->value_name("N")->notifier(at_least(1, "--in-flight")),
       "micro-batches in flight on the stage (default: its NCA in the plan, else 1)");
   add("solver", po::value(&options.solver)->value_name("NAME"),
-      "MILP solver of the address ILP: cbc or glpk (default: the first built)");
+      "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add("time-limit",
       po::value(&options.time_limit_s)
           ->value_name("SECONDS")
@@ -55,7 +62,27 @@ po::options_description madpipe::cli::memplan_options_description(MemplanOptions
           ->notifier([](double s) {
             if (!(s > 0)) throw_invalid("", "--time-limit", "must be > 0 seconds");
           }),
-      "time budget of the address ILP; on timeout the best solution found, or greedy, is kept");
+      "time budget of each ILP; on timeout the best solution found, or greedy, is kept");
+  add("order",
+      po::value(&options.order)
+          ->value_name("given|ilp")
+          ->default_value(options.order)
+          ->notifier([](const std::string& name) {
+            if (name != "given" && name != "ilp")
+              throw_invalid("", "--order", "unknown order '" + name + "' (valid: given, ilp)");
+          }),
+      "operator order: the sequence's own (given), or the order ILP's (ilp) inside each "
+      "micro-batch's forward and backward part");
+  add("pyramid", po::bool_switch(&options.pyramid),
+      "stack nested lifetimes at fixed offsets before the address ILP (fewer variables)");
+  add("steady-state", po::bool_switch(&options.steady_state),
+      "plan the periodic steady state (1F1B, or the plan's pattern with --plan): offsets valid "
+      "in every period, lifetimes may wrap around its end");
+  add("periods",
+      po::value(&options.periods)->value_name("N")->notifier(at_least(1, "--periods")),
+      "with --steady-state: periods on the circle of the modulo plan (default: the fewest that "
+      "hold the longest lifetime; more can let micro-batches never in flight together share "
+      "offsets)");
   po::options_description all(100);
   all.add(group);
   return all;
@@ -67,6 +94,9 @@ struct StageChoice {
   int first = 0, last = 0;
   std::string sequence;
   int in_flight = 1;
+  // The steady state: the plan's pattern and stage, or 1F1B with in_flight slots on stage 0.
+  madpipe::schedule::Pattern pattern;
+  int pattern_stage = 0;
 };
 }  // namespace
 
@@ -77,8 +107,11 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
     if (options.stage >= 0) throw_invalid("", "--stage", "needs --plan");
     if (options.first_layer < 0 || options.last_layer < 0)
       throw_invalid("", "--first", "give the stage's layers (--first and --last) or --plan");
-    choice = {options.first_layer, options.last_layer, options.sequence,
-              std::max(options.in_flight, 1)};
+    choice.first = options.first_layer;
+    choice.last = options.last_layer;
+    choice.sequence = options.sequence;
+    choice.in_flight = std::max(options.in_flight, 1);
+    choice.pattern = madpipe::schedule::one_f_one_b_stage_pattern(choice.in_flight);
   } else {
     if (options.first_layer >= 0 || options.last_layer >= 0 || !options.sequence.empty())
       throw_invalid("", "--plan", "takes the stage from the plan: drop --first, --last and "
@@ -93,10 +126,18 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
     if (stage.offload != "none")
       throw_invalid("", "--stage", "offloading stages are not planned yet (offload " +
                                        stage.offload + ")");
+    if (options.steady_state && options.in_flight > 0)
+      throw_invalid("", "--in-flight", "the plan's pattern fixes the micro-batches in flight of "
+                                       "--steady-state: drop --in-flight");
     const std::vector<int> nca = madpipe::schedule::concurrent_activations(plan.pattern, stages);
-    choice = {stage.first_layer, stage.last_layer, stage.sequence,
-              options.in_flight > 0 ? options.in_flight
-                                    : std::max(1, nca[static_cast<std::size_t>(options.stage)])};
+    choice.first = stage.first_layer;
+    choice.last = stage.last_layer;
+    choice.sequence = stage.sequence;
+    choice.in_flight = options.in_flight > 0
+                           ? options.in_flight
+                           : std::max(1, nca[static_cast<std::size_t>(options.stage)]);
+    choice.pattern = plan.pattern;
+    choice.pattern_stage = options.stage;
   }
   if (choice.last >= layers || choice.first > choice.last)
     throw_invalid("", "--last",
@@ -117,35 +158,109 @@ static std::string versus(std::int64_t value, std::int64_t bound) {
          "%";
 }
 
+namespace {
+// The buffers to place and the op at each of their timesteps.
+struct Timeline {
+  std::vector<madpipe::schedule::Buffer> buffers;
+  std::vector<std::string> steps;
+};
+}  // namespace
+
+static std::string seconds(double s) { return madpipe::cli::fixed(s, 2) + " s"; }
+
+// One window of the stage (graph line, and the order ILP's line with --order ilp).
+static Timeline window_timeline(const madpipe::cli::MemplanOptions& options,
+                                const madpipe::schedule::RematChain& chain,
+                                const madpipe::schedule::RematSequence& sequence, int in_flight) {
+  using namespace madpipe::schedule;
+  TensorGraph graph = stage_tensor_graph(chain, sequence, in_flight);
+  std::cout << "graph      " << graph.nodes.size() << " ops, " << graph.tensors.size()
+            << " tensors\n";
+  if (options.order == "ilp") {
+    OrderIlpOptions order_options;
+    order_options.backend = options.solver;
+    order_options.solve.time_limit_s = options.time_limit_s;
+    const OperatorOrder order = ilp_operator_order(graph, order_options);
+    std::cout << "order      resident peak " << bytes(order.given_peak_bytes) << " given, "
+              << bytes(order.peak_bytes) << " reordered ("
+              << madpipe::cli::fixed(100.0 * static_cast<double>(order.peak_bytes -
+                                                                 order.given_peak_bytes) /
+                                         static_cast<double>(std::max<std::int64_t>(
+                                             order.given_peak_bytes, 1)),
+                                     2)
+              << "%); " << order.note;
+    if (order.execute_vars > 0)
+      std::cout << "; " << order.execute_vars << " X + " << order.preserve_vars << " P variables, "
+                << seconds(order.solver_seconds);
+    std::cout << '\n';
+    graph = reorder(graph, order.order);
+  }
+  Timeline timeline{buffers_of(graph), {}};
+  for (const TensorNode& node : graph.nodes) timeline.steps.push_back(node.name);
+  return timeline;
+}
+
+// The circle of the periodic steady state (steady and circle lines).
+static Timeline steady_timeline(const madpipe::cli::MemplanOptions& options,
+                                const StageChoice& choice,
+                                const madpipe::schedule::RematChain& chain,
+                                const madpipe::schedule::RematSequence& sequence) {
+  using namespace madpipe::schedule;
+  const SteadyStateBuffers steady =
+      steady_state_buffers(chain, sequence, choice.pattern, choice.pattern_stage, options.periods);
+  if (options.plan_path.empty()) {
+    std::cout << "steady     1F1B: in period j, forward of micro-batch j+" << choice.in_flight - 1
+              << ", then backward of micro-batch j\n";
+  } else {
+    std::cout << "steady     pattern of " << options.plan_path << " (k = " << choice.pattern.k
+              << "), stage " << choice.pattern_stage << ": its F and B in start order\n";
+  }
+  const auto wrapping = std::count_if(steady.buffers.begin(), steady.buffers.end(),
+                                      [](const Buffer& b) { return wraps(b); });
+  std::cout << "circle     " << steady.periods << " period" << (steady.periods > 1 ? "s" : "")
+            << ", " << steady.timesteps() << " ops, " << steady.slot_sets << " slot set"
+            << (steady.slot_sets > 1 ? "s" : "") << ", " << steady.buffers.size() << " buffers ("
+            << wrapping << " wrap around)\n";
+  return {steady.buffers, steady.steps};
+}
+
 int madpipe::cli::run_memplan(const MemplanOptions& options) {
   using namespace madpipe::schedule;
+  if (options.steady_state && options.order == "ilp")
+    throw_invalid("", "--order", "ilp reorders one window of the stage; not with --steady-state");
+  if (!options.steady_state && options.periods > 0)
+    throw_invalid("", "--periods", "needs --steady-state");
   const Profile profile = read_profile(options.profile_path);
   const StageChoice choice = choose_stage(options, static_cast<int>(profile.layers.size()));
   const RematChain chain = stage_remat_chain(profile, choice.first, choice.last);
   const RematSequence sequence = parse_remat_sequence(choice.sequence, chain);
-  const TensorGraph graph = stage_tensor_graph(chain, sequence, choice.in_flight);
-  const std::vector<Buffer> buffers = buffers_of(graph);
-
-  AddressIlpOptions ilp;
-  ilp.backend = options.solver;
-  ilp.solve.time_limit_s = options.time_limit_s;
-  const AddressPlan plan = ilp_address_plan(buffers, ilp);
 
   std::cout << "stage      layers " << choice.first << ".." << choice.last << " of "
             << profile.name << ", " << choice.in_flight << " micro-batch"
             << (choice.in_flight > 1 ? "es" : "") << " in flight, "
             << (sequence.empty() ? std::string("no remat") : "sequence " + choice.sequence)
-            << '\n'
-            << "graph      " << graph.nodes.size() << " ops, " << graph.tensors.size()
-            << " tensors\n\n";
+            << '\n';
+  const Timeline timeline = options.steady_state
+                                ? steady_timeline(options, choice, chain, sequence)
+                                : window_timeline(options, chain, sequence, choice.in_flight);
+  const std::vector<Buffer>& buffers = timeline.buffers;
+
+  AddressIlpOptions ilp;
+  ilp.backend = options.solver;
+  ilp.solve.time_limit_s = options.time_limit_s;
+  ilp.pyramid = options.pyramid;
+  const AddressPlan plan = ilp_address_plan(buffers, ilp);
+
+  std::cout << '\n';
   Table tensors{{{"tensor", Align::Left}, {"size"}, {"live from", Align::Left},
                  {"to", Align::Left}, {"offset"}},
                 {}};
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
     tensors.rows.push_back({b.name, bytes(b.size_bytes),
-                            graph.nodes[static_cast<std::size_t>(b.first)].name,
-                            graph.nodes[static_cast<std::size_t>(b.last)].name,
+                            timeline.steps[static_cast<std::size_t>(b.first)],
+                            timeline.steps[static_cast<std::size_t>(b.last)] +
+                                (wraps(b) ? " (next turn)" : ""),
                             bytes(plan.offsets[i])});
   }
   print_table(tensors, std::cout, "  ");
@@ -157,10 +272,11 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
     arenas.rows.push_back(
         {name, bytes(value), std::to_string(value), versus(value, plan.lower_bound_bytes)});
   };
+  const std::string ilp_name = options.pyramid ? "pyramid + ilp" : "ilp";
   if (plan.method == PlanMethod::Ilp) {
-    row("ilp", plan.arena_bytes);
+    row(ilp_name, plan.arena_bytes);
   } else {
-    arenas.rows.push_back({"ilp", "-", "-", "not used"});
+    arenas.rows.push_back({ilp_name, "-", "-", "not used"});
   }
   row("greedy by start", by_start.arena_bytes);
   row("greedy largest first", largest.arena_bytes);
@@ -171,7 +287,9 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
   if (!overlapping_live_buffers(plan).empty())
     throw Error(ErrorKind::Internal, "", "", "the memory plan overlaps live tensors");
   std::cout << "\nused       " << to_string(plan.method) << ": " << bytes(plan.arena_bytes) << " ("
-            << plan.note << ")\n";
+            << plan.note;
+  if (plan.solver_seconds > 0) std::cout << ", " << seconds(plan.solver_seconds);
+  std::cout << ")\n";
   return 0;
 }
 

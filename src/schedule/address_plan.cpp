@@ -1,12 +1,10 @@
 #include "schedule/address_plan.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <climits>
 #include <numeric>
-#include <sstream>
 
 #include "core/error.hpp"
-#include "solver/model.hpp"
 
 std::vector<madpipe::schedule::Buffer> madpipe::schedule::buffers_of(const TensorGraph& graph) {
   check_tensor_graph(graph);
@@ -22,10 +20,12 @@ std::vector<madpipe::schedule::Buffer> madpipe::schedule::buffers_of(const Tenso
 
 std::int64_t madpipe::schedule::live_bytes_lower_bound(const std::vector<Buffer>& buffers) {
   int horizon = 0;
-  for (const Buffer& b : buffers) horizon = std::max(horizon, b.last + 1);
+  for (const Buffer& b : buffers) horizon = std::max({horizon, b.first + 1, b.last + 1});
+  // A wrapping buffer is live from its first timestep on, and from 0 to its last one.
   std::vector<std::int64_t> change(static_cast<std::size_t>(horizon) + 1, 0);
   for (const Buffer& b : buffers) {
     change[static_cast<std::size_t>(b.first)] += b.size_bytes;
+    if (wraps(b)) change[0] += b.size_bytes;
     change[static_cast<std::size_t>(b.last) + 1] -= b.size_bytes;
   }
   std::int64_t live = 0, peak = 0;
@@ -48,30 +48,32 @@ std::int64_t madpipe::schedule::AddressPlan::sum_bytes() const noexcept {
   return sum;
 }
 
-// Indices of the buffers sorted by first use (then by index): the sweep order of the checks.
-static std::vector<int> by_first_use(const std::vector<madpipe::schedule::Buffer>& buffers) {
-  std::vector<int> order(buffers.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+std::vector<std::pair<int, int>> madpipe::schedule::coexisting_buffer_pairs(
+    const std::vector<Buffer>& buffers) {
+  // Linear buffers by a sweep in order of first use; a wrapping one against every other.
+  std::vector<int> linear, wrapping;
+  for (int i = 0; i < static_cast<int>(buffers.size()); ++i) {
+    const Buffer& b = buffers[static_cast<std::size_t>(i)];
+    if (b.size_bytes > 0) (wraps(b) ? wrapping : linear).push_back(i);
+  }
+  std::stable_sort(linear.begin(), linear.end(), [&](int a, int b) {
     return buffers[static_cast<std::size_t>(a)].first < buffers[static_cast<std::size_t>(b)].first;
   });
-  return order;
-}
-
-// Pairs (a < b) of non-empty buffers live together.
-static std::vector<std::pair<int, int>> coexisting_pairs(
-    const std::vector<madpipe::schedule::Buffer>& buffers) {
-  const std::vector<int> order = by_first_use(buffers);
   std::vector<std::pair<int, int>> pairs;
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const auto& a = buffers[static_cast<std::size_t>(order[i])];
-    if (a.size_bytes == 0) continue;
-    for (std::size_t j = i + 1; j < order.size(); ++j) {
-      const auto& b = buffers[static_cast<std::size_t>(order[j])];
-      if (b.first > a.last) break;
-      if (b.size_bytes == 0) continue;
-      pairs.emplace_back(std::min(order[i], order[j]), std::max(order[i], order[j]));
+  for (std::size_t i = 0; i < linear.size(); ++i) {
+    const Buffer& a = buffers[static_cast<std::size_t>(linear[i])];
+    for (std::size_t j = i + 1; j < linear.size(); ++j) {
+      if (buffers[static_cast<std::size_t>(linear[j])].first > a.last) break;
+      pairs.emplace_back(std::min(linear[i], linear[j]), std::max(linear[i], linear[j]));
     }
+  }
+  for (std::size_t i = 0; i < wrapping.size(); ++i) {
+    const Buffer& a = buffers[static_cast<std::size_t>(wrapping[i])];
+    for (std::size_t j = i + 1; j < wrapping.size(); ++j)
+      pairs.emplace_back(std::min(wrapping[i], wrapping[j]), std::max(wrapping[i], wrapping[j]));
+    for (int other : linear)
+      if (live_together(a, buffers[static_cast<std::size_t>(other)]))
+        pairs.emplace_back(std::min(wrapping[i], other), std::max(wrapping[i], other));
   }
   std::sort(pairs.begin(), pairs.end());
   return pairs;
@@ -86,7 +88,7 @@ std::vector<madpipe::schedule::BufferConflict> madpipe::schedule::overlapping_li
   auto size = [&](int i) { return buffers[static_cast<std::size_t>(i)].size_bytes; };
   for (int i = 0; i < static_cast<int>(buffers.size()); ++i)
     if (offset(i) < 0 || offset(i) + size(i) > plan.arena_bytes) conflicts.push_back({i, i});
-  for (const auto& [a, b] : coexisting_pairs(buffers))
+  for (const auto& [a, b] : coexisting_buffer_pairs(buffers))
     if (offset(a) < offset(b) + size(b) && offset(b) < offset(a) + size(a))
       conflicts.push_back({a, b});
   return conflicts;
@@ -99,27 +101,26 @@ static void finish_plan(madpipe::schedule::AddressPlan& plan) {
   plan.lower_bound_bytes = madpipe::schedule::live_bytes_lower_bound(plan.buffers);
 }
 
-madpipe::schedule::AddressPlan madpipe::schedule::greedy_address_plan(
-    const std::vector<Buffer>& buffers, PlanMethod order) {
-  if (order == PlanMethod::Ilp) throw_invalid("", "order", "the ILP is not a greedy order");
-  std::vector<int> sequence(buffers.size());
-  std::iota(sequence.begin(), sequence.end(), 0);
-  auto key = [&](int i) {
-    const Buffer& b = buffers[static_cast<std::size_t>(i)];
-    return order == PlanMethod::GreedyByStart
-               ? std::make_tuple(std::int64_t{b.first}, -b.size_bytes, std::int64_t{0})
-               : std::make_tuple(-b.size_bytes, std::int64_t{b.first} - b.last,
-                                 std::int64_t{b.first});
+// First fit in `sequence` order, the fixed buffers placed first.
+static madpipe::schedule::AddressPlan first_fit(
+    const std::vector<madpipe::schedule::Buffer>& buffers, const std::vector<int>& sequence,
+    const std::vector<std::int64_t>& fixed_offsets) {
+  using madpipe::schedule::Buffer;
+  auto fixed = [&](int i) {
+    return fixed_offsets.empty() ? std::int64_t{-1} : fixed_offsets[static_cast<std::size_t>(i)];
   };
-  std::stable_sort(sequence.begin(), sequence.end(), [&](int a, int b) { return key(a) < key(b); });
-  AddressPlan plan;
+  madpipe::schedule::AddressPlan plan;
   plan.buffers = buffers;
-  plan.method = order;
   plan.offsets.assign(buffers.size(), 0);
   std::vector<int> placed;
   for (int i : sequence) {
+    if (fixed(i) < 0) continue;
+    plan.offsets[static_cast<std::size_t>(i)] = fixed(i);
+    placed.push_back(i);
+  }
+  for (int i : sequence) {
     const Buffer& b = buffers[static_cast<std::size_t>(i)];
-    if (b.size_bytes == 0) continue;
+    if (b.size_bytes == 0 || fixed(i) >= 0) continue;
     std::vector<std::pair<std::int64_t, std::int64_t>> taken;  // [begin, end) of live neighbours
     for (int p : placed) {
       const Buffer& other = buffers[static_cast<std::size_t>(p)];
@@ -140,152 +141,90 @@ madpipe::schedule::AddressPlan madpipe::schedule::greedy_address_plan(
   return plan;
 }
 
+// The buffers by first use counted from timestep `origin` of a circle of `circle` timesteps, those
+// live across the origin first (the latest started first: on the shipped stages it fragments
+// less than the earliest first), larger first on ties.
+static std::vector<int> by_start_from(const std::vector<madpipe::schedule::Buffer>& buffers,
+                                      int origin, int circle) {
+  auto key = [&](int i) {
+    const madpipe::schedule::Buffer& b = buffers[static_cast<std::size_t>(i)];
+    const int from_origin = ((b.first - origin) % circle + circle) % circle;
+    const bool crosses =
+        b.first != origin && madpipe::schedule::live_together(b, {"", 0, origin, origin});
+    return std::make_tuple(crosses ? 0 : 1, crosses ? -from_origin : from_origin, -b.size_bytes);
+  };
+  std::vector<int> sequence(buffers.size());
+  std::iota(sequence.begin(), sequence.end(), 0);
+  std::stable_sort(sequence.begin(), sequence.end(), [&](int a, int b) { return key(a) < key(b); });
+  return sequence;
+}
+
+madpipe::schedule::AddressPlan madpipe::schedule::greedy_address_plan(
+    const std::vector<Buffer>& buffers, PlanMethod order,
+    const std::vector<std::int64_t>& fixed_offsets) {
+  if (order == PlanMethod::Ilp) throw_invalid("", "order", "the ILP is not a greedy order");
+  if (!fixed_offsets.empty() && fixed_offsets.size() != buffers.size())
+    throw_invalid("", "fixed_offsets", "must have one entry per buffer");
+  AddressPlan best;
+  if (order == PlanMethod::GreedyLargestFirst) {
+    std::vector<int> sequence(buffers.size());
+    std::iota(sequence.begin(), sequence.end(), 0);
+    auto key = [&](int i) {
+      const Buffer& b = buffers[static_cast<std::size_t>(i)];
+      return std::make_tuple(-b.size_bytes, std::int64_t{b.first} - b.last, std::int64_t{b.first});
+    };
+    std::stable_sort(sequence.begin(), sequence.end(),
+                     [&](int a, int b) { return key(a) < key(b); });
+    best = first_fit(buffers, sequence, fixed_offsets);
+  } else {
+    // On a circle there is no first timestep: every start is tried as the origin.
+    int circle = 1;
+    for (const Buffer& b : buffers) circle = std::max({circle, b.first + 1, b.last + 1});
+    std::vector<int> origins = {0};
+    if (std::any_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return wraps(b); }))
+      for (const Buffer& b : buffers) origins.push_back(b.first);
+    std::sort(origins.begin(), origins.end());
+    origins.erase(std::unique(origins.begin(), origins.end()), origins.end());
+    for (int origin : origins) {
+      AddressPlan plan = first_fit(buffers, by_start_from(buffers, origin, circle), fixed_offsets);
+      if (best.offsets.empty() || plan.arena_bytes < best.arena_bytes) best = std::move(plan);
+    }
+  }
+  best.method = order;
+  return best;
+}
+
 madpipe::schedule::AddressPlan madpipe::schedule::best_greedy_address_plan(
-    const std::vector<Buffer>& buffers) {
-  AddressPlan by_start = greedy_address_plan(buffers, PlanMethod::GreedyByStart);
-  AddressPlan largest = greedy_address_plan(buffers, PlanMethod::GreedyLargestFirst);
+    const std::vector<Buffer>& buffers, const std::vector<std::int64_t>& fixed_offsets) {
+  AddressPlan by_start = greedy_address_plan(buffers, PlanMethod::GreedyByStart, fixed_offsets);
+  AddressPlan largest = greedy_address_plan(buffers, PlanMethod::GreedyLargestFirst, fixed_offsets);
   return largest.arena_bytes < by_start.arena_bytes ? largest : by_start;
 }
 
-namespace {
-using madpipe::schedule::AddressPlan;
-using madpipe::schedule::Buffer;
-namespace solver = madpipe::solver;
-
-// The address ILP on sizes divided by `unit`, and its decoding.
-class AddressIlp {
- public:
-  AddressIlp(const std::vector<Buffer>& buffers, const AddressPlan& start)
-      : buffers_(buffers), pairs_(coexisting_pairs(buffers)) {
-    for (const Buffer& b : buffers)
-      if (b.size_bytes > 0) unit_ = std::gcd(unit_, b.size_bytes);
-    const double big = scaled(start.arena_bytes);
-    peak_ = model_.add_var(scaled(start.lower_bound_bytes), big, false, "peak");
-    model_.set_objective(peak_, 1.0);
-    model_.set_hint(peak_, big);
-    for (std::size_t e = 0; e < buffers.size(); ++e) {
-      const double size = scaled(buffers[e].size_bytes);
-      address_.push_back(model_.add_var(0, big - size, false, "A_" + std::to_string(e)));
-      model_.set_hint(address_.back(), scaled(start.offsets[e]));
-      const solver::Row top = model_.add_row(-solver::kInf, -size, "top_" + std::to_string(e));
-      model_.add_term(top, address_.back(), 1.0);
-      model_.add_term(top, peak_, -1.0);
-    }
-    for (const auto& [i, j] : pairs_) {
-      const std::string tag = std::to_string(i) + "_" + std::to_string(j);
-      const solver::Var below = model_.add_var(0, 1, true, "z_" + tag);  // 1: i below j
-      order_.push_back(below);
-      model_.set_hint(below, start.offsets[static_cast<std::size_t>(i)] <
-                                     start.offsets[static_cast<std::size_t>(j)]
-                                 ? 1.0
-                                 : 0.0);
-      const double si = scaled(buffers[static_cast<std::size_t>(i)].size_bytes);
-      const double sj = scaled(buffers[static_cast<std::size_t>(j)].size_bytes);
-      // z = 1: A_i + S_i <= A_j;  z = 0: A_j + S_j <= A_i.
-      const solver::Row r1 = model_.add_row(-solver::kInf, big - si, "below_" + tag);
-      model_.add_term(r1, address(i), 1.0);
-      model_.add_term(r1, address(j), -1.0);
-      model_.add_term(r1, below, big);
-      const solver::Row r2 = model_.add_row(-solver::kInf, -sj, "above_" + tag);
-      model_.add_term(r2, address(j), 1.0);
-      model_.add_term(r2, address(i), -1.0);
-      model_.add_term(r2, below, -big);
-    }
-  }
-
-  const solver::Model& model() const { return model_; }
-
-  // Integral offsets from the solved order of every pair: a longest path over "i below j" edges
-  // (Kahn's order). Empty when the order has a cycle.
-  std::vector<std::int64_t> decode(const std::vector<double>& values) const {
-    const std::size_t n = buffers_.size();
-    std::vector<std::vector<int>> above(n);
-    std::vector<int> indegree(n, 0);
-    for (std::size_t p = 0; p < pairs_.size(); ++p) {
-      auto [low, high] = pairs_[p];
-      if (values[static_cast<std::size_t>(order_[p].index)] < 0.5) std::swap(low, high);
-      above[static_cast<std::size_t>(low)].push_back(high);
-      ++indegree[static_cast<std::size_t>(high)];
-    }
-    std::vector<std::int64_t> offsets(n, 0);
-    std::vector<int> ready;
-    for (std::size_t e = 0; e < n; ++e)
-      if (indegree[e] == 0) ready.push_back(static_cast<int>(e));
-    std::size_t done = 0;
-    while (!ready.empty()) {
-      const int e = ready.back();
-      ready.pop_back();
-      ++done;
-      const std::int64_t end = offsets[static_cast<std::size_t>(e)] +
-                               buffers_[static_cast<std::size_t>(e)].size_bytes;
-      for (int next : above[static_cast<std::size_t>(e)]) {
-        offsets[static_cast<std::size_t>(next)] =
-            std::max(offsets[static_cast<std::size_t>(next)], end);
-        if (--indegree[static_cast<std::size_t>(next)] == 0) ready.push_back(next);
+std::vector<int> madpipe::schedule::pyramid_stack(const std::vector<Buffer>& buffers) {
+  std::vector<int> picks;
+  std::vector<bool> done(buffers.size(), false);
+  int min_start = INT_MIN, max_end = INT_MAX;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(buffers.size()); ++i) {
+      const Buffer& b = buffers[static_cast<std::size_t>(i)];
+      if (done[static_cast<std::size_t>(i)] || b.size_bytes == 0 || wraps(b)) continue;
+      if (b.first < min_start || b.last > max_end) continue;
+      if (best < 0) {
+        best = i;
+        continue;
       }
+      const Buffer& top = buffers[static_cast<std::size_t>(best)];
+      if (std::make_pair(b.last - b.first, b.size_bytes) >
+          std::make_pair(top.last - top.first, top.size_bytes))
+        best = i;
     }
-    if (done != n) return {};
-    return offsets;
+    if (best < 0) return picks;
+    done[static_cast<std::size_t>(best)] = true;
+    picks.push_back(best);
+    min_start = buffers[static_cast<std::size_t>(best)].first;
+    max_end = buffers[static_cast<std::size_t>(best)].last;
   }
-
- private:
-  double scaled(std::int64_t bytes) const {
-    return static_cast<double>(bytes / unit_);
-  }
-  solver::Var address(int e) const { return address_[static_cast<std::size_t>(e)]; }
-
-  const std::vector<Buffer>& buffers_;
-  std::vector<std::pair<int, int>> pairs_;
-  std::int64_t unit_ = 0;
-  solver::Model model_;
-  solver::Var peak_;
-  std::vector<solver::Var> address_, order_;
-};
-}  // namespace
-
-static std::string percent(double ratio) {
-  std::ostringstream out;
-  out.precision(2);
-  out << std::fixed << 100.0 * ratio << "%";
-  return out.str();
 }
 
-madpipe::schedule::AddressPlan madpipe::schedule::ilp_address_plan(
-    const std::vector<Buffer>& buffers, const AddressIlpOptions& options) {
-  AddressPlan greedy = best_greedy_address_plan(buffers);
-  auto fallback = [&](const std::string& why) {
-    greedy.note = why + "; greedy plan kept";
-    return greedy;
-  };
-  if (options.skip_when_greedy_optimal && greedy.arena_bytes == greedy.lower_bound_bytes) {
-    greedy.note = "greedy meets the lower bound (optimal); no ILP solved";
-    return greedy;
-  }
-  std::string backend = options.backend;
-  if (backend.empty()) {
-    const std::vector<std::string> built = solver::built_backends();
-    if (built.empty()) return fallback("no MILP backend built");
-    backend = built.front();
-  }
-  const AddressIlp ilp(buffers, greedy);
-  solver::SolveResult result = solver::make_backend(backend)->solve(ilp.model(), options.solve);
-  greedy.solver_status = result.status;
-  greedy.solver_seconds = result.seconds;
-  if (!result.has_solution()) {
-    std::string why = "ilp " + std::string(solver::to_string(result.status));
-    if (!result.message.empty()) why += " (" + result.message + ")";
-    return fallback(why);
-  }
-  AddressPlan plan = greedy;
-  plan.offsets = ilp.decode(result.values);
-  if (plan.offsets.empty()) return fallback("ilp solution has an inconsistent order");
-  finish_plan(plan);
-  if (!overlapping_live_buffers(plan).empty())
-    return fallback("ilp solution overlaps live buffers");
-  if (plan.arena_bytes > greedy.arena_bytes) return fallback("ilp solution is worse than greedy");
-  plan.method = PlanMethod::Ilp;
-  plan.note = "ilp " + std::string(solver::to_string(result.status)) + " (" + result.backend;
-  if (result.status != solver::Status::Optimal) plan.note += ", gap " + percent(result.gap);
-  plan.note += plan.arena_bytes == plan.lower_bound_bytes ? ", meets the lower bound)" : ")";
-  return plan;
-}

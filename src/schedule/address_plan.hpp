@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schedule/tensor_graph.hpp"
@@ -13,7 +14,9 @@ namespace madpipe::schedule {
 // and §2.5 T4): every buffer gets an offset in one arena so that buffers live at the same time
 // never overlap; the arena is the highest end. Frees become no-ops.
 
-// A buffer live during timesteps first..last, both included.
+// A buffer live during timesteps first..last, both included. On a circular timeline (the steady
+// state of a periodic schedule, modulo_memory.hpp) a buffer with first > last wraps around the
+// end: it is live from first to the last timestep and from 0 to last.
 struct Buffer {
   std::string name;
   std::int64_t size_bytes = 0;
@@ -25,13 +28,26 @@ struct Buffer {
 // last = the last consumer's timestep (the producer's without consumers).
 std::vector<Buffer> buffers_of(const TensorGraph& graph);
 
-// True when a and b are live at a common timestep.
+inline bool wraps(const Buffer& b) noexcept { return b.first > b.last; }
+
+// True when a and b are live at a common timestep (their arcs intersect when either wraps: two
+// wrapping buffers always share the end of the circle).
 inline bool live_together(const Buffer& a, const Buffer& b) noexcept {
+  if (wraps(a) && wraps(b)) return true;
+  if (wraps(a)) return b.first <= a.last || b.last >= a.first;
+  if (wraps(b)) return a.first <= b.last || a.last >= b.first;
   return a.first <= b.last && b.first <= a.last;
 }
 
 // Max over timesteps of the sum of live sizes: no placement needs less (the resident-set peak).
 std::int64_t live_bytes_lower_bound(const std::vector<Buffer>& buffers);
+
+// OLLA's pyramid (digest §2.5 T5, Function 5): repeatedly the longest-lived buffer whose lifetime
+// lies inside the previous pick's (ties: the larger, then the first), stacked bottom-up from
+// offset 0. Activations of a training step are freed in reverse order of creation, so their
+// lifetimes nest. Returns the picks in stacking order: picks[i] sits at the sum of the sizes of
+// picks[0..i). Empty and wrapping buffers are never picked.
+std::vector<int> pyramid_stack(const std::vector<Buffer>& buffers);
 
 enum class PlanMethod {
   GreedyByStart,       // first fit in allocation order (by first use, then largest)
@@ -55,6 +71,9 @@ struct AddressPlan {
   std::int64_t sum_bytes() const noexcept;  // every buffer at its own address
 };
 
+// Pairs (a < b) of non-empty buffers live together: the pairs a placement must keep apart.
+std::vector<std::pair<int, int>> coexisting_buffer_pairs(const std::vector<Buffer>& buffers);
+
 // A pair of buffers live together whose address ranges intersect.
 struct BufferConflict {
   int a = -1, b = -1;  // indices in plan.buffers, a < b
@@ -65,16 +84,22 @@ struct BufferConflict {
 std::vector<BufferConflict> overlapping_live_buffers(const AddressPlan& plan);
 
 // First-fit placement: buffers are taken in the method's order, each at the lowest offset that
-// overlaps no already placed buffer live at the same time. O(n^2).
-AddressPlan greedy_address_plan(const std::vector<Buffer>& buffers, PlanMethod order);
+// overlaps no already placed buffer live at the same time. O(n^2). `fixed_offsets` (empty, or one
+// per buffer, -1 for a free one) pre-places buffers, which must not overlap each other.
+AddressPlan greedy_address_plan(const std::vector<Buffer>& buffers, PlanMethod order,
+                                const std::vector<std::int64_t>& fixed_offsets = {});
 // The smaller arena of the two greedy orders (by start on ties).
-AddressPlan best_greedy_address_plan(const std::vector<Buffer>& buffers);
+AddressPlan best_greedy_address_plan(const std::vector<Buffer>& buffers,
+                                     const std::vector<std::int64_t>& fixed_offsets = {});
 
 struct AddressIlpOptions {
   std::string backend;  // "cbc", "glpk"; empty: the first built
   solver::SolveOptions solve{10.0, 1e-4, 1, false};
   // Skip the solve when the best greedy plan already meets the lower bound (it is optimal).
   bool skip_when_greedy_optimal = true;
+  // Pre-place pyramid_stack() at fixed offsets: their address variables and the order binaries
+  // between them disappear, and the ILP places the rest around them.
+  bool pyramid = false;
 };
 
 // The address ILP (digest eq. 15): minimize the arena over offsets A_e, with one binary per pair
@@ -83,6 +108,10 @@ struct AddressIlpOptions {
 // start. The solved order of each pair is turned into integral offsets by a longest-path pass, and
 // the plan is checked with overlapping_live_buffers. On timeout without a better incumbent, a
 // solver error, no built backend or an invalid decode, returns the best greedy plan with a note.
+// With options.pyramid, the MIP start is first-fit around the pyramid; a result worse than the
+// plain best greedy plan gives that plan, with a note saying so. Wrapping buffers (circular
+// lifetimes) are placed like the others: the pairs that must not overlap are those whose arcs
+// intersect.
 AddressPlan ilp_address_plan(const std::vector<Buffer>& buffers, const AddressIlpOptions& options);
 
 }  // namespace madpipe::schedule

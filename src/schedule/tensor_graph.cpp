@@ -1,5 +1,6 @@
 #include "schedule/tensor_graph.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.hpp"
@@ -20,6 +21,14 @@ void madpipe::schedule::check_tensor_graph(const TensorGraph& graph) {
         fail("consumer " + graph.nodes[static_cast<std::size_t>(consumer)].name +
              " does not run after its producer");
     }
+  }
+  for (const OrderEdge& edge : graph.order_edges) {
+    const std::string field =
+        "order edge " + std::to_string(edge.before) + "->" + std::to_string(edge.after);
+    if (edge.before < 0 || edge.before >= nodes || edge.after < 0 || edge.after >= nodes)
+      throw Error(ErrorKind::InvalidInput, "", field, "is not between two nodes");
+    if (edge.after <= edge.before)
+      throw Error(ErrorKind::InvalidInput, "", field, "does not go forward in the node order");
   }
 }
 
@@ -145,44 +154,84 @@ class MicroBatchGraph {
 };
 }  // namespace
 
-madpipe::schedule::TensorGraph madpipe::schedule::stage_tensor_graph(
-    const RematChain& chain, const RematSequence& sequence, int in_flight) {
-  if (in_flight < 1) throw_invalid("", "in_flight", "must be >= 1, got " + std::to_string(in_flight));
+madpipe::schedule::MicroBatchTensorGraph madpipe::schedule::micro_batch_tensor_graph(
+    const RematChain& chain, const RematSequence& sequence) {
   const RematSequence ops = sequence.empty() ? store_all_sequence(chain) : sequence;
   const SequenceReplay replay = replay_sequence(chain, ops);
   if (!replay.valid) throw_invalid("", "sequence", replay.problem);
-  const std::vector<std::string> tokens = [&] {
-    std::vector<std::string> out;
-    for (const RematOp& op : ops) out.push_back(to_string(RematSequence{op}, chain));
-    return out;
-  }();
   MicroBatchGraph one(chain);
-  for (std::size_t i = 0; i < ops.size(); ++i) one.add(ops[i], tokens[i]);
+  for (const RematOp& op : ops) one.add(op, to_string(RematSequence{op}, chain));
+  MicroBatchTensorGraph result;
+  result.graph.nodes = std::move(one.nodes);
+  result.graph.tensors = std::move(one.tensors);
+  result.forward_nodes =
+      static_cast<int>(std::count(one.backward.begin(), one.backward.end(), false));
+  check_tensor_graph(result.graph);
+  return result;
+}
 
-  // Global position of node i of micro-batch m: forward parts first, then backward parts.
-  const int size = static_cast<int>(one.nodes.size());
-  int forward_count = 0;
-  for (bool b : one.backward) forward_count += b ? 0 : 1;
+// Nodes of [begin, end) with no dependency on (`sources`) or from (`!sources`) another node of the
+// range, through the tensors of `graph`.
+static std::vector<int> part_ends(const madpipe::schedule::TensorGraph& graph, int begin, int end,
+                                  bool sources) {
+  std::vector<bool> linked(static_cast<std::size_t>(end - begin), false);
+  auto inside = [&](int node) { return node >= begin && node < end; };
+  for (const madpipe::schedule::Tensor& tensor : graph.tensors) {
+    if (!inside(tensor.producer)) continue;
+    for (int consumer : tensor.consumers) {
+      if (!inside(consumer)) continue;
+      linked[static_cast<std::size_t>((sources ? consumer : tensor.producer) - begin)] = true;
+    }
+  }
+  std::vector<int> ends;
+  for (int node = begin; node < end; ++node)
+    if (!linked[static_cast<std::size_t>(node - begin)]) ends.push_back(node);
+  return ends;
+}
+
+madpipe::schedule::TensorGraph madpipe::schedule::stage_tensor_graph(
+    const RematChain& chain, const RematSequence& sequence, int in_flight) {
+  if (in_flight < 1) throw_invalid("", "in_flight", "must be >= 1, got " + std::to_string(in_flight));
+  const MicroBatchTensorGraph one = micro_batch_tensor_graph(chain, sequence);
+  const int size = static_cast<int>(one.graph.nodes.size());
+  const int forward_count = one.forward_nodes;
   const int backward_count = size - forward_count;
+  // Global position of node i of micro-batch m: forward parts first, then backward parts.
   auto position = [&](int m, int i) {
-    return one.backward[static_cast<std::size_t>(i)]
-               ? in_flight * forward_count + m * backward_count + (i - forward_count)
-               : m * forward_count + i;
+    return i >= forward_count ? in_flight * forward_count + m * backward_count + (i - forward_count)
+                              : m * forward_count + i;
   };
   TensorGraph graph;
   graph.nodes.resize(static_cast<std::size_t>(in_flight * size));
   for (int m = 0; m < in_flight; ++m) {
     const std::string suffix = "@m" + std::to_string(m);
     for (int i = 0; i < size; ++i) {
-      const TensorNode& node = one.nodes[static_cast<std::size_t>(i)];
+      const TensorNode& node = one.graph.nodes[static_cast<std::size_t>(i)];
       graph.nodes[static_cast<std::size_t>(position(m, i))] = {node.name + suffix, node.duration_ms};
     }
-    for (const Tensor& tensor : one.tensors) {
-      if (tensor.size_bytes == 0) continue;
+    for (const Tensor& tensor : one.graph.tensors) {
+      if (tensor.size_bytes == 0) {
+        for (int consumer : tensor.consumers)
+          if (tensor.producer >= 0)
+            graph.order_edges.push_back({position(m, tensor.producer), position(m, consumer)});
+        continue;
+      }
       Tensor copy{tensor.name + suffix, tensor.size_bytes, position(m, tensor.producer), {}};
       for (int consumer : tensor.consumers) copy.consumers.push_back(position(m, consumer));
       graph.tensors.push_back(std::move(copy));
     }
+  }
+  // Barriers between consecutive parts: the last ops of one part before the first ops of the next.
+  const std::vector<int> forward_sources = part_ends(one.graph, 0, forward_count, true);
+  const std::vector<int> forward_sinks = part_ends(one.graph, 0, forward_count, false);
+  const std::vector<int> backward_sources = part_ends(one.graph, forward_count, size, true);
+  const std::vector<int> backward_sinks = part_ends(one.graph, forward_count, size, false);
+  for (int part = 0; part + 1 < 2 * in_flight; ++part) {
+    const bool backward = part >= in_flight, next_backward = part + 1 >= in_flight;
+    const int m = part % in_flight, next_m = (part + 1) % in_flight;
+    for (int sink : backward ? backward_sinks : forward_sinks)
+      for (int source : next_backward ? backward_sources : forward_sources)
+        graph.order_edges.push_back({position(m, sink), position(next_m, source)});
   }
   check_tensor_graph(graph);
   return graph;

@@ -29,9 +29,17 @@ struct Tensor {
   std::vector<int> consumers;  // indices in TensorGraph::nodes
 };
 
+// A dependency without a tensor: node `before` must run before node `after` (a pipeline barrier
+// between the parts of two micro-batches, or a hand-off whose bytes live elsewhere).
+struct OrderEdge {
+  int before = -1;
+  int after = -1;
+};
+
 struct TensorGraph {
   std::vector<TensorNode> nodes;  // in execution order
   std::vector<Tensor> tensors;
+  std::vector<OrderEdge> order_edges;
 };
 
 // Builder (b): a graph from an explicit list of edges. Node names are given in execution order;
@@ -47,8 +55,19 @@ TensorGraph make_tensor_graph(const std::vector<std::string>& node_names,
                               const std::vector<TensorSpec>& tensors);
 
 // Throws Error{InvalidInput} naming the tensor when an index is out of range, a size is negative
-// or a consumer runs at or before its producer.
+// or a consumer runs at or before its producer, and likewise for an order edge going backwards.
 void check_tensor_graph(const TensorGraph& graph);
+
+// The graph of one micro-batch on a stage (see stage_tensor_graph for the names and tensors), in
+// sequence order: its forward part (the stage input's "recv" and the ops up to the loss forward)
+// comes first, then its backward part ("recv_grad" and the rest). Tensors of 0 bytes are kept:
+// they carry dependencies.
+struct MicroBatchTensorGraph {
+  TensorGraph graph;
+  int forward_nodes = 0;  // nodes 0..forward_nodes-1 are the forward part
+};
+MicroBatchTensorGraph micro_batch_tensor_graph(const RematChain& chain,
+                                               const RematSequence& sequence);
 
 // Builder (a): the operations of a pipeline stage for `in_flight` micro-batches (its NCA), on the
 // chain of stage_remat_chain(). Each op of `sequence` (one micro-batch; empty: store everything)
@@ -58,10 +77,12 @@ void check_tensor_graph(const TensorGraph& graph);
 //   abar<k>  what F<k>all records for B<k> (its output included)
 //   d<k>     the gradient delta_k (B<k+1> makes it, B<k> consumes it)
 //   ws:<op>  the op's transient workspace (forward or backward overhead)
-// Tensors of 0 bytes (the hand-off to the next stage lives in communication buffers) are left
-// out. Order: the forward parts (ops up to the loss forward) of micro-batches 0..N-1, then their
+// Tensors of 0 bytes (the hand-off to the next stage lives in communication buffers) become order
+// edges. Order: the forward parts (ops up to the loss forward) of micro-batches 0..N-1, then their
 // backward parts 0..N-1: the window of a pipelined stage in which all N micro-batches hold their
-// activations at once, the memory peak of ARCHITECTURE.md's model ((N-1) * stored + peak).
+// activations at once, the memory peak of ARCHITECTURE.md's model ((N-1) * stored + peak). Order
+// edges keep these parts in this order (every op of a part runs before every op of the next), so
+// that reordering the graph (operator_order.hpp) moves ops only inside a part.
 // Throws Error{InvalidInput} when the sequence is not valid for the chain (replay_sequence).
 TensorGraph stage_tensor_graph(const RematChain& chain, const RematSequence& sequence,
                                int in_flight);

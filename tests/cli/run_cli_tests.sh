@@ -723,6 +723,33 @@ case_memplan() {
   run memplan --profile "$gpt2" --plan plan.json --stage 1 --time-limit 2
   expect_status 0
   expect_match out "^stage      layers [0-9]+\.\.[0-9]+ of gpt2_small, [0-9]+ micro-batch"
+  run memplan --profile "$gpt2" --plan plan.json --stage 1 --steady-state --time-limit 2
+  expect_status 0
+  expect_match out "^steady     pattern of plan.json \(k = [0-9]+\), stage 1: its F and B in start order$"
+  expect_match out "^circle     [0-9]+ periods?, [0-9]+ ops, [0-9]+ slot sets?, [0-9]+ buffers"
+  run memplan --profile "$gpt2" --first 1 --last 4 --in-flight 3 --steady-state --pyramid \
+    --time-limit 2
+  expect_status 0
+  expect_in out "steady     1F1B: in period j, forward of micro-batch j+2, then backward of micro-batch j"
+  expect_match out "^circle     3 periods, 36 ops, 3 slot sets, 48 buffers \([0-9]+ wrap around\)$"
+  expect_match out "^  a0@s0 +[0-9.]+ [KMG]iB +recv@s0 +B1@s0 \(next turn\) +[0-9.]+ [KMG]?i?B$"
+  expect_match out "^  pyramid \+ ilp +"
+  run memplan --profile "$gpt2" --first 1 --last 4 --in-flight 2 --remat-sequence "$sequence" \
+    --order ilp --time-limit 2
+  expect_status 0
+  expect_match out "^order      resident peak [0-9.]+ [KMG]iB given, [0-9.]+ [KMG]iB reordered \(-?[0-9.]+%\); "
+  run memplan --profile "$gpt2" --first 1 --last 4 --steady-state --order ilp
+  expect_status 2
+  expect_in err "madpipe: error: --order: ilp reorders one window of the stage; not with --steady-state"
+  run memplan --profile "$gpt2" --first 1 --last 4 --order best
+  expect_status 2
+  expect_in err "madpipe: error: --order: unknown order 'best' (valid: given, ilp)"
+  run memplan --profile "$gpt2" --first 1 --last 4 --periods 2
+  expect_status 2
+  expect_in err "madpipe: error: --periods: needs --steady-state"
+  run memplan --profile "$gpt2" --plan plan.json --stage 1 --steady-state --in-flight 2
+  expect_status 2
+  expect_in err "madpipe: error: --in-flight: the plan's pattern fixes"
   run memplan --profile "$gpt2" --plan plan.json --stage 99
   expect_status 2
   expect_in err "madpipe: error: --stage: must be a stage of plan.json"

@@ -79,6 +79,38 @@ TEST(TensorGraph, StageWithARematSequenceMatchesTheReplay) {
   for (int in_flight : {1, 3}) expect_matches_replay(chain, remat.sequence, in_flight);
 }
 
+TEST(TensorGraph, MicroBatchGraphHasItsForwardPartFirst) {
+  const Profile profile = read_profile(testing::shipped_profile_path("gpt2_small"));
+  const RematChain chain = stage_remat_chain(profile, 1, 4);
+  const MicroBatchTensorGraph one = micro_batch_tensor_graph(chain, {});
+  ASSERT_EQ(one.forward_nodes, 6);  // recv F1all..F4all Loss
+  EXPECT_EQ(one.graph.nodes[5].name, "Loss");
+  EXPECT_EQ(one.graph.nodes[6].name, "recv_grad");
+  EXPECT_TRUE(std::any_of(one.graph.tensors.begin(), one.graph.tensors.end(),
+                          [](const Tensor& t) { return t.size_bytes == 0; }));  // kept here
+}
+
+TEST(TensorGraph, OrderEdgesKeepThePipelinePartsInOrder) {
+  const Profile profile = read_profile(testing::shipped_profile_path("gpt2_small"));
+  const RematChain chain = stage_remat_chain(profile, 1, 4);
+  const TensorGraph graph = stage_tensor_graph(chain, {}, 2);
+  EXPECT_FALSE(graph.order_edges.empty());
+  for (const Tensor& t : graph.tensors) EXPECT_GT(t.size_bytes, 0) << t.name;
+  // Forward part of m1 after that of m0: its recv is ordered after m0's last forward op.
+  auto index = [&](const std::string& name) {
+    for (std::size_t v = 0; v < graph.nodes.size(); ++v)
+      if (graph.nodes[v].name == name) return static_cast<int>(v);
+    return -1;
+  };
+  EXPECT_TRUE(
+      std::any_of(graph.order_edges.begin(), graph.order_edges.end(), [&](const OrderEdge& e) {
+        return e.before == index("Loss@m0") && e.after == index("recv@m1");
+      }));
+  TensorGraph backwards = graph;
+  backwards.order_edges.push_back({3, 1});
+  EXPECT_THROW(check_tensor_graph(backwards), Error);
+}
+
 TEST(TensorGraph, StageRejectsAnInvalidSequence) {
   const Profile profile = read_profile(testing::shipped_profile_path("gpt2_small"));
   const RematChain chain = stage_remat_chain(profile, 1, 2);
