@@ -6,6 +6,7 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "schedule/address_plan.hpp"
+#include "schedule/caching_allocator.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/modulo_memory.hpp"
 #include "schedule/operator_order.hpp"
@@ -281,6 +282,9 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
   row("greedy by start", by_start.arena_bytes);
   row("greedy largest first", largest.arena_bytes);
   row("sum of sizes", plan.sum_bytes());
+  // The caching allocator replays one pass; a steady state wraps around, which it cannot.
+  const bool linear = std::none_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return wraps(b); });
+  if (linear) row("caching allocator", simulate_caching_allocator(buffers).reserved_bytes);
   row("lower bound", plan.lower_bound_bytes);
   std::cout << '\n';
   print_table(arenas, std::cout, "  ");

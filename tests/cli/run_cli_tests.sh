@@ -713,6 +713,7 @@ case_memplan() {
   expect_in out "stage      layers 1..4 of gpt2_small, 3 micro-batches in flight, no remat"
   expect_match out "^  abar2@m1 +[0-9.]+ [KMG]iB +F2all@m1 +B2@m1 +[0-9.]+ [KMG]?i?B$"
   expect_match out "^  lower bound +[0-9.]+ [KMG]iB +[0-9]+ +\+0\.00%$"
+  expect_match out "^  caching allocator +[0-9.]+ [KMG]iB +[0-9]+ +\+[0-9.]+%$"
   expect_match out "^used       (ilp|greedy-by-start|greedy-largest-first): "
   sequence='F1ck F2all F3all F4ck Loss dLoss F4all B4 B3 B2 F1all B1'
   run memplan --profile "$gpt2" --first 1 --last 4 --remat-sequence "$sequence" --time-limit 2
