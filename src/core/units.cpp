@@ -203,3 +203,5 @@ std::string madpipe::format_ms(double ms) {
   if (std::fabs(ms) > 10000.0) return printf_string("%.2f %s", ms / 1000.0, "s");
   return printf_string("%.2f %s", ms, "ms");
 }
+
+std::string madpipe::format_percent(double ratio) { return printf_string("%.2f%s", 100.0 * ratio, "%"); }

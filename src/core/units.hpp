@@ -19,5 +19,6 @@ double parse_bandwidth(std::string_view text, const std::string& field = "");
 std::string format_bytes(double bytes);
 std::string format_bandwidth(double bytes_per_ms);
 std::string format_ms(double ms);
+std::string format_percent(double ratio);  // 0.0147 -> "1.47%"
 
 }  // namespace madpipe

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "schedule/address_plan.hpp"
 #include "solver/linear_expr.hpp"
 #include "solver/model.hpp"
@@ -123,13 +124,6 @@ class AddressIlp {
 };
 }  // namespace
 
-static std::string percent(double ratio) {
-  std::ostringstream out;
-  out.precision(2);
-  out << std::fixed << 100.0 * ratio << "%";
-  return out.str();
-}
-
 // Offsets of the pyramid's buffers (-1 for the others).
 static std::vector<std::int64_t> pyramid_offsets(const std::vector<Buffer>& buffers) {
   std::vector<std::int64_t> offsets(buffers.size(), -1);
@@ -184,7 +178,7 @@ madpipe::schedule::AddressPlan madpipe::schedule::ilp_address_plan(
                     " bytes) is worse than greedy");
   plan.method = PlanMethod::Ilp;
   plan.note = method + std::string(solver::to_string(result.status)) + " (" + result.backend;
-  if (result.status != solver::Status::Optimal) plan.note += ", gap " + percent(result.gap);
+  if (result.status != solver::Status::Optimal) plan.note += ", gap " + format_percent(result.gap);
   plan.note += plan.arena_bytes == plan.lower_bound_bytes ? ", meets the lower bound)" : ")";
   return plan;
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "schedule/lifetime_windows.hpp"
 #include "solver/model.hpp"
 
@@ -271,13 +272,6 @@ class OrderIlp {
 };
 }  // namespace
 
-static std::string percent(double ratio) {
-  std::ostringstream out;
-  out.precision(2);
-  out << std::fixed << 100.0 * ratio << "%";
-  return out.str();
-}
-
 // The order ILP on the whole graph.
 static madpipe::schedule::OperatorOrder order_whole_graph(
     const madpipe::schedule::TensorGraph& graph,
@@ -342,7 +336,7 @@ static madpipe::schedule::OperatorOrder order_whole_graph(
   result.outcome = OrderOutcome::Reordered;
   result.note =
       "order ilp " + std::string(solver::to_string(solved.status)) + " (" + solved.backend;
-  if (solved.status != solver::Status::Optimal) result.note += ", gap " + percent(solved.gap);
+  if (solved.status != solver::Status::Optimal) result.note += ", gap " + madpipe::format_percent(solved.gap);
   result.note += peak == result.lower_bound_bytes ? ", meets the lower bound)" : ")";
   return result;
 }
