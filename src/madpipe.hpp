@@ -8,6 +8,7 @@
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
+#include "partition/data_parallel.hpp"
 #include "partition/planner.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
