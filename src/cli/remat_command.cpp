@@ -4,10 +4,13 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
+#include "schedule/moccasin.hpp"
 #include "schedule/remat_chain.hpp"
+#include "schedule/remat_graph.hpp"
 #include "schedule/remat_sequence.hpp"
 #include "schedule/pofo.hpp"
 #include "schedule/rotor.hpp"
+#include "schedule/stage_graph.hpp"
 #include "cli/table.hpp"
 
 #include <chrono>
@@ -25,7 +28,10 @@ static const madpipe::cli::CommandSyntax kSyntax{
     "recomputed during the backward, the time overhead and the peak memory. With --nca N the\n"
     "memory the forward keeps is charged once per micro-batch in flight, as in a pipeline.\n"
     "With --offload host it also copies activations to host memory during the forward and\n"
-    "back for the backward (thesis ch. 4), over a link of --host-bandwidth."};
+    "back for the backward (thesis ch. 4), over a link of --host-bandwidth. With --graph ops\n"
+    "(or layers) it plans the stage's training graph of operators (or of layers) instead:\n"
+    "which nodes to recompute, at most --max-computations times each, in the least time\n"
+    "(Moccasin, a MILP with a greedy or ROTOR sequence as start and fallback)."};
 
 po::options_description madpipe::cli::remat_options_description(RematCommandOptions& options) {
   po::options_description group("Remat options", 100);
@@ -70,6 +76,37 @@ po::options_description madpipe::cli::remat_options_description(RematCommandOpti
             po::value(&options.offload_steps)->value_name("N")->default_value(50)->notifier(
                 at_least(5, "--offload-steps")),
             "memory steps of the offloading DP");
+  add_group("graph",
+            po::value(&options.graph)->value_name("KIND")->notifier([](const std::string& kind) {
+              if (kind != "ops" && kind != "layers")
+                throw_invalid("", "--graph", "unknown graph '" + kind + "' (valid: ops, layers)");
+            }),
+            "plan the stage's training graph: ops (layers expanded into operators) or layers "
+            "(one forward and one backward node per layer)");
+  add_group("max-computations",
+            po::value(&options.max_computations)->value_name("C")->default_value(2)->notifier(
+                at_least(1, "--max-computations")),
+            "--graph: computations of a node at most, the first included");
+  add_group("variant",
+            po::value(&options.variant)->value_name("NAME")->default_value("auto")->notifier(
+                [](const std::string& name) {
+                  if (name != "auto" && name != "staged" && name != "order-free")
+                    throw_invalid("", "--variant",
+                                  "unknown variant '" + name +
+                                      "' (valid: auto, staged, order-free)");
+                }),
+            "--graph: staged (the input order's stages), order-free, or auto (order-free up to "
+            "8 nodes)");
+  add_group("solver", po::value(&options.solver)->value_name("NAME"),
+            "--graph: MILP solver, cbc or glpk (default: the first built)");
+  add_group("time-limit",
+            po::value(&options.time_limit_s)
+                ->value_name("SECONDS")
+                ->default_value(options.time_limit_s)
+                ->notifier([](double s) {
+                  if (!(s > 0)) throw_invalid("", "--time-limit", "must be > 0 seconds");
+                }),
+            "--graph: time budget of the MILP; then the best plan found, or the heuristic's");
   po::options_description all(100);
   all.add(group);
   return all;
@@ -114,6 +151,85 @@ static int run_offload(const madpipe::cli::RematCommandOptions& options,
   return 0;
 }
 
+static madpipe::schedule::MoccasinVariant variant_named(const std::string& name) {
+  using madpipe::schedule::MoccasinVariant;
+  if (name == "staged") return MoccasinVariant::Staged;
+  if (name == "order-free") return MoccasinVariant::OrderFree;
+  return MoccasinVariant::Auto;
+}
+
+// "conv1 x2, relu1 x2" for the nodes computed more than once; "none" without.
+static std::string recomputed_nodes(const madpipe::schedule::RematGraph& graph,
+                                    const std::vector<int>& computations) {
+  std::string text;
+  for (std::size_t v = 0; v < computations.size(); ++v) {
+    if (computations[v] < 2) continue;
+    if (!text.empty()) text += ", ";
+    text += graph.nodes[v].name + " x" + std::to_string(computations[v]);
+  }
+  return text.empty() ? "none" : text;
+}
+
+// --graph ops|layers: Moccasin on the stage's training graph.
+static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
+                           const madpipe::Profile& profile, int last) {
+  using namespace madpipe;
+  using cli::fixed;
+  if (options.offload) throw_invalid("", "--offload", "is not planned with --graph");
+  if (options.nca != 1) throw_invalid("", "--nca", "--graph plans one micro-batch (--nca 1)");
+  const schedule::RematGraph graph =
+      options.graph == "layers" ? schedule::layer_chain_graph(profile, options.first_layer, last)
+                                : schedule::stage_graph(profile, options.first_layer, last);
+  schedule::MoccasinOptions moccasin;
+  moccasin.max_computations = options.max_computations;
+  moccasin.variant = variant_named(options.variant);
+  moccasin.backend = options.solver;
+  moccasin.solve.time_limit_s = options.time_limit_s;
+  int edges = 0;
+  for (const schedule::RematNode& node : graph.nodes) edges += static_cast<int>(node.inputs.size());
+  const std::int64_t no_remat = schedule::no_remat_peak_bytes(graph);
+  const double base = schedule::base_duration_ms(graph);
+  std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
+            << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
+            << "graph          " << graph.size() << " nodes ("
+            << (options.graph == "layers" ? "layers" : "operators") << ", forward and backward), "
+            << edges << " edges\n"
+            << "no remat       " << format_ms(base) << ", peak " << bytes(no_remat)
+            << " in the input order\n"
+            << "budget         " << bytes(options.memory_bytes) << " ("
+            << fixed(100.0 * static_cast<double>(options.memory_bytes) /
+                         static_cast<double>(no_remat),
+                     0)
+            << "% of that), at most " << options.max_computations << " computations per node, "
+            << schedule::to_string(schedule::resolved_variant(graph, moccasin)) << " variant\n";
+  const schedule::MoccasinResult result =
+      schedule::moccasin_remat(graph, options.memory_bytes, moccasin);
+  std::cout << "result         " << solver::to_string(result.status);
+  if (result.has_plan()) std::cout << " (plan by " << result.method << ")";
+  std::cout << ": " << result.note << '\n';
+  if (!result.has_plan())
+    throw Error(ErrorKind::InvalidInput, "", "--memory",
+                "no rematerialization sequence of the graph of layers " +
+                    std::to_string(options.first_layer) + ".." + std::to_string(last) +
+                    " fits in " + bytes(options.memory_bytes) + ": " + result.note);
+  int recomputations = 0, recomputed = 0;
+  for (int c : result.computations) {
+    recomputations += c - 1;
+    recomputed += c > 1;
+  }
+  std::cout << "time           " << format_ms(result.total_ms) << " (+"
+            << fixed(100.0 * result.overhead(), 2) << "% over no remat; " << recomputations
+            << " recomputations of " << recomputed << " nodes; lower bound +"
+            << fixed(100.0 * (result.bound_ms / base - 1), 2) << "%)\n"
+            << "memory         peak " << bytes(result.peak_bytes) << '\n'
+            << "solve time     " << fixed(result.seconds, 2) << " s (MILP "
+            << fixed(result.solver_seconds, 2) << " s)\n"
+            << "recomputed     " << recomputed_nodes(graph, result.computations) << '\n'
+            << "sequence       "
+            << schedule::to_string(graph, schedule::computed_nodes(result.sequence)) << '\n';
+  return 0;
+}
+
 int madpipe::cli::run_remat(const RematCommandOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const int layers = static_cast<int>(profile.layers.size());
@@ -126,6 +242,7 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
     throw_invalid("", "--first-layer",
                   "must be <= the last layer (" + std::to_string(last) + "), got " +
                       std::to_string(options.first_layer));
+  if (!options.graph.empty()) return run_graph_remat(options, profile, last);
   const schedule::RematChain chain = schedule::stage_remat_chain(profile, options.first_layer, last);
   const schedule::SequenceReplay all =
       schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
