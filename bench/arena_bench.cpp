@@ -1,7 +1,7 @@
 // Static arenas against PyTorch's caching allocator (docs/planner.md, "Static memory plans"):
 // for every stage of a planned ResNet-50 and GPT-2 small pipeline, the activation and workspace
 // tensors of the stage's in-flight micro-batches (schedule::stage_tensor_graph) placed by
-// first fit, by the address ILP, and replayed through the model of the caching allocator
+// first fit, by the address ILP around OLLA's pyramid, and replayed through the model of the caching allocator
 // (schedule::simulate_caching_allocator). Printed as a table with ratios; nothing is asserted.
 //
 //   arena_bench [time limit per ILP in s, default 10]
@@ -64,6 +64,7 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
     const schedule::AddressPlan greedy = schedule::best_greedy_address_plan(buffers);
     schedule::AddressIlpOptions ilp_options;
     ilp_options.solve.time_limit_s = time_limit;
+    ilp_options.pyramid = true;
     const auto started = std::chrono::steady_clock::now();
     const schedule::AddressPlan ilp = schedule::ilp_address_plan(buffers, ilp_options);
     const double seconds =
@@ -88,7 +89,8 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
 int main(int argc, char** argv) {
   const double time_limit = argc > 1 ? std::atof(argv[1]) : 10.0;
   std::printf("sum: every tensor at its own address; live: the most bytes live at once (no plan\n"
-              "needs less); greedy: best first fit; ilp: the address ILP (%.0f s limit); caching:\n"
+              "needs less); greedy: best first fit; ilp: the address ILP around the pyramid (%.0f s\n"
+              "limit); caching: "
               "what the caching allocator model reserves; frag: its share above the live bytes\n",
               time_limit);
   Totals totals;
