@@ -31,14 +31,9 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
            "write the plan (madpipe.plan/1 JSON) to FILE");
   add_plan("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  auto add_planner = planner.add_options();
-  add_planner("algorithm",
-              po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
-                  [&options](const std::string& name) {
-                    options.algorithm = parse_algorithm(name, "--algorithm");
-                  }),
-              "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
-              "solver)");
+  add_algorithm_option(planner, options.algorithm,
+                       "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
+                       "solver)");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;

@@ -155,6 +155,16 @@ std::string madpipe::cli::algorithm_names() {
   return names;
 }
 
+void madpipe::cli::add_algorithm_option(po::options_description& group,
+                                        partition::Algorithm& algorithm, const char* help) {
+  group.add_options()("algorithm",
+                      po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
+                          [&algorithm](const std::string& name) {
+                            algorithm = parse_algorithm(name, "--algorithm");
+                          }),
+                      help);
+}
+
 madpipe::partition::Algorithm madpipe::cli::parse_algorithm(const std::string& name,
                                                             const std::string& option) {
   try {

@@ -29,6 +29,10 @@ partition::PlannerOptions to_planner_options(const PlannerSettings& settings,
                                              partition::Algorithm algorithm,
                                              const Platform& platform);
 
+// Adds --algorithm NAME (default madpipe) to `group`, parsed into `algorithm`.
+void add_algorithm_option(po::options_description& group, partition::Algorithm& algorithm,
+                          const char* help);
+
 // Parses an algorithm name for the option `option`; the error lists the valid names.
 partition::Algorithm parse_algorithm(const std::string& name, const std::string& option);
 // "madpipe, contiguous, 1f1b, gpipe"

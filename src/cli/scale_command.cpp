@@ -51,13 +51,8 @@ po::options_description madpipe::cli::scale_options_description(ScaleOptions& op
             "write the chosen pipeline's plan (madpipe.plan/1 with \"replicas\") to FILE");
   add_scale("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  auto add_planner = planner.add_options();
-  add_planner("algorithm",
-              po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
-                  [&options](const std::string& name) {
-                    options.algorithm = parse_algorithm(name, "--algorithm");
-                  }),
-              "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe or ilp");
+  add_algorithm_option(planner, options.algorithm,
+                       "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe or ilp");
   po::options_description all(100);
   all.add(scale).add(platform_options_description(options.platform)).add(planner);
   return all;

@@ -49,6 +49,13 @@ namespace fs = std::filesystem;
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// Collective: the mean loss over every rank's micro-batches (one all-reduce).
+double mean_over_ranks(const madpipe::runtime::StepLoss& loss) {
+  const std::vector<double> all =
+      madpipe::runtime::all_reduce_sum({loss.sum, static_cast<double>(loss.count)});
+  return all[0] / std::max(1.0, all[1]);
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -345,13 +352,13 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       } else {
         for (auto& optimizer : pipeline->optimizers) optimizer->step();
       }
-      const double loss = all_reduce_sum(local.sum) / std::max(1.0, all_reduce_sum(local.count));
+      const double loss = mean_over_ranks(local);
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
         const StepLoss v = pipeline->executor->evaluate(pipeline->eval_program, [&](int i) {
           return on_device(data->micro_batch(0, i, true), device);  // the same validation set every time
         });
-        last_val = all_reduce_sum(v.sum) / std::max(1.0, all_reduce_sum(v.count));
+        last_val = mean_over_ranks(v);
       }
       if (rank == 0) {
         const double elapsed = seconds_since(started);
