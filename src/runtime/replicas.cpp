@@ -1,7 +1,10 @@
 #include "runtime/replicas.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -47,10 +50,10 @@ madpipe::runtime::GradientAverager::~GradientAverager() {
 
 void madpipe::runtime::GradientAverager::backward_done(
     int stage, const std::function<std::vector<torch::Tensor>()>& parameters) {
-  if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_) start(parameters());
+  if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_) start(stage, parameters());
 }
 
-void madpipe::runtime::GradientAverager::start(std::vector<torch::Tensor> parameters) {
+void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Tensor> parameters) {
   if (count_ <= 1 || parameters.empty()) return;
   // Summed in the gradients' precision when it is float or double (as NCCL does), else in float.
   const torch::Dtype dtype =
@@ -62,6 +65,7 @@ void madpipe::runtime::GradientAverager::start(std::vector<torch::Tensor> parame
     flat.push_back(p.grad().detach().reshape({-1}).to(torch::kCPU, dtype));
   }
   Pending pending;
+  pending.stage = stage;
   pending.parameters = std::move(parameters);
   pending.buffer = torch::cat(flat).contiguous();
   if (pending.buffer.numel() > 2147483647LL)
@@ -73,9 +77,39 @@ void madpipe::runtime::GradientAverager::start(std::vector<torch::Tensor> parame
   pending_.push_back(std::move(pending));
 }
 
+void madpipe::runtime::GradientAverager::wait(Pending& pending) const {
+  if (timeout_s_ <= 0) {
+    MPI_Wait(&pending.request, MPI_STATUS_IGNORE);
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s_));
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&pending.request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_s_);
+      throw Error(ErrorKind::Runtime, "", "transfer-timeout",
+                  "rank " + std::to_string(rank) + " waited more than " + limit +
+                      " s for the gradient all-reduce of stage " + std::to_string(pending.stage) +
+                      " over its " + std::to_string(count_) +
+                      " replicas (is a replica stuck or gone? a longer step needs a larger "
+                      "--transfer-timeout)");
+    }
+    std::this_thread::yield();
+  }
+}
+
 void madpipe::runtime::GradientAverager::finish() {
   for (Pending& p : pending_) {
-    MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    if (p.request != MPI_REQUEST_NULL) wait(p);
+  }
+  for (Pending& p : pending_) {
     p.buffer.div_(count_);
     std::int64_t offset = 0;
     for (torch::Tensor& parameter : p.parameters) {

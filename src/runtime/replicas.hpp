@@ -59,20 +59,25 @@ class GradientAverager {
   // the same order, as they run the same program.
   void backward_done(int stage, const std::function<std::vector<torch::Tensor>()>& parameters);
   // Waits for the step's all-reduces, writes the means into the gradients, and starts counting
-  // the next step's backwards.
+  // the next step's backwards. A wait longer than the timeout (> 0 s) throws Error{Runtime}
+  // naming the stage; the all-reduces stay pending, so finish() may be called again.
   void finish();
+  void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
   int count() const noexcept { return count_; }
 
  private:
   struct Pending {
+    int stage = 0;
     std::vector<torch::Tensor> parameters;
     torch::Tensor buffer;  // host, contiguous
     MPI_Request request = MPI_REQUEST_NULL;
   };
-  void start(std::vector<torch::Tensor> parameters);
+  void start(int stage, std::vector<torch::Tensor> parameters);
+  void wait(Pending& pending) const;
 
   MPI_Comm replicas_;
   int count_;
+  double timeout_s_ = 0;
   int micro_batches_;
   std::vector<int> backwards_;  // this step's, per stage
   std::vector<Pending> pending_;

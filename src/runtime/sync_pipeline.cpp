@@ -85,6 +85,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
     p->averager = std::make_unique<runtime::GradientAverager>(
         groups.replicas(), groups.layout().replicas, static_cast<int>(p->plan.stages.size()),
         c.micro_batches);
+    p->averager->set_timeout(c.transfer_timeout);
     SyncPipeline* self = p.get();
     p->executor->on_backward([self](int s, int) {
       self->averager->backward_done(s, [&] { return self->executor->stage_parameters(s); });

@@ -139,3 +139,33 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
 TEST(DataParallel, MlpReplicasMatchUnsplitTraining) { replicas_match_unsplit("mlp", 3, 3); }
 
 TEST(DataParallel, GptReplicasMatchUnsplitTraining) { replicas_match_unsplit("gpt", 2, 2); }
+
+// A replica that never joins the all-reduce stops the others with a message after the timeout;
+// once it joins, the pending all-reduce completes.
+TEST(GradientAverager, TimesOutNamingTheStageThenCompletesOnceAllJoin) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const mr::ReplicaGroups groups(mr::replica_layout(world_rank(), world_size(), world_size()));
+  const int D = groups.layout().replicas;
+  torch::Tensor w = torch::zeros({4}, torch::requires_grad());
+  w.mutable_grad() = torch::full({4}, static_cast<float>(world_rank()));
+  mr::GradientAverager averager(groups.replicas(), D, 3, 1);
+  averager.set_timeout(0.2);
+  const bool late = world_rank() == D - 1;  // the last replica joins only after the others gave up
+  if (!late) {
+    averager.backward_done(2, [&] { return std::vector<torch::Tensor>{w}; });
+    try {
+      averager.finish();
+      ADD_FAILURE() << "finish() should time out while a replica is missing";
+    } catch (const madpipe::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("s for the gradient all-reduce of stage 2 over its " +
+                                           std::to_string(D) + " replicas"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  averager.set_timeout(0);
+  if (late) averager.backward_done(2, [&] { return std::vector<torch::Tensor>{w}; });
+  averager.finish();
+  EXPECT_FLOAT_EQ(w.grad()[3].item<float>(), (D - 1) / 2.0f);
+}
