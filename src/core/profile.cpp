@@ -1,8 +1,8 @@
 #include "core/profile.hpp"
 
-#include "core/json_file.hpp"
-
 #include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "core/json_reader.hpp"
 
 #include <cassert>
 #include <cerrno>
@@ -25,131 +25,79 @@ using nlohmann::json;
 static constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;
 static constexpr double kMaxBytesDouble = 4611686018427387904.0;  // 2^62
 static constexpr std::size_t kMaxLayers = 1'000'000;
-static constexpr std::size_t kMaxShownChars = 60;
 
-// A JSON value as it appears in a message, shortened when long: -1.5, "abc", [1,2].
-static std::string show(const json& value) {
-  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
-    const double number = value.get<double>();  // dump() would print null
-    return std::isnan(number) ? "nan" : (number < 0 ? "-inf" : "inf");
+using madpipe::JsonReader;
+
+// A size in bytes: a JSON integer, or a float with an integral value, in [0, 2^62).
+static std::int64_t size_value(const JsonReader& reader, const json& value,
+                               const std::string& pointer) {
+  if (value.is_number_unsigned()) {
+    const auto bytes = value.get<std::uint64_t>();
+    if (bytes >= static_cast<std::uint64_t>(kMaxBytes)) {
+      reader.fail(pointer, "must be below 2^62, got " + reader.show(value));
+    }
+    return static_cast<std::int64_t>(bytes);
   }
-  std::string text = value.dump();
-  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
-  return text;
+  if (value.is_number_integer()) {
+    const auto bytes = value.get<std::int64_t>();
+    if (bytes < 0) reader.fail(pointer, "must be an integer >= 0, got " + reader.show(value));
+    if (bytes >= kMaxBytes) reader.fail(pointer, "must be below 2^62, got " + reader.show(value));
+    return bytes;
+  }
+  if (value.is_number_float()) {
+    const double bytes = value.get<double>();
+    if (!std::isfinite(bytes) || bytes != std::floor(bytes)) {
+      reader.fail(pointer, "must be an integer, got " + reader.show(value));
+    }
+    if (bytes < 0) reader.fail(pointer, "must be an integer >= 0, got " + reader.show(value));
+    if (bytes >= kMaxBytesDouble) {
+      reader.fail(pointer, "must be below 2^62, got " + reader.show(value));
+    }
+    return static_cast<std::int64_t>(bytes);
+  }
+  reader.fail(pointer, "must be an integer, got " + reader.show_wrong_type(value));
 }
 
-namespace {
-// The file and JSON pointer under which values are being read, for messages.
-struct Reader {
-  const std::string& file;
+static std::int64_t required_size(const JsonReader& reader, const json& object,
+                                  const std::string& pointer, const char* key) {
+  return size_value(reader, reader.require(object, pointer, key), pointer + "/" + key);
+}
 
-  [[noreturn]] void fail(const std::string& pointer, const std::string& problem) const {
-    madpipe::throw_invalid(file, pointer, problem);
-  }
+static std::int64_t optional_size(const JsonReader& reader, const json& object,
+                                  const std::string& pointer, const char* key) {
+  const json* value = JsonReader::find(object, key);
+  return value == nullptr ? 0 : size_value(reader, *value, pointer + "/" + key);
+}
 
-  // The member `key` of `object`, or nullptr when absent.
-  const json* find(const json& object, const char* key) const {
-    const auto it = object.find(key);
-    return it == object.end() ? nullptr : &*it;
+static int optional_batch(const JsonReader& reader, const json& object) {
+  const json* value = JsonReader::find(object, "batch");
+  if (value == nullptr) return 0;
+  const std::string pointer = "/batch";
+  if (!value->is_number()) {
+    reader.fail(pointer, "must be a positive integer, got " + reader.show_wrong_type(*value));
   }
+  const double batch = value->get<double>();
+  if (!(batch >= 1 && batch <= INT_MAX && batch == std::floor(batch))) {
+    reader.fail(pointer, "must be a positive integer, got " + reader.show(*value));
+  }
+  return static_cast<int>(batch);
+}
 
-  const json& require(const json& object, const std::string& pointer, const char* key) const {
-    const json* value = find(object, key);
-    if (value == nullptr) fail(pointer + "/" + key, "missing required field");
-    return *value;
-  }
-
-  std::string string_value(const json& value, const std::string& pointer) const {
-    if (!value.is_string())
-      fail(pointer, std::string("must be a string, got ") + value.type_name());
-    return value.get<std::string>();
-  }
-
-  double time_value(const json& value, const std::string& pointer) const {
-    if (!value.is_number()) {
-      fail(pointer, std::string("must be a finite number >= 0, got ") + value.type_name());
-    }
-    const double ms = value.get<double>();
-    if (!std::isfinite(ms) || ms < 0) {
-      fail(pointer, "must be a finite number >= 0, got " + show(value));
-    }
-    return ms;
-  }
-
-  // A size in bytes: a JSON integer, or a float with an integral value, in [0, 2^62).
-  std::int64_t size_value(const json& value, const std::string& pointer) const {
-    if (value.is_number_unsigned()) {
-      const auto bytes = value.get<std::uint64_t>();
-      if (bytes >= static_cast<std::uint64_t>(kMaxBytes)) {
-        fail(pointer, "must be below 2^62, got " + show(value));
-      }
-      return static_cast<std::int64_t>(bytes);
-    }
-    if (value.is_number_integer()) {
-      const auto bytes = value.get<std::int64_t>();
-      if (bytes < 0) fail(pointer, "must be an integer >= 0, got " + show(value));
-      if (bytes >= kMaxBytes) fail(pointer, "must be below 2^62, got " + show(value));
-      return bytes;
-    }
-    if (value.is_number_float()) {
-      const double bytes = value.get<double>();
-      if (!std::isfinite(bytes) || bytes != std::floor(bytes)) {
-        fail(pointer, "must be an integer, got " + show(value));
-      }
-      if (bytes < 0) fail(pointer, "must be an integer >= 0, got " + show(value));
-      if (bytes >= kMaxBytesDouble) fail(pointer, "must be below 2^62, got " + show(value));
-      return static_cast<std::int64_t>(bytes);
-    }
-    fail(pointer, std::string("must be an integer, got ") + value.type_name());
-  }
-
-  std::int64_t required_size(const json& object, const std::string& pointer,
-                             const char* key) const {
-    return size_value(require(object, pointer, key), pointer + "/" + key);
-  }
-
-  std::int64_t optional_size(const json& object, const std::string& pointer,
-                             const char* key) const {
-    const json* value = find(object, key);
-    return value == nullptr ? 0 : size_value(*value, pointer + "/" + key);
-  }
-
-  std::string optional_string(const json& object, const char* key, std::string fallback) const {
-    const json* value = find(object, key);
-    return value == nullptr ? std::move(fallback) : string_value(*value, std::string("/") + key);
-  }
-
-  int optional_batch(const json& object) const {
-    const json* value = find(object, "batch");
-    if (value == nullptr) return 0;
-    const std::string pointer = "/batch";
-    if (!value->is_number()) {
-      fail(pointer, std::string("must be a positive integer, got ") + value->type_name());
-    }
-    const double batch = value->get<double>();
-    if (!(batch >= 1 && batch <= INT_MAX && batch == std::floor(batch))) {
-      fail(pointer, "must be a positive integer, got " + show(*value));
-    }
-    return static_cast<int>(batch);
-  }
-
-  madpipe::Layer layer(const json& object, const std::string& pointer) const {
-    if (!object.is_object()) {
-      fail(pointer, std::string("must be an object, got ") + object.type_name());
-    }
-    madpipe::Layer out;
-    out.name = string_value(require(object, pointer, "name"), pointer + "/name");
-    out.forward_ms = time_value(require(object, pointer, "forward_ms"), pointer + "/forward_ms");
-    out.backward_ms = time_value(require(object, pointer, "backward_ms"), pointer + "/backward_ms");
-    out.weight_bytes = required_size(object, pointer, "weight_bytes");
-    out.output_bytes = required_size(object, pointer, "output_bytes");
-    out.saved_bytes = optional_size(object, pointer, "saved_bytes");
-    out.forward_workspace_bytes = optional_size(object, pointer, "forward_workspace_bytes");
-    out.backward_workspace_bytes = optional_size(object, pointer, "backward_workspace_bytes");
-    return out;
-  }
-};
-}  // namespace
+static madpipe::Layer read_layer(const JsonReader& reader, const json& value,
+                                 const std::string& pointer) {
+  const json& object = reader.object_value(value, pointer);
+  madpipe::Layer out;
+  out.name = reader.string_member(object, pointer, "name");
+  const auto non_negative = JsonReader::Sign::NonNegative;
+  out.forward_ms = reader.number_member(object, pointer, "forward_ms", non_negative);
+  out.backward_ms = reader.number_member(object, pointer, "backward_ms", non_negative);
+  out.weight_bytes = required_size(reader, object, pointer, "weight_bytes");
+  out.output_bytes = required_size(reader, object, pointer, "output_bytes");
+  out.saved_bytes = optional_size(reader, object, pointer, "saved_bytes");
+  out.forward_workspace_bytes = optional_size(reader, object, pointer, "forward_workspace_bytes");
+  out.backward_workspace_bytes = optional_size(reader, object, pointer, "backward_workspace_bytes");
+  return out;
+}
 
 bool madpipe::operator==(const Layer& a, const Layer& b) {
   return a.name == b.name && a.forward_ms == b.forward_ms && a.backward_ms == b.backward_ms &&
@@ -169,7 +117,7 @@ static std::string file_stem(const std::string& file) {
 }
 
 // Sums along the chain must stay below 2^62 too (ChainCosts keeps prefix sums of them).
-static void check_sums(const Reader& reader, const madpipe::Profile& profile) {
+static void check_sums(const JsonReader& reader, const madpipe::Profile& profile) {
   std::int64_t weights = 0;
   std::int64_t stored = profile.input_bytes;
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
@@ -195,25 +143,22 @@ static void check_sums(const Reader& reader, const madpipe::Profile& profile) {
 }
 
 madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& file) {
-  const Reader reader{file};
-  if (!j.is_object()) {
-    reader.fail("", std::string("must be a JSON object, got ") + j.type_name());
-  }
-  const json& format = reader.require(j, "", "format");
-  if (!format.is_string() || format.get_ref<const std::string&>() != kProfileFormat) {
-    reader.fail("/format", std::string("must be \"") + kProfileFormat + "\", got " + show(format));
-  }
+  JsonReaderStyle style;
+  style.name_wrong_type = true;  // "must be a string, got number"
+  const JsonReader reader{file, style};
+  reader.require_document(j);
+  reader.require_format(j, kProfileFormat);
 
   Profile profile;
   profile.name = reader.optional_string(j, "name", file_stem(file));
   profile.device = reader.optional_string(j, "device", "");
   profile.dtype = reader.optional_string(j, "dtype", "");
-  profile.batch = reader.optional_batch(j);
-  profile.input_bytes = reader.required_size(j, "", "input_bytes");
+  profile.batch = optional_batch(reader, j);
+  profile.input_bytes = required_size(reader, j, "", "input_bytes");
 
   const json& layers = reader.require(j, "", "layers");
   if (!layers.is_array()) {
-    reader.fail("/layers", std::string("must be a non-empty array, got ") + layers.type_name());
+    reader.fail("/layers", "must be a non-empty array, got " + reader.show_wrong_type(layers));
   }
   if (layers.empty()) reader.fail("/layers", "must be a non-empty array, got []");
   if (layers.size() > kMaxLayers) {
@@ -222,7 +167,7 @@ madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& fi
   }
   profile.layers.reserve(layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l) {
-    profile.layers.push_back(reader.layer(layers[l], "/layers/" + std::to_string(l)));
+    profile.layers.push_back(read_layer(reader, layers[l], "/layers/" + std::to_string(l)));
   }
   check_sums(reader, profile);
   return profile;

@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
+#include "core/json_reader.hpp"
 #include "schedule/memory.hpp"
 
 using nlohmann::json;
@@ -206,261 +207,171 @@ void madpipe::schedule::write_plan(const Plan& plan, const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-static std::string describe(const json& v) {
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isnan(d)) return "NaN";
-    if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  }
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
+using madpipe::JsonReader;
+using Sign = madpipe::JsonReader::Sign;
 
-[[noreturn]] static void fail(const std::string& file, const std::string& pointer,
-                              const std::string& problem) {
-  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, file, pointer, problem);
-}
-
-static const json& member(const json& object, const char* key, const std::string& pointer,
-                          const std::string& file) {
-  const auto it = object.find(key);
-  if (it == object.end()) fail(file, pointer + "/" + key, "missing required field");
-  return *it;
-}
-
-static const json& object_member(const json& object, const char* key, const std::string& pointer,
-                                 const std::string& file) {
-  const json& v = member(object, key, pointer, file);
-  if (!v.is_object()) fail(file, pointer + "/" + key, "must be an object, got " + describe(v));
-  return v;
-}
-
-static const json& array_member(const json& object, const char* key, const std::string& pointer,
-                                const std::string& file) {
-  const json& v = member(object, key, pointer, file);
-  if (!v.is_array()) fail(file, pointer + "/" + key, "must be an array, got " + describe(v));
-  return v;
-}
-
-static std::string string_value(const json& v, const std::string& pointer,
-                                const std::string& file) {
-  if (!v.is_string()) fail(file, pointer, "must be a string, got " + describe(v));
-  return v.get<std::string>();
-}
-
-static std::string string_member(const json& object, const char* key, const std::string& pointer,
-                                 const std::string& file) {
-  return string_value(member(object, key, pointer, file), pointer + "/" + key, file);
-}
-
-namespace {
-enum class Sign { Any, NonNegative, Positive };
-}  // namespace
-
-static double double_value(const json& v, Sign sign, const std::string& pointer,
-                           const std::string& file) {
-  const char* requirement = sign == Sign::Positive      ? "must be a finite number > 0"
-                            : sign == Sign::NonNegative ? "must be a finite number >= 0"
-                                                        : "must be a finite number";
-  if (!v.is_number()) fail(file, pointer, std::string(requirement) + ", got " + describe(v));
-  const double d = v.get<double>();
-  const bool ok = std::isfinite(d) && (sign == Sign::Any || (sign == Sign::NonNegative && d >= 0) ||
-                                       (sign == Sign::Positive && d > 0));
-  if (!ok) fail(file, pointer, std::string(requirement) + ", got " + describe(v));
-  return d;
-}
-
-static double double_member(const json& object, const char* key, Sign sign,
-                            const std::string& pointer, const std::string& file) {
-  return double_value(member(object, key, pointer, file), sign, pointer + "/" + key, file);
-}
-
-// Integers may be written as integral floating-point numbers ("7.9e9"), which some tools emit.
-static std::int64_t int64_value(const json& v, std::int64_t min, std::int64_t max,
-                                const std::string& pointer, const std::string& file) {
-  std::string requirement = "must be an integer";
-  if (min >= 0) requirement += " >= " + std::to_string(min);
-  bool ok = false;
-  std::int64_t value = 0;
-  if (v.is_number_integer() && !v.is_number_unsigned()) {
-    value = v.get<std::int64_t>();
-    ok = true;
-  } else if (v.is_number_unsigned()) {
-    const auto u = v.get<std::uint64_t>();
-    ok = u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    value = ok ? static_cast<std::int64_t>(u) : 0;
-  } else if (v.is_number_float()) {
-    const double d = v.get<double>();
-    ok = std::isfinite(d) && std::floor(d) == d && d >= -9.2e18 && d <= 9.2e18;
-    value = ok ? static_cast<std::int64_t>(d) : 0;
-  }
-  if (!ok || value < min || value > max) fail(file, pointer, requirement + ", got " + describe(v));
-  return value;
-}
-
-static std::int64_t int64_member(const json& object, const char* key, std::int64_t min,
-                                 const std::string& pointer, const std::string& file) {
-  return int64_value(member(object, key, pointer, file), min,
-                     std::numeric_limits<std::int64_t>::max(), pointer + "/" + key, file);
-}
-
-static int int_member(const json& object, const char* key, int min, const std::string& pointer,
-                      const std::string& file) {
-  return static_cast<int>(
-      int64_value(member(object, key, pointer, file), min, INT_MAX, pointer + "/" + key, file));
+// The plan reader writes NaN as "NaN", cuts a long value to 60 characters with the "..."
+// included, and still reads an integral 9.2e18 as an integer.
+static madpipe::JsonReaderStyle plan_style() {
+  madpipe::JsonReaderStyle style;
+  style.nan = "NaN";
+  style.cut_to = 57;
+  style.max_integral_float = 9.2e18;
+  return style;
 }
 
 // Optional {"strategy": "..."} object; "none" when absent.
-static std::string strategy_member(const json& object, const char* key,
-                                   const std::string& pointer, const std::string& file) {
-  const auto it = object.find(key);
-  if (it == object.end()) return "none";
+static std::string strategy_member(const JsonReader& reader, const json& object, const char* key,
+                                   const std::string& pointer) {
+  const json* value = JsonReader::find(object, key);
+  if (value == nullptr) return "none";
   const std::string here = pointer + "/" + key;
-  if (!it->is_object()) fail(file, here, "must be an object, got " + describe(*it));
-  return string_member(*it, "strategy", here, file);
+  return reader.string_member(reader.object_value(*value, here), here, "strategy");
 }
 
-static madpipe::Platform read_platform(const json& j, const std::string& file) {
+static madpipe::Platform read_platform(const JsonReader& reader, const json& j) {
   const std::string p = "/platform";
-  const json& o = object_member(j, "platform", "", file);
+  const json& o = reader.object_member(j, "", "platform");
   madpipe::Platform platform;
-  platform.gpus = int_member(o, "gpus", 1, p, file);
-  platform.memory_bytes = int64_member(o, "memory_bytes", 1, p, file);
-  platform.bandwidth_bytes_per_ms = double_member(o, "bandwidth_bytes_per_ms", Sign::Positive, p, file);
-  platform.weight_copies = int_member(o, "weight_copies", 1, p, file);
+  platform.gpus = reader.int_member(o, p, "gpus", 1);
+  platform.memory_bytes = reader.int64_member(o, p, "memory_bytes", 1);
+  platform.bandwidth_bytes_per_ms =
+      reader.number_member(o, p, "bandwidth_bytes_per_ms", Sign::Positive);
+  platform.weight_copies = reader.int_member(o, p, "weight_copies", 1);
   if (o.contains("host_bandwidth_bytes_per_ms"))
     platform.host_bandwidth_bytes_per_ms =
-        double_member(o, "host_bandwidth_bytes_per_ms", Sign::Positive, p, file);
+        reader.number_member(o, p, "host_bandwidth_bytes_per_ms", Sign::Positive);
   // Multi-node platforms; 0 (or absent): one node, and the same bandwidth between nodes.
   if (o.contains("gpus_per_node"))
-    platform.gpus_per_node = int_member(o, "gpus_per_node", 0, p, file);
+    platform.gpus_per_node = reader.int_member(o, p, "gpus_per_node", 0);
   if (o.contains("inter_node_bandwidth_bytes_per_ms"))
     platform.inter_node_bandwidth_bytes_per_ms =
-        double_member(o, "inter_node_bandwidth_bytes_per_ms", Sign::NonNegative, p, file);
+        reader.number_member(o, p, "inter_node_bandwidth_bytes_per_ms", Sign::NonNegative);
   return platform;
 }
 
-static madpipe::schedule::Stage read_stage(const json& o, const std::string& p,
-                                           const std::string& file) {
-  if (!o.is_object()) fail(file, p, "must be an object, got " + describe(o));
+static madpipe::schedule::Stage read_stage(const JsonReader& reader, const json& value,
+                                           const std::string& p) {
+  const json& o = reader.object_value(value, p);
   madpipe::schedule::Stage stage;
-  stage.id = int_member(o, "id", 0, p, file);
-  stage.first_layer = int_member(o, "first_layer", 0, p, file);
-  stage.last_layer = int_member(o, "last_layer", 0, p, file);
-  stage.gpu = int_member(o, "gpu", 0, p, file);
-  stage.forward_ms = double_member(o, "forward_ms", Sign::NonNegative, p, file);
-  stage.backward_ms = double_member(o, "backward_ms", Sign::NonNegative, p, file);
-  stage.weight_bytes = int64_member(o, "weight_bytes", 0, p, file);
-  stage.stored_bytes = int64_member(o, "stored_bytes", 0, p, file);
-  stage.output_bytes = int64_member(o, "output_bytes", 0, p, file);
-  if (o.contains("workspace_bytes")) stage.workspace_bytes = int64_member(o, "workspace_bytes", 0, p, file);
-  stage.remat = strategy_member(o, "remat", p, file);
-  stage.offload = strategy_member(o, "offload", p, file);
-  if (o.contains("sequence")) stage.sequence = string_member(o, "sequence", p, file);
+  stage.id = reader.int_member(o, p, "id", 0);
+  stage.first_layer = reader.int_member(o, p, "first_layer", 0);
+  stage.last_layer = reader.int_member(o, p, "last_layer", 0);
+  stage.gpu = reader.int_member(o, p, "gpu", 0);
+  stage.forward_ms = reader.number_member(o, p, "forward_ms", Sign::NonNegative);
+  stage.backward_ms = reader.number_member(o, p, "backward_ms", Sign::NonNegative);
+  stage.weight_bytes = reader.int64_member(o, p, "weight_bytes", 0);
+  stage.stored_bytes = reader.int64_member(o, p, "stored_bytes", 0);
+  stage.output_bytes = reader.int64_member(o, p, "output_bytes", 0);
+  if (o.contains("workspace_bytes"))
+    stage.workspace_bytes = reader.int64_member(o, p, "workspace_bytes", 0);
+  stage.remat = strategy_member(reader, o, "remat", p);
+  stage.offload = strategy_member(reader, o, "offload", p);
+  if (o.contains("sequence")) stage.sequence = reader.string_member(o, p, "sequence");
   return stage;
 }
 
-static madpipe::schedule::Op read_op(const json& o, const std::string& p, const std::string& file) {
+static madpipe::schedule::Op read_op(const JsonReader& reader, const json& value,
+                                     const std::string& p) {
   using madpipe::schedule::OpKind;
-  if (!o.is_object()) fail(file, p, "must be an object, got " + describe(o));
+  const json& o = reader.object_value(value, p);
   madpipe::schedule::Op op;
-  const std::string kind = string_member(o, "kind", p, file);
+  const std::string kind = reader.string_member(o, p, "kind");
   try {
     op.kind = madpipe::schedule::op_kind_from_string(kind);
   } catch (const madpipe::Error& e) {
-    fail(file, p + "/kind", e.problem());
+    reader.fail(p + "/kind", e.problem());
   }
-  op.stage = int_member(o, "stage", 0, p, file);
+  op.stage = reader.int_member(o, p, "stage", 0);
   if (madpipe::schedule::is_transfer(op.kind)) {
-    const json& link = array_member(o, "link", p, file);
+    const json& link = reader.array_member(o, p, "link");
     if (link.size() != 2)
-      fail(file, p + "/link", "must be an array of two gpu indices, got " + describe(link));
-    op.link.a = static_cast<int>(int64_value(link[0], 0, INT_MAX, p + "/link/0", file));
-    op.link.b = static_cast<int>(int64_value(link[1], 0, INT_MAX, p + "/link/1", file));
+      reader.fail(p + "/link", "must be an array of two gpu indices, got " + reader.show(link));
+    op.link.a = static_cast<int>(
+        reader.integer_value(link[0], 0, INT_MAX, "an integer >= 0", p + "/link/0"));
+    op.link.b = static_cast<int>(
+        reader.integer_value(link[1], 0, INT_MAX, "an integer >= 0", p + "/link/1"));
   } else {
-    op.gpu = int_member(o, "gpu", 0, p, file);
+    op.gpu = reader.int_member(o, p, "gpu", 0);
   }
-  op.start_ms = double_member(o, "start_ms", Sign::NonNegative, p, file);
-  op.duration_ms = double_member(o, "duration_ms", Sign::NonNegative, p, file);
-  op.shift = static_cast<int>(int64_value(member(o, "shift", p, file), INT_MIN, INT_MAX,
-                                          p + "/shift", file));
+  op.start_ms = reader.number_member(o, p, "start_ms", Sign::NonNegative);
+  op.duration_ms = reader.number_member(o, p, "duration_ms", Sign::NonNegative);
+  op.shift = static_cast<int>(reader.integer_value(reader.require(o, p, "shift"), INT_MIN, INT_MAX,
+                                                   "an integer", p + "/shift"));
   return op;
 }
 
-static madpipe::schedule::Pattern read_pattern(const json& j, const std::string& file) {
+static madpipe::schedule::Pattern read_pattern(const JsonReader& reader, const json& j) {
   const std::string p = "/pattern";
-  const json& o = object_member(j, "pattern", "", file);
+  const json& o = reader.object_member(j, "", "pattern");
   madpipe::schedule::Pattern pattern;
-  pattern.period_ms = double_member(o, "period_ms", Sign::Positive, p, file);
-  pattern.k = int_member(o, "k", 1, p, file);
-  const json& ops = array_member(o, "ops", p, file);
+  pattern.period_ms = reader.number_member(o, p, "period_ms", Sign::Positive);
+  pattern.k = reader.int_member(o, p, "k", 1);
+  const json& ops = reader.array_member(o, p, "ops");
   for (std::size_t i = 0; i < ops.size(); ++i)
-    pattern.ops.push_back(read_op(ops[i], p + "/ops/" + std::to_string(i), file));
+    pattern.ops.push_back(read_op(reader, ops[i], p + "/ops/" + std::to_string(i)));
   return pattern;
 }
 
-static madpipe::schedule::Predicted read_predicted(const json& j, const std::string& file) {
+static madpipe::schedule::Predicted read_predicted(const JsonReader& reader, const json& j) {
   const std::string p = "/predicted";
-  const json& o = object_member(j, "predicted", "", file);
+  const json& o = reader.object_member(j, "", "predicted");
   madpipe::schedule::Predicted predicted;
-  predicted.period_ms = double_member(o, "period_ms", Sign::NonNegative, p, file);
-  predicted.throughput_per_s = double_member(o, "throughput_per_s", Sign::NonNegative, p, file);
+  predicted.period_ms = reader.number_member(o, p, "period_ms", Sign::NonNegative);
+  predicted.throughput_per_s = reader.number_member(o, p, "throughput_per_s", Sign::NonNegative);
   predicted.lower_bound_period_ms =
-      double_member(o, "lower_bound_period_ms", Sign::NonNegative, p, file);
-  const json& memory = array_member(o, "memory_bytes", p, file);
+      reader.number_member(o, p, "lower_bound_period_ms", Sign::NonNegative);
+  const json& memory = reader.array_member(o, p, "memory_bytes");
   for (std::size_t g = 0; g < memory.size(); ++g)
-    predicted.memory_bytes.push_back(int64_value(memory[g], 0,
-                                                 std::numeric_limits<std::int64_t>::max(),
-                                                 p + "/memory_bytes/" + std::to_string(g), file));
+    predicted.memory_bytes.push_back(
+        reader.int64_value(memory[g], p + "/memory_bytes/" + std::to_string(g), 0));
   return predicted;
 }
 
-static madpipe::schedule::SolverInfo read_solver(const json& o, const std::string& file) {
+static madpipe::schedule::SolverInfo read_solver(const JsonReader& reader, const json& value) {
   const std::string p = "/solver";
-  if (!o.is_object()) fail(file, p, "must be an object, got " + describe(o));
+  const json& o = reader.object_value(value, p);
   madpipe::schedule::SolverInfo solver;
-  solver.backend = string_member(o, "backend", p, file);
-  solver.status = string_member(o, "status", p, file);
+  solver.backend = reader.string_member(o, p, "backend");
+  solver.status = reader.string_member(o, p, "status");
   static const char* const kStatuses[] = {"optimal", "feasible", "infeasible", "timeout", "error"};
   bool known = false;
   for (const char* status : kStatuses) known = known || solver.status == status;
   if (!known)
-    fail(file, p + "/status",
-         "unknown solver status '" + solver.status +
-             "' (valid: optimal, feasible, infeasible, timeout, error)");
-  solver.objective = double_member(o, "objective", Sign::Any, p, file);
-  solver.bound = double_member(o, "bound", Sign::Any, p, file);
-  solver.gap = double_member(o, "gap", Sign::Any, p, file);
-  solver.seconds = double_member(o, "seconds", Sign::NonNegative, p, file);
+    reader.fail(p + "/status", "unknown solver status '" + solver.status +
+                                   "' (valid: optimal, feasible, infeasible, timeout, error)");
+  solver.objective = reader.number_member(o, p, "objective", Sign::Any);
+  solver.bound = reader.number_member(o, p, "bound", Sign::Any);
+  solver.gap = reader.number_member(o, p, "gap", Sign::Any);
+  solver.seconds = reader.number_member(o, p, "seconds", Sign::NonNegative);
   return solver;
 }
 
 madpipe::schedule::Plan madpipe::schedule::plan_from_json(const nlohmann::json& j,
                                                           const std::string& file) {
-  if (!j.is_object()) fail(file, "", "must be a JSON object, got " + describe(j));
-  const std::string format = string_member(j, "format", "", file);
+  const JsonReader reader{file, plan_style()};
+  reader.require_document(j);
+  const std::string format = reader.string_member(j, "", "format");
   if (format != kPlanFormat)
-    fail(file, "/format",
-         std::string("must be \"") + kPlanFormat + "\", got \"" + format + "\"");
+    reader.fail("/format", std::string("must be \"") + kPlanFormat + "\", got \"" + format + "\"");
   Plan plan;
-  plan.profile = string_member(j, "profile", "", file);
-  plan.platform = read_platform(j, file);
+  plan.profile = reader.string_member(j, "", "profile");
+  plan.platform = read_platform(reader, j);
   if (j.contains("replicas")) {
-    plan.replicas = int_member(j, "replicas", 1, "", file);
+    plan.replicas = reader.int_member(j, "", "replicas", 1);
     if (static_cast<std::int64_t>(plan.replicas) * plan.platform.gpus > INT_MAX)
-      fail(file, "/replicas",
-           "replicas x platform gpus must be at most " + std::to_string(INT_MAX) + ", got " +
-               std::to_string(plan.replicas) + " x " + std::to_string(plan.platform.gpus));
+      reader.fail("/replicas",
+                  "replicas x platform gpus must be at most " + std::to_string(INT_MAX) + ", got " +
+                      std::to_string(plan.replicas) + " x " + std::to_string(plan.platform.gpus));
   }
-  plan.algorithm = string_member(j, "algorithm", "", file);
-  const json& stages = array_member(j, "stages", "", file);
+  plan.algorithm = reader.string_member(j, "", "algorithm");
+  const json& stages = reader.array_member(j, "", "stages");
   for (std::size_t s = 0; s < stages.size(); ++s)
-    plan.stages.push_back(read_stage(stages[s], "/stages/" + std::to_string(s), file));
-  plan.pattern = read_pattern(j, file);
-  plan.predicted = read_predicted(j, file);
-  const auto solver = j.find("solver");
-  if (solver != j.end()) plan.solver = read_solver(*solver, file);
+    plan.stages.push_back(read_stage(reader, stages[s], "/stages/" + std::to_string(s)));
+  plan.pattern = read_pattern(reader, j);
+  plan.predicted = read_predicted(reader, j);
+  const json* solver = JsonReader::find(j, "solver");
+  if (solver != nullptr) plan.solver = read_solver(reader, *solver);
   return plan;
 }
 

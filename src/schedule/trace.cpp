@@ -20,14 +20,13 @@
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
+#include "core/json_reader.hpp"
 #include "core/units.hpp"
 
 using nlohmann::json;
 using nlohmann::ordered_json;
 
 namespace ms = madpipe::schedule;
-
-static constexpr std::size_t kMaxShownChars = 60;
 
 // ---------------------------------------------------------------------------------------------
 // Summary
@@ -321,123 +320,41 @@ void ms::write_trace(const Trace& trace, const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-// A JSON value as it appears in a message, shortened when long: -1.5, "abc", [1,2].
-static std::string show(const json& value) {
-  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
-    const double number = value.get<double>();  // dump() would print null
-    return std::isnan(number) ? "nan" : (number < 0 ? "-inf" : "inf");
-  }
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
-  return text;
+using madpipe::JsonReader;
+
+static double time_member(const JsonReader& reader, const json& object, const std::string& pointer,
+                          const char* key) {
+  return reader.number_member(object, pointer, key, JsonReader::Sign::NonNegative);
 }
 
-namespace {
-// The file under which values are being read, for messages; pointers are JSON pointers.
-struct Reader {
-  const std::string& file;
+static int rank_member(const JsonReader& reader, const json& object, const std::string& pointer,
+                       const char* key, int ranks) {
+  return static_cast<int>(reader.integer_value(reader.require(object, pointer, key), 0, ranks - 1,
+                                               "a rank in [0, " + std::to_string(ranks) + ")",
+                                               pointer + "/" + key));
+}
 
-  [[noreturn]] void fail(const std::string& pointer, const std::string& problem) const {
-    madpipe::throw_invalid(file, pointer, problem);
+static int micro_batch_member(const JsonReader& reader, const json& object,
+                              const std::string& pointer, int micro_batches) {
+  return static_cast<int>(
+      reader.integer_value(reader.require(object, pointer, "micro_batch"), 0, micro_batches - 1,
+                           "in [0, " + std::to_string(micro_batches) + ") (micro_batches per step)",
+                           pointer + "/micro_batch"));
+}
+
+// start_ms and end_ms, with end_ms >= start_ms.
+static std::pair<double, double> interval(const JsonReader& reader, const json& object,
+                                          const std::string& pointer) {
+  const double start = time_member(reader, object, pointer, "start_ms");
+  const double end = time_member(reader, object, pointer, "end_ms");
+  if (end < start) {
+    reader.fail(pointer + "/end_ms", "must be >= start_ms (" + reader.show(json(start)) +
+                                         "), got " + reader.show(json(end)));
   }
+  return {start, end};
+}
 
-  const json& require(const json& object, const std::string& pointer, const char* key) const {
-    const auto it = object.find(key);
-    if (it == object.end()) fail(pointer + "/" + key, "missing required field");
-    return *it;
-  }
-
-  const json& object_at(const json& value, const std::string& pointer) const {
-    if (!value.is_object()) fail(pointer, std::string("must be an object, got ") + show(value));
-    return value;
-  }
-
-  const json& array_member(const json& object, const std::string& pointer, const char* key) const {
-    const json& value = require(object, pointer, key);
-    if (!value.is_array()) {
-      fail(pointer + "/" + key, std::string("must be an array, got ") + show(value));
-    }
-    return value;
-  }
-
-  std::string string_member(const json& object, const std::string& pointer, const char* key) const {
-    const json& value = require(object, pointer, key);
-    if (!value.is_string()) fail(pointer + "/" + key, "must be a string, got " + show(value));
-    return value.get<std::string>();
-  }
-
-  double time_value(const json& value, const std::string& pointer) const {
-    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0)
-      fail(pointer, "must be a finite number >= 0, got " + show(value));
-    return value.get<double>();
-  }
-
-  double time_member(const json& object, const std::string& pointer, const char* key) const {
-    return time_value(require(object, pointer, key), pointer + "/" + key);
-  }
-
-  // An integer in [min, max] (an integral floating-point value is accepted too); `range` is the
-  // requirement as the message states it.
-  std::int64_t integer_value(const json& value, std::int64_t min, std::int64_t max,
-                             const std::string& range, const std::string& pointer) const {
-    bool integral = false;
-    std::int64_t number = 0;
-    if (value.is_number_unsigned()) {
-      const auto u = value.get<std::uint64_t>();
-      integral = u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-      number = integral ? static_cast<std::int64_t>(u) : 0;
-    } else if (value.is_number_integer()) {
-      integral = true;
-      number = value.get<std::int64_t>();
-    } else if (value.is_number_float()) {
-      const double d = value.get<double>();
-      integral = std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18;
-      number = integral ? static_cast<std::int64_t>(d) : 0;
-    }
-    if (!integral || number < min || number > max)
-      fail(pointer, "must be " + range + ", got " + show(value));
-    return number;
-  }
-
-  int int_member(const json& object, const std::string& pointer, const char* key, int min) const {
-    return static_cast<int>(integer_value(require(object, pointer, key), min, INT_MAX,
-                                          "an integer >= " + std::to_string(min),
-                                          pointer + "/" + key));
-  }
-
-  int rank_member(const json& object, const std::string& pointer, const char* key,
-                  int ranks) const {
-    return static_cast<int>(integer_value(require(object, pointer, key), 0, ranks - 1,
-                                          "a rank in [0, " + std::to_string(ranks) + ")",
-                                          pointer + "/" + key));
-  }
-
-  int micro_batch_member(const json& object, const std::string& pointer, int micro_batches) const {
-    return static_cast<int>(
-        integer_value(require(object, pointer, "micro_batch"), 0, micro_batches - 1,
-                      "in [0, " + std::to_string(micro_batches) + ") (micro_batches per step)",
-                      pointer + "/micro_batch"));
-  }
-
-  std::int64_t bytes_value(const json& value, const std::string& pointer) const {
-    return integer_value(value, 0, std::numeric_limits<std::int64_t>::max(), "an integer >= 0",
-                         pointer);
-  }
-
-  // start_ms and end_ms, with end_ms >= start_ms.
-  std::pair<double, double> interval(const json& object, const std::string& pointer) const {
-    const double start = time_member(object, pointer, "start_ms");
-    const double end = time_member(object, pointer, "end_ms");
-    if (end < start) {
-      fail(pointer + "/end_ms",
-           "must be >= start_ms (" + show(json(start)) + "), got " + show(json(end)));
-    }
-    return {start, end};
-  }
-};
-}  // namespace
-
-static ms::TraceOpKind op_kind(const Reader& reader, const json& object,
+static ms::TraceOpKind op_kind(const JsonReader& reader, const json& object,
                                const std::string& pointer) {
   const std::string kind = reader.string_member(object, pointer, "kind");
   if (kind == "F") return ms::TraceOpKind::Forward;
@@ -445,7 +362,7 @@ static ms::TraceOpKind op_kind(const Reader& reader, const json& object,
   reader.fail(pointer + "/kind", "unknown op kind '" + kind + "' (valid: F, B)");
 }
 
-static ms::TraceTransferKind transfer_kind(const Reader& reader, const json& object,
+static ms::TraceTransferKind transfer_kind(const JsonReader& reader, const json& object,
                                            const std::string& pointer) {
   const std::string kind = reader.string_member(object, pointer, "kind");
   if (kind == "activation") return ms::TraceTransferKind::Activation;
@@ -454,53 +371,51 @@ static ms::TraceTransferKind transfer_kind(const Reader& reader, const json& obj
               "unknown transfer kind '" + kind + "' (valid: activation, gradient)");
 }
 
-static ms::TraceOp read_op(const Reader& reader, const json& value, const std::string& pointer,
+static ms::TraceOp read_op(const JsonReader& reader, const json& value, const std::string& pointer,
                            const ms::Trace& trace) {
-  const json& o = reader.object_at(value, pointer);
+  const json& o = reader.object_value(value, pointer);
   ms::TraceOp op;
-  op.rank = reader.rank_member(o, pointer, "rank", trace.ranks);
+  op.rank = rank_member(reader, o, pointer, "rank", trace.ranks);
   op.kind = op_kind(reader, o, pointer);
   op.stage = reader.int_member(o, pointer, "stage", 0);
   op.step = reader.int_member(o, pointer, "step", 1);
-  op.micro_batch = reader.micro_batch_member(o, pointer, trace.micro_batches);
-  std::tie(op.start_ms, op.end_ms) = reader.interval(o, pointer);
+  op.micro_batch = micro_batch_member(reader, o, pointer, trace.micro_batches);
+  std::tie(op.start_ms, op.end_ms) = interval(reader, o, pointer);
   return op;
 }
 
-static ms::TraceTransfer read_transfer(const Reader& reader, const json& value,
+static ms::TraceTransfer read_transfer(const JsonReader& reader, const json& value,
                                        const std::string& pointer, const ms::Trace& trace) {
-  const json& o = reader.object_at(value, pointer);
+  const json& o = reader.object_value(value, pointer);
   ms::TraceTransfer transfer;
   transfer.kind = transfer_kind(reader, o, pointer);
   transfer.stage = reader.int_member(o, pointer, "stage", 0);
   transfer.step = reader.int_member(o, pointer, "step", 1);
-  transfer.micro_batch = reader.micro_batch_member(o, pointer, trace.micro_batches);
-  transfer.from = reader.rank_member(o, pointer, "from", trace.ranks);
-  transfer.to = reader.rank_member(o, pointer, "to", trace.ranks);
-  transfer.bytes = reader.bytes_value(reader.require(o, pointer, "bytes"), pointer + "/bytes");
-  std::tie(transfer.start_ms, transfer.end_ms) = reader.interval(o, pointer);
+  transfer.micro_batch = micro_batch_member(reader, o, pointer, trace.micro_batches);
+  transfer.from = rank_member(reader, o, pointer, "from", trace.ranks);
+  transfer.to = rank_member(reader, o, pointer, "to", trace.ranks);
+  transfer.bytes = reader.int64_member(o, pointer, "bytes", 0);
+  std::tie(transfer.start_ms, transfer.end_ms) = interval(reader, o, pointer);
   return transfer;
 }
 
 // One entry per rank, in rank order.
-static ms::TraceRankMemory read_memory(const Reader& reader, const json& value,
+static ms::TraceRankMemory read_memory(const JsonReader& reader, const json& value,
                                        const std::string& pointer, int index) {
-  const json& o = reader.object_at(value, pointer);
+  const json& o = reader.object_value(value, pointer);
   ms::TraceRankMemory memory;
   memory.rank = static_cast<int>(reader.integer_value(
       reader.require(o, pointer, "rank"), index, index,
       std::to_string(index) + " (one entry per rank, in order)", pointer + "/rank"));
-  memory.peak_bytes =
-      reader.bytes_value(reader.require(o, pointer, "peak_bytes"), pointer + "/peak_bytes");
-  memory.peak_rss_bytes =
-      reader.bytes_value(reader.require(o, pointer, "peak_rss_bytes"), pointer + "/peak_rss_bytes");
+  memory.peak_bytes = reader.int64_member(o, pointer, "peak_bytes", 0);
+  memory.peak_rss_bytes = reader.int64_member(o, pointer, "peak_rss_bytes", 0);
   return memory;
 }
 
-static void read_predicted(const Reader& reader, const json& j, ms::Trace& trace) {
+static void read_predicted(const JsonReader& reader, const json& j, ms::Trace& trace) {
   const std::string pointer = "/predicted";
-  const json& o = reader.object_at(reader.require(j, "", "predicted"), pointer);
-  trace.predicted_period_ms = reader.time_member(o, pointer, "period_ms");
+  const json& o = reader.object_member(j, "", "predicted");
+  trace.predicted_period_ms = time_member(reader, o, pointer, "period_ms");
   const json& memory = reader.array_member(o, pointer, "memory_bytes");
   if (memory.size() != static_cast<std::size_t>(trace.ranks)) {
     reader.fail(pointer + "/memory_bytes", "must have one entry per rank (" +
@@ -509,17 +424,14 @@ static void read_predicted(const Reader& reader, const json& j, ms::Trace& trace
   }
   for (std::size_t r = 0; r < memory.size(); ++r) {
     trace.predicted_memory_bytes.push_back(
-        reader.bytes_value(memory[r], pointer + "/memory_bytes/" + std::to_string(r)));
+        reader.int64_value(memory[r], pointer + "/memory_bytes/" + std::to_string(r), 0));
   }
 }
 
 ms::Trace ms::trace_from_json(const json& j, const std::string& file) {
-  const Reader reader{file};
-  if (!j.is_object()) reader.fail("", "must be a JSON object, got " + show(j));
-  const json& format = reader.require(j, "", "format");
-  if (!format.is_string() || format.get_ref<const std::string&>() != kTraceFormat) {
-    reader.fail("/format", std::string("must be \"") + kTraceFormat + "\", got " + show(format));
-  }
+  const JsonReader reader{file, {}};
+  reader.require_document(j);
+  reader.require_format(j, kTraceFormat);
   Trace trace;
   trace.profile = reader.string_member(j, "", "profile");
   trace.algorithm = reader.string_member(j, "", "algorithm");
