@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -73,4 +75,27 @@ std::string madpipe::runtime::computed_on_rank0(int rank, const std::function<st
   failure = madpipe::runtime::broadcast_string(failure, 0);
   if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
   return madpipe::runtime::broadcast_string(text, 0);
+}
+
+void madpipe::runtime::wait_with_deadline(MPI_Request& request, double timeout_s, int rank,
+                                          const std::string& what) {
+  if (timeout_s <= 0) {
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_s);
+      throw Error(ErrorKind::Runtime, "", "transfer-timeout",
+                  "rank " + std::to_string(rank) + " waited more than " + limit + " s " + what);
+    }
+    std::this_thread::yield();
+  }
 }

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
 namespace madpipe::runtime {
 
 // One MPI process per GPU. Initialises MPI on construction and finalises it on destruction.
@@ -34,6 +36,11 @@ std::string broadcast_string(const std::string& value, int root);
 // Runs `produce` on rank 0 and gives its result to every rank; what it throws there is thrown
 // on every rank (as Error{InvalidInput}), so that no rank is left waiting.
 std::string computed_on_rank0(int rank, const std::function<std::string()>& produce);
+
+// MPI_Wait, or with timeout_s > 0, MPI_Test until done or the time is up: then Error{Runtime}
+// (field "transfer-timeout") "rank R waited more than T s <what>", so that a lost or stuck peer
+// stops the run instead of hanging it.
+void wait_with_deadline(MPI_Request& request, double timeout_s, int rank, const std::string& what);
 
 // Sum over all ranks.
 double all_reduce_sum(double value);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "runtime/mpi_session.hpp"
 #include "runtime/transport.hpp"
 
 namespace {
@@ -95,29 +96,10 @@ class MpiTransport final : public madpipe::runtime::Transport {
            " of stage " + std::to_string(key.stage) + ", micro-batch " + std::to_string(key.micro_batch);
   }
 
-  // MPI_Wait, or with a timeout, MPI_Test until done or the time is up: then an error naming
-  // what was awaited, so that a lost or stuck peer stops the run instead of hanging it.
   void wait(MPI_Request& request, const std::string& awaited) const {
-    if (timeout_s_ <= 0) {
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(timeout_s_));
-    for (long polls = 0;; ++polls) {
-      int done = 0;
-      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (done) return;
-      if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
-        char limit[32];
-        std::snprintf(limit, sizeof limit, "%g", timeout_s_);
-        throw madpipe::Error(madpipe::ErrorKind::Runtime, "", "transfer-timeout",
-                             "rank " + std::to_string(rank_) + " waited more than " + limit +
-                                 " s " + awaited + " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout)");
-      }
-      std::this_thread::yield();
-    }
+    madpipe::runtime::wait_with_deadline(
+        request, timeout_s_, rank_,
+        awaited + " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout)");
   }
 
   static torch::Tensor to_host(const torch::Tensor& tensor) {

@@ -1,12 +1,10 @@
 #include "runtime/replicas.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <string>
-#include <thread>
 
 #include "core/error.hpp"
+#include "runtime/mpi_session.hpp"
 
 madpipe::runtime::ReplicaLayout madpipe::runtime::replica_layout(int world_rank, int world_size,
                                                                 int replicas) {
@@ -78,31 +76,13 @@ void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Ten
 }
 
 void madpipe::runtime::GradientAverager::wait(Pending& pending) const {
-  if (timeout_s_ <= 0) {
-    MPI_Wait(&pending.request, MPI_STATUS_IGNORE);
-    return;
-  }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_s_));
-  for (long polls = 0;; ++polls) {
-    int done = 0;
-    MPI_Test(&pending.request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    if (polls % 1024 == 1023 && std::chrono::steady_clock::now() > deadline) {
-      int rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      char limit[32];
-      std::snprintf(limit, sizeof limit, "%g", timeout_s_);
-      throw Error(ErrorKind::Runtime, "", "transfer-timeout",
-                  "rank " + std::to_string(rank) + " waited more than " + limit +
-                      " s for the gradient all-reduce of stage " + std::to_string(pending.stage) +
-                      " over its " + std::to_string(count_) +
-                      " replicas (is a replica stuck or gone? a longer step needs a larger "
-                      "--transfer-timeout)");
-    }
-    std::this_thread::yield();
-  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  wait_with_deadline(pending.request, timeout_s_, rank,
+                     "for the gradient all-reduce of stage " + std::to_string(pending.stage) +
+                         " over its " + std::to_string(count_) +
+                         " replicas (is a replica stuck or gone? a longer step needs a larger "
+                         "--transfer-timeout)");
 }
 
 void madpipe::runtime::GradientAverager::finish() {
