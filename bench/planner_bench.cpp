@@ -1,16 +1,23 @@
-// Planner benchmarks: MadPipe-DP running time (against L, P and the discretization) and the
-// periods of every algorithm on the shipped profiles over a memory sweep, as ratios.
+// Planner benchmarks: where the time of `madpipe plan` goes (phases, on every shipped profile and
+// on long chains, feasible and infeasible memories), MadPipe-DP running time (against L, P and
+// the discretization) and the periods of every algorithm on the shipped profiles over a memory
+// sweep, as ratios.
 //
-//   planner_bench [dp|compare|all]
+//   planner_bench [phases [FILTER]|dp|compare|all]
+//
+// FILTER keeps the phase cases whose label contains it ("densenet121/P2").
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
+#include "partition/infeasible.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/planner.hpp"
 
@@ -164,9 +171,85 @@ static void bench_compare() {
   }
 }
 
+// What one GPU must hold for the whole model with one micro-batch in flight, split over P GPUs:
+// no plan fits in less than this (weights C times, what a micro-batch keeps), nor in less than
+// the largest layer alone.
+static double memory_lower_bound(const ChainCosts& costs, const Platform& platform) {
+  double largest = 0;
+  for (int l = 0; l < costs.num_layers(); ++l)
+    largest = std::max(largest, static_cast<double>(platform.weight_copies * costs.weight_bytes(l, l) +
+                                                    costs.stored_bytes(l, l) + costs.workspace_bytes(l, l)));
+  const int last = costs.num_layers() - 1;
+  const double spread = static_cast<double>(platform.weight_copies * costs.weight_bytes(0, last) +
+                                            costs.stored_bytes(0, last)) /
+                        platform.gpus;
+  return std::max(largest, spread);
+}
+
+// One `madpipe plan` request with the default options, as the command runs it: plan, and when
+// nothing fits, explain what would.
+static void bench_phases(const std::string& filter) {
+  std::printf("== where the time of a default plan request goes (seconds, one core) ==\n");
+  std::printf("bandwidth 12GB/s, C = 3; feasible: 2x, infeasible: 0.9x the memory no plan can go below\n");
+  std::printf("(max(largest layer, (3W + one micro-batch of activations) / P)); explain = the search for the\n");
+  std::printf("smallest memory that fits, which an infeasible request runs after planning\n");
+  const std::vector<std::string> phases{"contiguous-dp", "madpipe-dp", "baselines", "schedule",
+                                        "refine", "stage-ilp"};
+  std::printf("%-24s %8s %-8s %9s", "case", "memory", "status", "period");
+  for (const std::string& phase : phases) std::printf(" %13s", phase.c_str());
+  std::printf(" %9s %9s\n", "explain", "total");
+  struct Chain {
+    std::string label;
+    Profile profile;
+  };
+  std::vector<Chain> chains;
+  for (const char* name : {"resnet50", "gpt2_small", "gpt2_xl16", "densenet121"})
+    chains.push_back({name, shipped(name)});
+  for (int layers : {134, 200}) chains.push_back({"joined" + std::to_string(layers), joined_chain(layers)});
+  double worst_feasible = 0, worst_infeasible = 0;
+  for (const Chain& chain : chains) {
+    const ChainCosts costs(chain.profile);
+    for (int gpus : {2, 4, 8, 16}) {
+      for (bool feasible : {true, false}) {
+        const std::string label = chain.label + "/P" + std::to_string(gpus) + "/" +
+                                  (feasible ? "feasible" : "infeasible");
+        if (label.find(filter) == std::string::npos) continue;
+        Platform platform;
+        platform.gpus = gpus;
+        platform.bandwidth_bytes_per_ms = parse_bandwidth("12GB/s");
+        platform.memory_bytes = static_cast<std::int64_t>(
+            (feasible ? 2.0 : 0.9) * memory_lower_bound(costs, platform));
+        const auto start = std::chrono::steady_clock::now();
+        const partition::PlannerOptions options;
+        const partition::PlanResult result = partition::make_plan(chain.profile, platform, options);
+        double explain = 0;
+        if (!result.feasible) {
+          const auto explain_start = std::chrono::steady_clock::now();
+          partition::explain_infeasible(result.reason, chain.profile, platform, options);
+          explain = seconds_since(explain_start);
+        }
+        const double total = seconds_since(start);
+        (feasible ? worst_feasible : worst_infeasible) =
+            std::max(feasible ? worst_feasible : worst_infeasible, total);
+        std::map<std::string, double> seconds;
+        for (const partition::PhaseTime& phase : result.phases) seconds[phase.phase] += phase.seconds;
+        std::printf("%-24s %8s %-8s %9s", label.c_str(),
+                    format_bytes(static_cast<double>(platform.memory_bytes)).c_str(),
+                    result.feasible ? "plan" : "none",
+                    result.feasible ? cell(result.plan.predicted.period_ms, "%.2f").c_str() : "-");
+        for (const std::string& phase : phases)
+          std::printf(" %13s", seconds.count(phase) ? cell(seconds[phase], "%.3f").c_str() : "-");
+        std::printf(" %9s %9.3f\n", result.feasible ? "-" : cell(explain, "%.3f").c_str(), total);
+      }
+    }
+  }
+  std::printf("worst total: feasible %.3f s, infeasible %.3f s\n", worst_feasible, worst_infeasible);
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string what = argc > 1 ? argv[1] : "all";
+  if (what == "phases" || what == "all") bench_phases(argc > 2 ? argv[2] : "");
   if (what == "dp" || what == "all") bench_dp();
   if (what == "compare" || what == "all") bench_compare();
   return 0;

@@ -16,6 +16,7 @@
 #include "partition/contiguous_dp.hpp"
 #include "partition/full_ilp.hpp"
 #include "partition/madpipe_dp.hpp"
+#include "partition/planning_budget.hpp"
 #include "partition/refine.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/ilp_schedule.hpp"
@@ -77,9 +78,13 @@ struct Candidate {
 struct PlanningLog {
   std::vector<std::string> notes;
   std::function<void(const std::string&)> progress;
+  madpipe::partition::PlanningBudget* budget = nullptr;
   void note(const std::string& line) {
     notes.push_back(line);
     if (progress) progress(line);
+  }
+  void enter(const std::string& phase) {
+    if (budget) budget->enter(phase);
   }
 };
 }  // namespace
@@ -240,8 +245,9 @@ static std::optional<Candidate> schedule_allocations(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
     const std::vector<madpipe::partition::Allocation>& dp_allocations,
     const madpipe::schedule::ScheduleSearchOptions& search,
-    const madpipe::partition::PlannerOptions& options) {
+    const madpipe::partition::PlannerOptions& options, PlanningLog& log) {
   using namespace madpipe;
+  log.enter("schedule");
   const std::vector<partition::Allocation> allocations =
       with_node_placements(costs, platform, dp_allocations);
   std::optional<Candidate> best;
@@ -302,8 +308,10 @@ static std::vector<madpipe::partition::Allocation> node_aware_allocations(
 static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
                                                 const madpipe::Platform& platform,
                                                 const madpipe::partition::PlannerOptions& options,
+                                                PlanningLog& log,
                                                 madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
+  log.enter("contiguous-dp");
   std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
       costs, platform, options.discretization, false, options.progress,
       std::numeric_limits<double>::infinity(), remat);
@@ -313,7 +321,7 @@ static std::optional<Candidate> plan_contiguous(const madpipe::ChainCosts& costs
   schedule::ScheduleSearchOptions search;
   search.families = {schedule::PatternFamily::OneFOneBStar};
   search.max_k = options.max_k;
-  return schedule_allocations(costs, platform, allocations, search, options);
+  return schedule_allocations(costs, platform, allocations, search, options, log);
 }
 
 static std::optional<madpipe::partition::Allocation> pipedream_allocation(
@@ -407,28 +415,33 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
           ? ""
           : milp_backend(options.milp, options.scheduler == partition::Scheduler::Ilp,
                          "--scheduler ilp");
+  log.enter("contiguous-dp");
   const double contiguous_bound =
       partition::contiguous_upper_bound(costs, platform, options.discretization, remat);
+  log.enter("madpipe-dp");
   std::vector<partition::Allocation> allocations = partition::madpipe_allocations(
       costs, platform, options.discretization, true, options.progress, contiguous_bound, remat);
   // Never worse than a baseline it could have returned: the contiguous DP's and PipeDream's
   // allocations compete too.
+  log.enter("contiguous-dp");
   for (const partition::Allocation& allocation :
        partition::madpipe_allocations(costs, platform, options.discretization, false,
                                       options.progress, std::numeric_limits<double>::infinity(), remat))
     add_unique(allocations, allocation);
+  log.enter("baselines");
   if (auto pipedream = pipedream_allocation(costs, platform, remat)) add_unique(allocations, *pipedream);
   for (const partition::Allocation& allocation :
        node_aware_allocations(costs, platform, options, {true, false}, remat))
     add_unique(allocations, allocation);
   schedule::ScheduleSearchOptions search;
   search.max_k = options.max_k;
-  std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options);
+  std::optional<Candidate> best = schedule_allocations(costs, platform, allocations, search, options, log);
   const double lower_bound = partition::lower_bound_period_ms(costs, platform);
   if (best && options.refine_evaluations > 0 &&
       best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
     // The local search scores neighbours with a quicker schedule search (fewer pattern families,
     // k <= 3); its result is then scheduled with the full search.
+    log.enter("refine");
     partition::RefineOptions refine;
     refine.max_evaluations = options.refine_evaluations;
     refine.search.families = {schedule::PatternFamily::OneFOneBStar,
@@ -439,6 +452,7 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
     if (!(refined.allocation == best->allocation)) {
       std::vector<schedule::Stage> stages = partition::stages_of(costs, refined.allocation);
       schedule::ScheduledPattern scheduled = refined.scheduled;
+      log.enter("schedule");
       if (auto full = schedule::schedule_under_memory(stages, platform, search))
         if (full->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
           scheduled = *full;
@@ -455,6 +469,7 @@ static std::optional<Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
     if (static_cast<int>(for_ilp.size()) >= options.ilp_allocations) break;
     add_unique(for_ilp, allocation);
   }
+  log.enter("stage-ilp");
   schedule_with_ilp(costs, platform, for_ilp, options, backend, best, log);
   return best;
 }
@@ -484,6 +499,7 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
     log.progress("full ILP over " + std::to_string(costs.num_layers()) + " layers, " +
                  (warm ? "warm start at " + format_ms(warm->pattern.period_ms) : std::string("no warm start")) +
                  ", time limit " + format_ms(options.milp.time_limit_s * 1000));
+  log.enter("full-ilp");
   const partition::FullIlpResult result = partition::full_ilp(costs, platform, ilp);
   const schedule::SolverInfo info = solver_info(result.solve);
   if (log.progress)
@@ -511,21 +527,25 @@ static std::optional<Candidate> plan_ilp(const madpipe::ChainCosts& costs,
 static std::optional<Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
                                                const madpipe::Platform& platform,
                                                const madpipe::partition::PlannerOptions& options,
+                                               PlanningLog& log,
                                                madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
+  log.enter("baselines");
   const auto allocation = pipedream_allocation(costs, platform, remat);
   if (!allocation) return std::nullopt;
   schedule::ScheduleSearchOptions search;
   search.families = {schedule::PatternFamily::OneFOneBStar};
   search.max_k = options.max_k;
-  return schedule_allocations(costs, platform, {*allocation}, search, options);
+  return schedule_allocations(costs, platform, {*allocation}, search, options, log);
 }
 
 static std::optional<Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
                                                      const madpipe::Platform& platform,
                                                      const madpipe::partition::PlannerOptions& options,
+                                                     PlanningLog& log,
                                                      madpipe::partition::StageOptions* remat) {
   using namespace madpipe;
+  log.enter("baselines");
   const bool gpipe = options.algorithm == partition::Algorithm::GPipe;
   const int micro_batches = options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
   const auto allocation = partition::fixed_in_flight_partition(
@@ -551,8 +571,10 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   const auto started = std::chrono::steady_clock::now();
   const ChainCosts costs(profile);
   std::optional<Candidate> best;
+  PlanningBudget budget({});
   PlanningLog log;
   log.progress = options.progress;
+  log.budget = &budget;
   StageOptions remat(profile, options.remat);
   auto plan_once = [&](StageOptions* options_of_stages) -> std::optional<Candidate> {
     switch (options.algorithm) {
@@ -561,12 +583,12 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
       case Algorithm::Ilp:
         MADPIPE_UNREACHABLE("the full ILP is planned once, below");
       case Algorithm::Contiguous:
-        return plan_contiguous(costs, platform, options, options_of_stages);
+        return plan_contiguous(costs, platform, options, log, options_of_stages);
       case Algorithm::OneFOneB:
       case Algorithm::GPipe:
-        return plan_fixed_in_flight(costs, platform, options, options_of_stages);
+        return plan_fixed_in_flight(costs, platform, options, log, options_of_stages);
       case Algorithm::PipeDream:
-        return plan_pipedream(costs, platform, options, options_of_stages);
+        return plan_pipedream(costs, platform, options, log, options_of_stages);
     }
     MADPIPE_UNREACHABLE("unknown algorithm");
   };
@@ -576,6 +598,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
              : without_and_with(plan_once, remat, options.progress);
   PlanResult result;
   result.notes = std::move(log.notes);
+  result.phases = budget.phases();
   result.planning_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!best) {

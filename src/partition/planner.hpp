@@ -8,6 +8,7 @@
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
+#include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
 #include "schedule/plan.hpp"
 
@@ -82,6 +83,7 @@ struct PlanResult {
   std::string reason;         // why no plan fits, when infeasible
   std::vector<std::string> notes;  // what the user should know: solver fallbacks, limits hit
   double planning_seconds = 0;
+  std::vector<PhaseTime> phases;  // where planning_seconds went, in order of first entry
 };
 
 // Plans `profile` on `platform` with the chosen algorithm. Every feasible plan passes
