@@ -164,13 +164,15 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
 }
 
 // No plan fits: report the smallest memory per GPU that would, as the error.
+// The search gets what --time-limit leaves.
 [[noreturn]] static void throw_infeasible(const madpipe::partition::PlanResult& result,
                                           const madpipe::Profile& profile,
                                           const madpipe::Platform& platform,
-                                          const madpipe::partition::PlannerOptions& options,
+                                          madpipe::partition::PlannerOptions options,
                                           bool quiet) {
   using namespace madpipe;
   if (!quiet) std::cerr << "plan: " << result.reason << "; searching for what would fit\n";
+  options.time_limit_s = std::max(0.0, options.time_limit_s - result.planning_seconds);
   throw_invalid("", "", partition::explain_infeasible(result.reason, profile, platform, options));
 }
 
@@ -178,9 +180,8 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const Platform platform = to_platform(options.platform);
   partition::PlannerOptions planner = to_planner_options(options.planner, options.algorithm, platform);
-  if (!options.quiet) {
+  if (!options.quiet)
     planner.progress = [](const std::string& line) { std::cerr << "plan: " << line << '\n'; };
-  }
   const partition::PlanResult result = partition::make_plan(profile, platform, planner);
   if (!result.feasible) throw_infeasible(result, profile, platform, planner, options.quiet);
 

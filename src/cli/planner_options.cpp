@@ -42,14 +42,15 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
             po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",
-            po::value(&settings.milp.time_limit_s)
+            po::value(&settings.time_limit_s)
                 ->value_name("SECONDS")
-                ->default_value(settings.milp.time_limit_s)
+                ->default_value(settings.time_limit_s)
                 ->notifier([](double s) {
                   if (!(s > 0)) throw_invalid("", "--time-limit", "must be > 0 seconds");
                 }),
-            "time budget of madpipe's stage ILPs (shared), and of the full ILP of --algorithm "
-            "ilp (its own); the best solution found in time is kept");
+            "wall-clock budget of the whole request (the DPs, scheduling, local search and "
+            "ILPs, and when nothing fits the search for what would): when it runs out, the best "
+            "plan found so far is kept and a note says what was cut");
   add_group("gap",
             po::value(&settings.milp.relative_gap)
                 ->value_name("RATIO")
@@ -65,6 +66,9 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->notifier(at_least(1, "--solver-threads")),
             "threads of the MILP solver");
   add_group("solver-log", po::bool_switch(&settings.milp.log), "print the MILP solver's log");
+  add_group("verbose", po::bool_switch(&settings.verbose),
+            "print every planning step on stderr (DP runs, allocations scheduled, ILPs) instead "
+            "of a status line every second of long requests");
   add_group("write-mps",
             po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
             "also write every ILP solved in MPS: PREFIX-schedule-N.mps, PREFIX-full.mps");
@@ -139,6 +143,9 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
   options.max_k = settings.max_k;
   options.scheduler = partition::scheduler_from_string(settings.scheduler);
   options.milp = settings.milp;
+  options.time_limit_s = settings.time_limit_s;
+  options.milp.time_limit_s = settings.time_limit_s;
+  options.detailed_progress = settings.verbose;
   options.remat.rotor = settings.remat == "rotor";
   options.remat.slots = settings.remat_slots;
   options.remat.host_offload = settings.offload == "host";

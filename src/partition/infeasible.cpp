@@ -1,7 +1,47 @@
 #include "partition/infeasible.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
 #include "core/chain.hpp"
 #include "core/units.hpp"
+#include "partition/memory_floor.hpp"
+
+static std::string bytes(std::int64_t value) {
+  return madpipe::format_bytes(static_cast<double>(value));
+}
+
+static std::string layers_of(const madpipe::Profile& profile, int first, int last) {
+  const auto name = [&](int l) { return profile.layers[static_cast<std::size_t>(l)].name; };
+  return first == last ? "layer " + std::to_string(first) + " (" + name(first) + ")"
+                       : "layers " + std::to_string(first) + ".." + std::to_string(last) + " (" +
+                             name(first) + ".." + name(last) + ")";
+}
+
+// "the smallest memory per GPU for which madpipe finds a plan is X (...)": what binds there,
+// and how exact X is.
+static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
+                                  const madpipe::Profile& profile, const std::string& with,
+                                  bool contiguous_algorithm) {
+  const bool cut = floor.at_least_bytes < floor.bytes;
+  std::string text = "the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
+                     (cut ? "at most " : "") + bytes(floor.bytes) + " (the fullest GPU then holds " +
+                     layers_of(profile, floor.binding_first, floor.binding_last) + " with " +
+                     std::to_string(floor.binding_in_flight) + " micro-batch" +
+                     (floor.binding_in_flight == 1 ? "" : "es") + " in flight" +
+                     (floor.binding_saves_memory ? ", rematerializing" : "");
+  if (cut)
+    text += "; at least " + bytes(floor.at_least_bytes) + ": the time limit cut the search";
+  else if (contiguous_algorithm || floor.any_allocation_bytes >= floor.bytes)
+    text += "; exact";
+  else if (floor.any_allocation_bytes > 0)
+    text += "; exact for allocations whose GPUs each hold one range of layers, and no allocation "
+            "fits in less than " + bytes(floor.any_allocation_bytes);
+  else
+    text += "; exact for allocations whose GPUs each hold one range of layers";
+  return text + ")";
+}
 
 std::string madpipe::partition::explain_infeasible(const std::string& reason,
                                                    const Profile& profile,
@@ -10,37 +50,47 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   const std::string with = options.algorithm == Algorithm::MadPipe
                                ? ""
                                : std::string(" with --algorithm ") + to_string(options.algorithm);
+  const bool contiguous =
+      options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
+  const ChainCosts costs(profile);
   std::string text = reason;
-  const std::int64_t smallest = smallest_feasible_memory(profile, platform, options);
-  if (smallest < 0)
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(std::min(options.time_limit_s, 1e9)));
+  const std::function<bool()> out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
+  StageOptions asked(profile, options.remat);
+  const MemoryFloor floor = algorithm_memory_floor(costs, platform, options, &asked, out_of_time);
+  if (!floor.fits)
     text += "; madpipe finds no plan" + with + " with any memory per GPU";
   else
-    text += "; the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
-            format_bytes(static_cast<double>(smallest));
+    text += "; " + describe_floor(floor, profile, with, contiguous);
   if (!options.remat.rotor) {
-    PlannerOptions remat = options;
-    remat.remat.rotor = true;
-    const std::int64_t with_remat = smallest_feasible_memory(profile, platform, remat);
-    if (with_remat >= 0 && (smallest < 0 || with_remat < smallest * 99 / 100))
+    RematSettings rotor = options.remat;
+    rotor.rotor = true;
+    StageOptions remat(profile, rotor);
+    const MemoryFloor with_remat =
+        algorithm_memory_floor(costs, platform, options, &remat, out_of_time);
+    if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
       text += "; with --remat rotor (recompute activations in the backward) it is " +
-              format_bytes(static_cast<double>(with_remat));
+              (with_remat.at_least_bytes < with_remat.bytes
+                   ? "between " + bytes(with_remat.at_least_bytes) + " and " + bytes(with_remat.bytes) +
+                         " (the time limit cut the search)"
+                   : bytes(with_remat.bytes));
   }
   // The largest layer alone: C weight copies, what one micro-batch keeps, its workspace.
-  const ChainCosts costs(profile);
   int largest = 0;
   std::int64_t largest_bytes = -1;
   for (int l = 0; l < costs.num_layers(); ++l) {
-    const std::int64_t bytes = platform.weight_copies * costs.weight_bytes(l, l) +
-                               costs.stored_bytes(l, l) + costs.workspace_bytes(l, l);
-    if (bytes > largest_bytes) {
-      largest_bytes = bytes;
+    const std::int64_t layer_bytes = platform.weight_copies * costs.weight_bytes(l, l) +
+                                     costs.stored_bytes(l, l) + costs.workspace_bytes(l, l);
+    if (layer_bytes > largest_bytes) {
+      largest_bytes = layer_bytes;
       largest = l;
     }
   }
   if (largest_bytes > platform.memory_bytes)
-    text += "; layer " + std::to_string(largest) + " (" + profile.layers[largest].name +
-            ") alone keeps " + format_bytes(static_cast<double>(largest_bytes)) + ": its weights " +
-            std::to_string(platform.weight_copies) +
+    text += "; " + layers_of(profile, largest, largest) + " alone keeps " + bytes(largest_bytes) +
+            ": its weights " + std::to_string(platform.weight_copies) +
             " times, one micro-batch's activations and its workspace";
   return text;
 }

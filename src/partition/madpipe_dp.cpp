@@ -90,13 +90,15 @@ class Solver {
  public:
   Solver(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
          const madpipe::partition::Discretization& d, bool allow_special, double target,
-         double upper_bound, madpipe::partition::StageOptions* remat)
+         double upper_bound, madpipe::partition::StageOptions* remat,
+         const std::function<bool()>* out_of_time)
       : costs_(costs),
         platform_(platform),
         remat_(remat && remat->enabled() ? remat : nullptr),
         allow_special_(allow_special),
         target_(target),
         upper_bound_(upper_bound),
+        out_of_time_(out_of_time && *out_of_time ? out_of_time : nullptr),
         memo_(1 << 16) {
     const int L = costs.num_layers();
     double total_links = 0;
@@ -136,6 +138,7 @@ class Solver {
   State root() const { return State{costs_.num_layers(), normal_gpus_, 0, 0, 0}; }
 
   double solve(const State& s) {
+    if (cut_) return kInf;
     const double t = s.ti * dt_;
     if (s.j == 0) return t;
     const double lower = std::max(t, (prefix(s.j).load + t) / (s.p + 1));
@@ -143,6 +146,7 @@ class Solver {
     const std::uint64_t key = pack(s);
     if (const float* hit = memo_.find(key)) return *hit;
     const double value = evaluate(s, nullptr);
+    if (cut_) return kInf;
     // Round up so that a memoised value is never optimistic.
     float stored = static_cast<float>(value);
     if (static_cast<double>(stored) < value) stored = std::nextafter(stored, INFINITY);
@@ -152,6 +156,11 @@ class Solver {
 
   // Best choice at s (children come from the memo); value of the state.
   double evaluate(const State& s, Choice* best_choice) {
+    if (out_of_time_ && ++since_check_ >= 4096) {
+      since_check_ = 0;
+      cut_ = (*out_of_time_)();
+    }
+    if (cut_) return kInf;
     ++states_;
     const double t = s.ti * dt_;
     const double m = s.mi * dm_;
@@ -184,10 +193,15 @@ class Solver {
       return kInf;
     }
     const double state_lower = std::max(t, (prefix(s.j).load + t) / (s.p + 1));
+    // A complete allocation found from the root bounds the stages and special-GPU loads of every
+    // state evaluated after it: a value is at least each of them, so what cannot beat the
+    // incumbent is pruned, and a memoised value is exact whenever it beats the incumbent of its
+    // time, which only falls.
+    const bool at_root = s.j == L;
     for (int i = s.j - 1; i >= 0; --i) {
       if (best <= state_lower) break;  // nothing can beat a choice that reaches the bound
       const StageCost& c = row[s.j - 1 - i];
-      const double bound = std::min(best, upper_bound_);
+      const double bound = std::min({best, upper_bound_, incumbent_});
       if (c.load >= bound) break;
       if (c.link_in >= bound) continue;
       // Weights and kept activations only grow as the stage grows leftwards (rematerialization
@@ -198,7 +212,7 @@ class Solver {
       // then the rematerialization options, fastest first.
       bool normal_placed = s.p < 1, special_placed = !allow_special_;
       auto consider = [&](double load, double stored, double workspace, int option) {
-        if (load >= std::min(best, upper_bound_)) return false;
+        if (load >= std::min({best, upper_bound_, incumbent_})) return false;
         const int g = groups(V, load);
         const int vi = grid(oplus(oplus(V, load), c.link_in), inverse_dv_, nv_ - 1);
         if (!normal_placed && c.weights + g * stored + c.buffers + workspace <= M) {
@@ -207,6 +221,7 @@ class Solver {
           const double value = std::max({load, c.link_in, solve(child)});
           if (value < best) {
             best = value;
+            if (at_root) tighten(best);
             if (best_choice) *best_choice = Choice{i, false, child, option};
           }
         }
@@ -215,11 +230,12 @@ class Solver {
         if (!special_placed && special_memory + workspace <= M) {
           special_placed = true;
           const int ti = static_cast<int>(special_load * inverse_dt_ + 0.5);
-          if (special_load < std::min(best, upper_bound_) && ti < nt_) {
+          if (special_load < std::min({best, upper_bound_, incumbent_}) && ti < nt_) {
             const State child{i, s.p, ti, grid(special_memory, inverse_dm_, nm_ - 1), vi};
             const double value = std::max({special_load, c.link_in, solve(child)});
             if (value < best) {
               best = value;
+              if (at_root) tighten(best);
               if (best_choice) *best_choice = Choice{i, true, child, option};
             }
           }
@@ -238,8 +254,12 @@ class Solver {
   }
 
   long long states() const { return states_; }
+  bool cut() const { return cut_; }
 
  private:
+  // With a margin: the walk back from the root re-evaluates the states of the best allocation.
+  void tighten(double incumbent) { incumbent_ = std::min(incumbent_, incumbent * (1 + 1e-6)); }
+
   std::uint64_t pack(const State& s) const {
     std::uint64_t key = static_cast<std::uint64_t>(s.j);
     key = key * (normal_gpus_ + 1) + s.p;
@@ -270,6 +290,10 @@ class Solver {
   bool allow_special_;
   double target_;
   double upper_bound_;
+  double incumbent_ = kInf;  // the best period found from the root so far, with a margin
+  const std::function<bool()>* out_of_time_;
+  int since_check_ = 0;
+  bool cut_ = false;  // out of time: every value from then on is +inf and not memoised
   int nt_ = 1, nm_ = 1, nv_ = 2;
   double dt_ = 1, dm_ = 1, dv_ = 1;
   double inverse_dt_ = 1, inverse_dm_ = 1, inverse_dv_ = 1, inverse_target_ = 1;
@@ -282,17 +306,20 @@ class Solver {
 
 madpipe::partition::DpResult madpipe::partition::madpipe_dp(
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
-    bool allow_special, double target_ms, double upper_bound_ms, StageOptions* remat) {
+    bool allow_special, double target_ms, double upper_bound_ms, StageOptions* remat,
+    const std::function<bool()>& out_of_time) {
   DpResult result;
   if (costs.num_layers() == 0 || platform.gpus < 1) {
     result.period_ms = kInf;
     return result;
   }
-  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms, remat);
+  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms, remat,
+                &out_of_time);
   const State root = solver.root();
   result.period_ms = solver.solve(root);
   if (result.period_ms == kInf) {
     result.states = solver.states();
+    result.cut = solver.cut();
     return result;
   }
   // Walk the decisions back from the root: stages come out from the last to the first.
@@ -324,12 +351,13 @@ madpipe::partition::DpResult madpipe::partition::madpipe_dp(
   return result;
 }
 
-// Algorithm 8; returns (achieved max(T, T^), allocation) pairs, best first.
+// Algorithm 8; returns (achieved max(T, T^), allocation) pairs, best first. *cut tells whether
+// `out_of_time` stopped it before all its DP runs.
 static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
     const madpipe::partition::Discretization& discretization, bool allow_special,
     const std::function<void(const std::string&)>& progress, double upper_bound_ms,
-    madpipe::partition::StageOptions* remat) {
+    madpipe::partition::StageOptions* remat, const std::function<bool()>& out_of_time, bool* cut) {
   using namespace madpipe;
   using namespace madpipe::partition;
   const int L = costs.num_layers();
@@ -341,10 +369,19 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   double target = lb;
   std::vector<double> tried{target};
   std::vector<std::pair<double, Allocation>> found;
+  *cut = false;
   for (int iter = 0; iter < discretization.iterations; ++iter) {
+    if (iter > 0 && out_of_time && out_of_time()) {
+      *cut = true;
+      break;
+    }
     // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
-    const DpResult run =
-        madpipe_dp(costs, platform, discretization, allow_special, target, ub * 1.0001, remat);
+    const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, target,
+                                    ub * 1.0001, remat, out_of_time);
+    if (run.cut) {
+      *cut = true;
+      break;
+    }
     const double achieved = std::max(run.period_ms, target);
     if (progress) {
       std::ostringstream line;
@@ -380,13 +417,18 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   // extra runs are pruned at 1.25 times Algorithm 8's final bound.
   const double extra_bound = 1.25 * ub;
   const double first_ub = std::max(first_lb, extra_bound);
-  for (int e = 0; e < discretization.extra_targets; ++e) {
+  for (int e = 0; e < discretization.extra_targets && !*cut; ++e) {
+    if (out_of_time && out_of_time()) {
+      *cut = true;
+      break;
+    }
     const double fraction = discretization.extra_targets > 1
                                 ? static_cast<double>(e) / (discretization.extra_targets - 1)
                                 : 0.5;
     const double extra_target = first_lb * std::pow(first_ub / first_lb, fraction);
     const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, extra_target,
-                                    extra_bound, remat);
+                                    extra_bound, remat, out_of_time);
+    *cut = *cut || run.cut;
     if (run.period_ms == kInf) continue;
     const double achieved = std::max(run.period_ms, extra_target);
     bool duplicate = false;
@@ -400,21 +442,30 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   return found;
 }
 
+madpipe::partition::DpCandidates madpipe::partition::dp_candidates(
+    const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
+    bool allow_special, const std::function<void(const std::string&)>& progress,
+    double upper_bound_ms, StageOptions* remat, const std::function<bool()>& out_of_time) {
+  DpCandidates out;
+  for (auto& [period, allocation] : algorithm8(costs, platform, discretization, allow_special,
+                                               progress, upper_bound_ms, remat, out_of_time, &out.cut)) {
+    out.best_period_ms = std::min(out.best_period_ms, period);
+    out.allocations.push_back(std::move(allocation));
+  }
+  return out;
+}
+
 std::vector<madpipe::partition::Allocation> madpipe::partition::madpipe_allocations(
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
     bool allow_special, const std::function<void(const std::string&)>& progress,
     double upper_bound_ms, StageOptions* remat) {
-  std::vector<Allocation> out;
-  for (auto& [period, allocation] :
-       algorithm8(costs, platform, discretization, allow_special, progress, upper_bound_ms, remat))
-    out.push_back(allocation);
-  return out;
+  return dp_candidates(costs, platform, discretization, allow_special, progress, upper_bound_ms, remat)
+      .allocations;
 }
 
 double madpipe::partition::contiguous_upper_bound(const ChainCosts& costs,
                                                   const Platform& platform,
                                                   const Discretization& discretization,
                                                   StageOptions* remat) {
-  const auto found = algorithm8(costs, platform, discretization, false, {}, kInf, remat);
-  return found.empty() ? kInf : found.front().first;
+  return dp_candidates(costs, platform, discretization, false, {}, kInf, remat).best_period_ms;
 }

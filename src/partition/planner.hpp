@@ -2,12 +2,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
+#include "partition/memory_floor.hpp"
 #include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
 #include "schedule/plan.hpp"
@@ -38,7 +40,8 @@ Scheduler scheduler_from_string(const std::string& name);  // Error lists names
 // The MILP solver the ILPs use.
 struct MilpSettings {
   std::string backend;        // "cbc", "glpk"; empty: the first built
-  double time_limit_s = 60;   // per ILP solved
+  double time_limit_s = 60;   // per ILP solved (the stage ILPs of one plan share it), within
+                              // PlannerOptions::time_limit_s
   double relative_gap = 1e-4;
   int threads = 1;
   bool log = false;           // the backend's own log on stdout
@@ -73,8 +76,16 @@ struct PlannerOptions {
   int ilp_allocations = 2;      // madpipe + ilp scheduler: best allocations given to the ILP
   MilpSettings milp{};
   RematSettings remat{};        // per-stage rematerialization (ROTOR) where memory is short
-  // Progress lines for long runs; the planner itself never prints.
+  // Wall-clock budget of the whole request, in seconds. Each phase (DPs, scheduling, local
+  // search, ILPs, each within milp.time_limit_s) stops when it is spent; the best plan found so
+  // far is returned with a note naming what was cut. The work that gives a first plan always
+  // runs. Infinite: no limit, and the same plan on every machine.
+  double time_limit_s = std::numeric_limits<double>::infinity();
+  // Progress; the planner itself never prints. A status line (phase, best period so far, time
+  // left) once a request has run a second, then every second and at each new phase; with
+  // detailed_progress, every step's line instead (DP runs, allocations scheduled, ILPs).
   std::function<void(const std::string&)> progress;
+  bool detailed_progress = false;
 };
 
 struct PlanResult {
@@ -98,8 +109,23 @@ PlanResult make_plan(const Profile& profile, const Platform& platform,
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
 double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 
-// Smallest memory per GPU (within 1%) for which some algorithm finds a plan; -1 if none fits
-// even with unbounded memory (cannot happen for valid profiles).
+// Micro-batches in flight that the algorithm's least-memory plans keep on the stage with q
+// stages from it to the end: 1 for madpipe, contiguous and ilp (their patterns go down to one
+// micro-batch at long periods), q for 1f1b and pipedream (their partitioner's estimate), N for
+// gpipe.
+InFlight least_in_flight(const PlannerOptions& options, const Platform& platform);
+
+// memory_floor() with the algorithm's least in-flight counts and, with `remat` (built from
+// options.remat), its rematerialization and offloading. make_plan() finds a plan at
+// floor.bytes; the contiguous algorithms find none below it.
+MemoryFloor algorithm_memory_floor(const ChainCosts& costs, const Platform& platform,
+                                   const PlannerOptions& options, StageOptions* remat = nullptr,
+                                   const std::function<bool()>& out_of_time = {});
+
+// Smallest memory per GPU for which the algorithm finds a plan (algorithm_memory_floor(), with
+// rematerialization and offloading when options.remat asks for them), in a fraction of a second
+// and without planning; -1 if none fits with any memory. Exact for the contiguous algorithms;
+// madpipe and ilp may also find non-contiguous plans a little below it.
 std::int64_t smallest_feasible_memory(const Profile& profile, const Platform& platform,
                                       const PlannerOptions& options = {});
 

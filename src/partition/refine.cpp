@@ -125,6 +125,10 @@ madpipe::partition::ScheduledAllocation madpipe::partition::refine_allocation(
       const Allocation candidate = canonical(raw, platform);
       if (!seen.insert({candidate.first_layers, candidate.gpus}).second) continue;
       if (++evaluations > options.max_evaluations) break;
+      if (options.out_of_time && options.out_of_time()) {
+        best.cut = true;
+        return best;
+      }
       schedule::ScheduleSearchOptions bounded = options.search;
       bounded.give_up_at_ms = best.scheduled.pattern.normalized_period_ms() * (1 - 1e-6);
       const auto scheduled =

@@ -14,11 +14,13 @@ namespace madpipe::partition {
 struct RefineOptions {
   int max_evaluations = 150;  // schedules tried; the search is deterministic
   schedule::ScheduleSearchOptions search{};
+  std::function<bool()> out_of_time;  // asked before each schedule; true stops the search
 };
 
 struct ScheduledAllocation {
   Allocation allocation;
   schedule::ScheduledPattern scheduled;
+  bool cut = false;  // refine_allocation(): out_of_time stopped it
 };
 
 // Local search over allocations from a scheduled starting point, scoring every neighbour with

@@ -2,6 +2,14 @@
 
 #include "schedule/pofo.hpp"
 
+// An option is of use when it recomputes or offloads (the plain stage has the same time
+// otherwise) or keeps less.
+static bool beats_plain(const madpipe::schedule::RematOption& option,
+                        const madpipe::schedule::SequenceReplay& plain) {
+  return option.backward_ms > plain.backward_ms * (1 + 1e-12) + 1e-12 ||
+         option.stored_bytes < plain.stored_bytes;
+}
+
 madpipe::partition::StageOptions::StageOptions(const Profile& profile, RematSettings settings)
     : profile_(profile), settings_(settings) {}
 
@@ -37,15 +45,11 @@ const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOpti
       candidates.push_back(std::move(option));
     }
   }
-  // Keep what beats the plain stage somewhere: it recomputes or offloads (the plain stage has the
-  // same time otherwise) and nothing else is at least as fast with no more memory.
+  // Keep what beats the plain stage somewhere and that nothing else is at least as fast with no
+  // more memory.
   std::vector<schedule::RematOption> options;
-  for (schedule::RematOption& option : candidates) {
-    if (option.backward_ms <= plain.backward_ms * (1 + 1e-12) + 1e-12 &&
-        option.stored_bytes >= plain.stored_bytes)
-      continue;
-    schedule::add_to_front(options, std::move(option));
-  }
+  for (schedule::RematOption& option : candidates)
+    if (beats_plain(option, plain)) schedule::add_to_front(options, std::move(option));
   schedule::sort_fastest_first(options);
   return cache_.emplace(key, std::move(options)).first->second;
 }
@@ -59,4 +63,27 @@ int madpipe::partition::StageOptions::fastest_fitting(int first, int last, int n
         budget_bytes)
       return static_cast<int>(i);
   return -1;
+}
+
+std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, int nca) {
+  if (!enabled()) return -1;
+  const auto key = std::make_pair(first, last);
+  auto memory_of = [nca](const schedule::RematOption& option) {
+    return nca * option.stored_bytes + option.transient_bytes;
+  };
+  if (settings_.host_offload || cache_.count(key) > 0) {
+    std::int64_t least = -1;
+    for (const schedule::RematOption& option : of(first, last))
+      if (least < 0 || memory_of(option) < least) least = memory_of(option);
+    return least;
+  }
+  auto it = least_.find(key);
+  if (it == least_.end()) {
+    const schedule::RematChain chain = schedule::stage_remat_chain(profile_, first, last);
+    std::optional<schedule::RematOption> least = schedule::least_memory_option(chain, settings_.slots);
+    if (least && !beats_plain(*least, schedule::replay_sequence(chain, schedule::store_all_sequence(chain))))
+      least.reset();
+    it = least_.emplace(key, std::move(least)).first;
+  }
+  return it->second ? memory_of(*it->second) : -1;
 }

@@ -268,6 +268,22 @@ std::vector<madpipe::schedule::RematOption> madpipe::schedule::remat_options(
   return options;
 }
 
+std::optional<madpipe::schedule::RematOption> madpipe::schedule::least_memory_option(
+    const RematChain& chain, int slots) {
+  const RematResult store_all = replayed(chain, store_all_sequence(chain));
+  const std::int64_t memory = store_all.replay.peak_bytes - chain.a[0];
+  if (memory <= 0 || slots < 1) return std::nullopt;
+  // remat_options() builds the same table: its threshold-0 front starts with this sequence.
+  const RotorTable table(chain, std::max<std::int64_t>(1, ceil_div(memory, slots)), slots);
+  for (int top = 0; top <= slots; ++top) {
+    if (table.time(top) == RotorTable::kInfinity) continue;
+    const RematResult least = replayed(chain, table.sequence(top));
+    if (least.replay.peak_bytes >= store_all.replay.peak_bytes) return std::nullopt;
+    return option_of(least);
+  }
+  return std::nullopt;
+}
+
 madpipe::schedule::RematSequence madpipe::schedule::sequential_checkpoint_sequence(
     const RematChain& chain, int segments) {
   const int n = chain.length();  // the loss is the last stage of the last segment

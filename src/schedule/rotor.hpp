@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "schedule/remat_chain.hpp"
@@ -100,5 +101,11 @@ void sort_fastest_first(std::vector<RematOption>& front);
 // loss thresholds; fastest first. The first option stores everything.
 std::vector<RematOption> remat_options(const RematChain& chain, int slots = 200,
                                        int threshold_steps = 24);
+
+// The sequence with the least peak memory that remat_options() with the same `slots` finds (the
+// smallest memory of its threshold-0 table), without building the whole front: one table, one
+// replay. nullopt when it keeps no less than storing everything (nothing to gain).
+// remat_options() holds it or an option that keeps no more, whatever `threshold_steps`.
+std::optional<RematOption> least_memory_option(const RematChain& chain, int slots = 200);
 
 }  // namespace madpipe::schedule

@@ -19,12 +19,22 @@ bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Patt
   return true;
 }
 
-// The k-periodic variant of the family's pattern at period T, if it fits in memory.
+// The most micro-batches any stage keeps in flight in a 1-periodic pattern.
+static int most_in_flight(const madpipe::schedule::Pattern& pattern, int num_stages) {
+  const std::vector<int> nca = madpipe::schedule::concurrent_activations(pattern, num_stages);
+  return nca.empty() ? 0 : *std::max_element(nca.begin(), nca.end());
+}
+
+// The k-periodic variant of the family's pattern at period T, if it fits in memory. Records in
+// *most_seen the largest in-flight count of the 1-periodic patterns generated.
 static std::optional<madpipe::schedule::Pattern> fitting_variant(
     const Generator& generate, double period, int k,
-    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::Platform& platform) {
+    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::Platform& platform,
+    int* most_seen = nullptr) {
   std::optional<madpipe::schedule::Pattern> base = generate(period);
   if (!base) return std::nullopt;
+  if (most_seen)
+    *most_seen = std::max(*most_seen, most_in_flight(*base, static_cast<int>(stages.size())));
   madpipe::schedule::Pattern variant = madpipe::schedule::drop_every_kth_plus_one(*base, k);
   if (!madpipe::schedule::fits_memory(stages, variant, platform)) return std::nullopt;
   return variant;
@@ -83,9 +93,17 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       };
       name = late ? "modulo-alap" : "modulo";
     }
+    // A k-periodic variant drops one micro-batch in k + 1, which lowers the memory of the stages
+    // that keep more than k in flight: k only goes up to the most any 1-periodic pattern of the
+    // family keeps (at the busiest resource's load, and wherever the k = 1 search looked).
+    int most_seen = 0;
+    fitting_variant(generate, lo, 1, stages, platform, &most_seen);
     for (int k = 1; k <= max_k; ++k) {
+      if (k > 1 && k >= most_seen) break;
+      if (options.out_of_time && options.out_of_time()) return best;
+      int* record = k == 1 ? &most_seen : nullptr;
       double hi = hi_start;
-      std::optional<Pattern> found = fitting_variant(generate, hi, k, stages, platform);
+      std::optional<Pattern> found = fitting_variant(generate, hi, k, stages, platform, record);
       if (!found) {
         if (k == 1 && family == PatternFamily::OneFOneBStar) break;  // one group is the least
         continue;
@@ -93,7 +111,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       double low = lo;
       for (int iter = 0; iter < 30 && hi - low > 1e-5 * hi; ++iter) {
         const double mid = 0.5 * (low + hi);
-        if (auto p = fitting_variant(generate, mid, k, stages, platform)) {
+        if (auto p = fitting_variant(generate, mid, k, stages, platform, record)) {
           hi = mid;
           found = std::move(p);
         } else {
@@ -105,7 +123,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
         const int probes = 24;
         for (int i = 0; i < probes; ++i) {
           const double T = lo + (hi - lo) * i / probes;
-          if (auto p = fitting_variant(generate, T, k, stages, platform))
+          if (auto p = fitting_variant(generate, T, k, stages, platform, record))
             consider(best, *p, name, stages, platform);
         }
       }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ struct ScheduleSearchOptions {
   // Patterns whose normalized period is not below this are of no interest to the caller: the
   // search stops as soon as it knows it cannot go below (e.g. the best plan found so far).
   double give_up_at_ms = std::numeric_limits<double>::infinity();
+  // Asked between pattern families and values of k: true stops the search, which returns the
+  // best pattern found so far.
+  std::function<bool()> out_of_time;
 };
 
 struct ScheduledPattern {
@@ -34,7 +38,9 @@ struct ScheduledPattern {
 
 // Best pattern for a fixed allocation whose memory (evaluate_memory totals) fits
 // platform.memory_bytes on every GPU: for each family and each k, a binary search on the period
-// (Algorithm 7 and its k-periodic variant), then retime(). nullopt when nothing fits.
+// (Algorithm 7 and its k-periodic variant), then retime(). k goes up to max_k, and only while
+// some 1-periodic pattern of the family keeps more than k micro-batches in flight on a stage
+// (below that, dropping one in k + 1 frees no stage's memory). nullopt when nothing fits.
 std::optional<ScheduledPattern> schedule_under_memory(const std::vector<Stage>& stages,
                                                       const Platform& platform,
                                                       const ScheduleSearchOptions& options = {});

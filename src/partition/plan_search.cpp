@@ -1,0 +1,544 @@
+#include "partition/plan_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "partition/contiguous_dp.hpp"
+#include "partition/full_ilp.hpp"
+#include "partition/madpipe_dp.hpp"
+#include "partition/refine.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/ilp_schedule.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/retime.hpp"
+#include "schedule/search.hpp"
+
+namespace mp = madpipe::partition;
+namespace ms = madpipe::schedule;
+
+void mp::PlanningContext::note(const std::string& line) {
+  notes_.push_back(line);
+  budget_.detail(line);
+}
+
+std::function<void(const std::string&)> mp::PlanningContext::detail_sink() {
+  return [this](const std::string& line) { budget_.detail(line); };
+}
+
+std::function<bool()> mp::PlanningContext::out_of_time(double share) {
+  return [this, share] { return budget_.used(share); };
+}
+
+// Shares of the time limit each phase may run until: what is left goes to the phases after it.
+constexpr double kDpShare = 0.5;
+constexpr double kScheduleShare = 0.75;
+constexpr double kRefineShare = 0.9;
+
+// The backend the ILPs use, or "" when none is built and none was asked for.
+static std::string milp_backend(const mp::MilpSettings& milp, bool required,
+                                const std::string& what) {
+  using namespace madpipe;
+  if (!milp.backend.empty()) {
+    solver::make_backend(milp.backend);  // before any work: an unknown name fails at once
+    return milp.backend;
+  }
+  const std::vector<std::string> built = solver::built_backends();
+  if (!built.empty()) return built.front();
+  if (required)
+    throw Error(ErrorKind::Unsupported, "", "solver",
+                what + " needs a MILP solver, and this build has none (install coinor-libcbc-dev "
+                       "or libglpk-dev and rebuild)");
+  return "";
+}
+
+static madpipe::solver::SolveOptions solve_options(const mp::MilpSettings& milp) {
+  madpipe::solver::SolveOptions solve;
+  solve.time_limit_s = milp.time_limit_s;
+  solve.relative_gap = milp.relative_gap;
+  solve.threads = milp.threads;
+  solve.log = milp.log;
+  return solve;
+}
+
+static ms::SolverInfo solver_info(const madpipe::solver::SolveResult& result) {
+  ms::SolverInfo info;
+  info.backend = result.backend;
+  info.status = std::string(madpipe::solver::to_string(result.status));
+  info.objective = std::isfinite(result.objective) ? result.objective : 0;
+  info.bound = std::isfinite(result.bound) ? result.bound : 0;
+  info.gap = std::isfinite(result.gap) ? result.gap : 0;
+  info.seconds = result.seconds;
+  return info;
+}
+
+static std::string describe_solve(const madpipe::solver::SolveResult& result) {
+  std::ostringstream line;
+  line << madpipe::solver::to_string(result.status) << " after " << std::fixed
+       << std::setprecision(1) << result.seconds << " s" << std::defaultfloat;
+  if (result.has_solution() || std::isfinite(result.objective)) {
+    line << ", period " << madpipe::format_ms(result.objective);
+    if (std::isfinite(result.gap) && result.gap > 0)
+      line << ", gap " << std::fixed << std::setprecision(2) << 100 * result.gap << "%"
+           << std::defaultfloat;
+  }
+  if (!result.message.empty()) line << " (" << result.message << ")";
+  return line.str();
+}
+
+static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candidate,
+                        mp::PlanningContext& context) {
+  if (!best ||
+      candidate.pattern.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9)) {
+    context.budget().improved(candidate.pattern.normalized_period_ms());
+    best = std::move(candidate);
+  }
+}
+
+std::optional<mp::Candidate> mp::plan_without_and_with(
+    const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
+    bool plain_can_fit, PlanningContext& context) {
+  std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
+  if (!remat.enabled()) return best;
+  context.detail(plain_can_fit ? "planning again with per-stage rematerialization"
+                               : "no plan fits without per-stage rematerialization: planning with it");
+  if (std::optional<Candidate> with_remat = plan(&remat))
+    keep_better(best, std::move(*with_remat), context);
+  context.detail("rematerialization options computed for " +
+                 std::to_string(remat.ranges_computed()) + " stage ranges");
+  return best;
+}
+
+static void add_unique(std::vector<mp::Allocation>& all, const mp::Allocation& allocation) {
+  if (std::find(all.begin(), all.end(), allocation) == all.end()) all.push_back(allocation);
+}
+
+// On a multi-node platform the DPs number GPUs without looking at nodes: each allocation is
+// also tried placed on the nodes by place_on_nodes() (first, when that moves GPUs).
+static std::vector<mp::Allocation> with_node_placements(const madpipe::ChainCosts& costs,
+                                                        const madpipe::Platform& platform,
+                                                        const std::vector<mp::Allocation>& allocations) {
+  if (madpipe::has_uniform_links(platform)) return allocations;
+  std::vector<mp::Allocation> out;
+  for (const mp::Allocation& allocation : allocations) {
+    add_unique(out, mp::place_on_nodes(costs, platform, allocation));
+    add_unique(out, allocation);
+  }
+  return out;
+}
+
+// Schedules each allocation (and its placement on the nodes of a multi-node platform) with the
+// given pattern families and keeps the shortest period. Once out of time, it stops as soon as
+// it has a plan.
+static std::optional<mp::Candidate> schedule_allocations(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const std::vector<mp::Allocation>& dp_allocations, const ms::ScheduleSearchOptions& search,
+    mp::PlanningContext& context) {
+  using namespace madpipe;
+  context.enter("schedule");
+  const std::vector<mp::Allocation> allocations =
+      with_node_placements(costs, platform, dp_allocations);
+  std::optional<mp::Candidate> best;
+  const int total = static_cast<int>(allocations.size());
+  for (int index = 0; index < total; ++index) {
+    if (best && context.expired(kScheduleShare)) {
+      context.budget().cut("scheduling, after " + std::to_string(index) + " of " +
+                           std::to_string(total) + " candidate allocations");
+      break;
+    }
+    context.budget().step(std::to_string(index + 1) + "/" + std::to_string(total) + " allocations");
+    const mp::Allocation& allocation = allocations[static_cast<std::size_t>(index)];
+    std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
+    ms::ScheduleSearchOptions bounded = search;
+    if (best) {
+      bounded.give_up_at_ms = best->pattern.normalized_period_ms();
+      bounded.out_of_time = context.out_of_time(kScheduleShare);
+    }
+    std::optional<ms::ScheduledPattern> scheduled = ms::schedule_under_memory(stages, platform, bounded);
+    std::ostringstream line;
+    line << "scheduled allocation " << index + 1 << "/" << total << " (" << stages.size()
+         << " stages): "
+         << (scheduled ? format_ms(scheduled->pattern.normalized_period_ms()) + " via " + scheduled->method
+                       : std::string("no better plan (or none that fits)"));
+    context.detail(line.str());
+    if (scheduled)
+      keep_better(best, mp::Candidate{allocation, std::move(stages), scheduled->pattern,
+                                      scheduled->method, std::nullopt},
+                  context);
+  }
+  return best;
+}
+
+// Algorithm 8's allocations; says when the time limit cut it.
+static mp::DpCandidates run_dp(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                               const mp::PlannerOptions& options, bool special, double upper_bound_ms,
+                               mp::StageOptions* remat, mp::PlanningContext& context,
+                               const std::string& what) {
+  mp::DpCandidates found =
+      mp::dp_candidates(costs, platform, options.discretization, special, context.detail_sink(),
+                        upper_bound_ms, remat, context.out_of_time(kDpShare));
+  if (found.cut) context.budget().cut(what + " (fewer target periods, fewer candidate allocations)");
+  return found;
+}
+
+// The DPs time every cut over the slowest link, so on a multi-node platform they do not cut
+// where only a fast (intra-node) link carries the boundary in time, nor see that the GPUs of one
+// node may do better than all of them. More candidates for them: the DPs' allocations with every
+// link at the fastest bandwidth, and on the GPUs of the first node alone; placed on the nodes,
+// they are scheduled with the real links like the others. None on a platform whose links are all
+// alike.
+static std::vector<mp::Allocation> node_aware_allocations(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const mp::PlannerOptions& options, std::initializer_list<bool> special_gpu,
+    mp::StageOptions* remat, mp::PlanningContext& context) {
+  using namespace madpipe;
+  std::vector<mp::Allocation> out;
+  if (has_uniform_links(platform)) return out;
+  const Platform fast = with_uniform_links(platform, fastest_link_bandwidth(platform));
+  Platform one_node = with_uniform_links(platform, platform.bandwidth_bytes_per_ms);
+  one_node.gpus = platform.gpus_per_node;
+  const std::pair<const Platform*, std::string> variants[] = {
+      {&fast, "with every link at the fastest bandwidth"},
+      {&one_node, "on the " + std::to_string(one_node.gpus) + " GPUs of one node"}};
+  for (const auto& [variant, what] : variants) {
+    if (context.expired(kDpShare)) {
+      context.budget().cut("the DPs on node-aware platforms");
+      break;
+    }
+    context.detail("planning again " + what);
+    for (bool special : special_gpu)
+      for (const mp::Allocation& allocation :
+           run_dp(costs, *variant, options, special, std::numeric_limits<double>::infinity(), remat,
+                  context, "the DPs " + what)
+               .allocations)
+        add_unique(out, allocation);
+  }
+  return out;
+}
+
+// The fastest contiguous partition whose stages fit with one micro-batch in flight: the patterns
+// of long periods run it, so it is a plan wherever any contiguous plan is (down to the memory
+// floor), where the DPs' allocations, estimated at shorter periods, may all be too large.
+static std::optional<mp::Allocation> sequential_allocation(const madpipe::ChainCosts& costs,
+                                                           const madpipe::Platform& platform,
+                                                           mp::StageOptions* remat) {
+  return mp::fixed_in_flight_partition(costs, platform, [](int) { return 1; }, remat);
+}
+
+static std::optional<mp::Allocation> pipedream_allocation(const madpipe::ChainCosts& costs,
+                                                          const madpipe::Platform& platform,
+                                                          mp::StageOptions* remat) {
+  return mp::fixed_in_flight_partition(costs, platform, [](int stages_after) { return stages_after; },
+                                       remat);
+}
+
+static std::optional<mp::Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
+                                                    const madpipe::Platform& platform,
+                                                    const mp::PlannerOptions& options,
+                                                    mp::PlanningContext& context,
+                                                    mp::StageOptions* remat) {
+  using namespace madpipe;
+  context.enter("contiguous-dp");
+  std::vector<mp::Allocation> allocations =
+      run_dp(costs, platform, options, false, std::numeric_limits<double>::infinity(), remat,
+             context, "the contiguous DP")
+          .allocations;
+  context.enter("baselines");
+  for (const mp::Allocation& allocation :
+       node_aware_allocations(costs, platform, options, {false}, remat, context))
+    add_unique(allocations, allocation);
+  if (auto sequential = sequential_allocation(costs, platform, remat)) add_unique(allocations, *sequential);
+  ms::ScheduleSearchOptions search;
+  search.families = {ms::PatternFamily::OneFOneBStar};
+  search.max_k = options.max_k;
+  return schedule_allocations(costs, platform, allocations, search, context);
+}
+
+// The stage-level ILP of thesis ch. 7.2 on the given allocations; keeps its pattern where it
+// beats `best`. An allocation whose heuristic period already meets its own lower bound (the
+// busiest GPU or link) is skipped: no pattern of it is faster. Says what happened when the
+// solver gives up or proves nothing better exists.
+static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                              const std::vector<mp::Allocation>& allocations,
+                              const mp::PlannerOptions& options, const std::string& backend,
+                              std::optional<mp::Candidate>& best, mp::PlanningContext& context) {
+  using namespace madpipe;
+  const double lower_bound = mp::lower_bound_period_ms(costs, platform);
+  // One time budget for all of them: options.milp.time_limit_s, within the request's.
+  const double ilp_budget_s = std::min(options.milp.time_limit_s, context.budget().seconds_left());
+  const double started_s = context.budget().elapsed_s();
+  int solved = 0;
+  for (const mp::Allocation& allocation : allocations) {
+    if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
+    std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
+    const double allocation_bound = std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
+    const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
+    if (best && best->pattern.normalized_period_ms() <= allocation_bound * (1 + 1e-9)) {
+      context.detail(what + "skipped, no pattern of this allocation beats " +
+                     format_ms(best->pattern.normalized_period_ms()));
+      continue;
+    }
+    const double seconds_left = ilp_budget_s - (context.budget().elapsed_s() - started_s);
+    if (seconds_left < 0.1) {
+      if (context.expired())
+        context.budget().cut("the stage ILPs");
+      else
+        context.note("ilp scheduler: time limit reached before all candidate allocations were tried");
+      return;
+    }
+    ms::IlpScheduleOptions ilp;
+    ilp.backend = backend;
+    ilp.solve = solve_options(options.milp);
+    ilp.solve.time_limit_s = seconds_left;
+    if (!options.milp.mps_prefix.empty())
+      ilp.mps_path = options.milp.mps_prefix + "-schedule-" + std::to_string(++solved) + ".mps";
+    ilp.period_lower_bound_ms = allocation_bound;
+    if (best) ilp.period_upper_bound_ms = best->pattern.normalized_period_ms();
+    if (best && best->allocation == allocation && best->pattern.k == 1) {
+      ilp.warm_start = best->pattern;
+    } else {
+      ms::ScheduleSearchOptions one_periodic;
+      one_periodic.max_k = 1;
+      if (auto scheduled = ms::schedule_under_memory(stages, platform, one_periodic))
+        ilp.warm_start = scheduled->pattern;
+    }
+    context.budget().step(what.substr(0, what.size() - 2));
+    const ms::IlpScheduleResult result = ms::ilp_schedule(stages, platform, ilp);
+    if (result.pattern && (!best || result.pattern->period_ms <
+                                        best->pattern.normalized_period_ms() * (1 - 1e-9))) {
+      context.detail(what + describe_solve(result.solve) +
+                     (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
+                           : std::string(", the heuristic found none that fits")));
+      if (result.solve.status == solver::Status::Feasible &&
+          result.solve.gap > options.milp.relative_gap)
+        context.note(what + "the time limit stopped the solver (" + describe_solve(result.solve) +
+                     "): a longer --time-limit may find a shorter period, and the plan depends on "
+                     "the machine's speed");
+      keep_better(best,
+                  mp::Candidate{allocation, std::move(stages), *result.pattern,
+                                "ilp (" + std::string(solver::to_string(result.solve.status)) + ")",
+                                solver_info(result.solve)},
+                  context);
+      continue;
+    }
+    switch (result.solve.status) {
+      case solver::Status::Infeasible:
+        context.detail(what + (best ? "no 1-periodic pattern beats " +
+                                          format_ms(best->pattern.normalized_period_ms()) + " (proven)"
+                                    : std::string("no 1-periodic pattern fits in memory (proven)")));
+        break;
+      case solver::Status::Timeout:
+      case solver::Status::Error:
+        context.note(what + describe_solve(result.solve) + "; keeping the heuristic schedule");
+        break;
+      default:
+        context.detail(what + describe_solve(result.solve) + ", no improvement");
+        break;
+    }
+  }
+}
+
+// The local search from the best plan, which scores neighbours with a quicker schedule search
+// (fewer pattern families, k <= 3); its result is then scheduled with the full search.
+static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                        const mp::PlannerOptions& options, const ms::ScheduleSearchOptions& search,
+                        std::optional<mp::Candidate>& best, mp::PlanningContext& context) {
+  using namespace madpipe;
+  context.enter("refine");
+  mp::RefineOptions refine;
+  refine.max_evaluations = options.refine_evaluations;
+  refine.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
+  refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
+  refine.out_of_time = context.out_of_time(kRefineShare);
+  const mp::ScheduledAllocation refined = mp::refine_allocation(
+      costs, platform, {best->allocation, {best->pattern, best->method}}, refine,
+      context.detail_sink());
+  if (refined.cut) context.budget().cut("the local search");
+  if (refined.allocation == best->allocation) return;
+  std::vector<ms::Stage> stages = mp::stages_of(costs, refined.allocation);
+  ms::ScheduledPattern scheduled = refined.scheduled;
+  context.enter("schedule");
+  ms::ScheduleSearchOptions full = search;
+  full.out_of_time = context.out_of_time(kRefineShare);
+  if (auto rescheduled = ms::schedule_under_memory(stages, platform, full))
+    if (rescheduled->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
+      scheduled = *rescheduled;
+  keep_better(best, mp::Candidate{refined.allocation, std::move(stages), scheduled.pattern,
+                                  scheduled.method, std::nullopt},
+              context);
+}
+
+static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
+                                                 const madpipe::Platform& platform,
+                                                 const mp::PlannerOptions& options,
+                                                 mp::PlanningContext& context,
+                                                 mp::StageOptions* remat) {
+  using namespace madpipe;
+  const std::string backend =
+      options.scheduler == mp::Scheduler::Heuristic
+          ? ""
+          : milp_backend(options.milp, options.scheduler == mp::Scheduler::Ilp, "--scheduler ilp");
+  // The contiguous DP's allocations compete (MadPipe is never worse than the baseline it could
+  // have returned) and its best estimate bounds MadPipe-DP.
+  context.enter("contiguous-dp");
+  const mp::DpCandidates contiguous =
+      run_dp(costs, platform, options, false, std::numeric_limits<double>::infinity(), remat,
+             context, "the contiguous DP");
+  context.enter("madpipe-dp");
+  std::vector<mp::Allocation> allocations =
+      run_dp(costs, platform, options, true, contiguous.best_period_ms, remat, context,
+             "MadPipe-DP")
+          .allocations;
+  for (const mp::Allocation& allocation : contiguous.allocations) add_unique(allocations, allocation);
+  context.enter("baselines");
+  if (auto pipedream = pipedream_allocation(costs, platform, remat)) add_unique(allocations, *pipedream);
+  for (const mp::Allocation& allocation :
+       node_aware_allocations(costs, platform, options, {true, false}, remat, context))
+    add_unique(allocations, allocation);
+  if (auto sequential = sequential_allocation(costs, platform, remat)) add_unique(allocations, *sequential);
+  ms::ScheduleSearchOptions search;
+  search.max_k = options.max_k;
+  std::optional<mp::Candidate> best = schedule_allocations(costs, platform, allocations, search, context);
+  const double lower_bound = mp::lower_bound_period_ms(costs, platform);
+  if (best && options.refine_evaluations > 0 &&
+      best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
+    if (context.expired(kRefineShare))
+      context.budget().cut("the local search");
+    else
+      refine_best(costs, platform, options, search, best, context);
+  }
+  if (backend.empty() || options.ilp_allocations <= 0) return best;
+  // The ILP's memory model is exact where the DP's is an estimate (the special GPU): it looks at
+  // the best allocation and at the DP's own favourites.
+  std::vector<mp::Allocation> for_ilp;
+  if (best) for_ilp.push_back(best->allocation);
+  for (const mp::Allocation& allocation : allocations) {
+    if (static_cast<int>(for_ilp.size()) >= options.ilp_allocations) break;
+    add_unique(for_ilp, allocation);
+  }
+  context.enter("stage-ilp");
+  schedule_with_ilp(costs, platform, for_ilp, options, backend, best, context);
+  return best;
+}
+
+std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Platform& platform,
+                                               const PlannerOptions& options,
+                                               PlanningContext& context, StageOptions& remat,
+                                               bool plain_can_fit) {
+  using namespace madpipe;
+  const std::string backend = milp_backend(options.milp, true, "--algorithm ilp");
+  PlannerOptions warm_options = options;
+  warm_options.algorithm = Algorithm::MadPipe;
+  warm_options.max_k = 1;
+  std::optional<Candidate> warm = plan_without_and_with(
+      [&](StageOptions* stage_options) {
+        return plan_madpipe(costs, platform, warm_options, context, stage_options);
+      },
+      remat, plain_can_fit, context);
+  // The full ILP plans plain stages.
+  if (!plain_can_fit) return warm;
+  const double seconds = std::min(options.milp.time_limit_s, context.budget().seconds_left());
+  if (seconds < 0.1) {
+    context.budget().cut("the full ILP (returning its warm start)");
+    return warm;
+  }
+  FullIlpOptions ilp;
+  ilp.backend = backend;
+  ilp.solve = solve_options(options.milp);
+  ilp.solve.time_limit_s = seconds;
+  ilp.period_lower_bound_ms = lower_bound_period_ms(costs, platform);
+  if (!options.milp.mps_prefix.empty()) ilp.mps_path = options.milp.mps_prefix + "-full.mps";
+  if (warm) ilp.warm_start = ScheduledStages{warm->stages, warm->pattern};
+  context.enter("full-ilp");
+  context.detail("full ILP over " + std::to_string(costs.num_layers()) + " layers, " +
+                 (warm ? "warm start at " + format_ms(warm->pattern.period_ms)
+                       : std::string("no warm start")) +
+                 ", time limit " + format_ms(seconds * 1000));
+  const FullIlpResult result = full_ilp(costs, platform, ilp);
+  const ms::SolverInfo info = solver_info(result.solve);
+  context.detail("full ILP: " + describe_solve(result.solve) +
+                 (warm && !result.warm_started ? " (the warm start could not be expressed)" : ""));
+  if (result.solve.status == solver::Status::Timeout || result.solve.status == solver::Status::Error)
+    context.note("full ILP: " + describe_solve(result.solve) +
+                 (warm ? "; returning the warm start" : "; no plan"));
+  if (result.solve.status == solver::Status::Feasible && result.solve.gap > options.milp.relative_gap)
+    context.note("full ILP: the time limit stopped the solver (" + describe_solve(result.solve) +
+                 "): a longer --time-limit may find a shorter period, and the plan depends on the "
+                 "machine's speed");
+  if (result.plan && (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
+    Allocation allocation;
+    for (const ms::Stage& stage : result.plan->stages) {
+      allocation.first_layers.push_back(stage.first_layer);
+      allocation.gpus.push_back(stage.gpu);
+    }
+    context.budget().improved(result.plan->pattern.normalized_period_ms());
+    return Candidate{allocation, result.plan->stages, result.plan->pattern, "ilp", info};
+  }
+  if (warm) warm->solver = info;
+  return warm;
+}
+
+static std::optional<mp::Candidate> plan_pipedream(const madpipe::ChainCosts& costs,
+                                                   const madpipe::Platform& platform,
+                                                   const mp::PlannerOptions& options,
+                                                   mp::PlanningContext& context,
+                                                   mp::StageOptions* remat) {
+  context.enter("baselines");
+  const auto allocation = pipedream_allocation(costs, platform, remat);
+  if (!allocation) return std::nullopt;
+  ms::ScheduleSearchOptions search;
+  search.families = {ms::PatternFamily::OneFOneBStar};
+  search.max_k = options.max_k;
+  return schedule_allocations(costs, platform, {*allocation}, search, context);
+}
+
+static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
+                                                         const madpipe::Platform& platform,
+                                                         const mp::PlannerOptions& options,
+                                                         mp::PlanningContext& context,
+                                                         mp::StageOptions* remat) {
+  context.enter("baselines");
+  const bool gpipe = options.algorithm == mp::Algorithm::GPipe;
+  const int micro_batches = options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
+  const auto allocation = mp::fixed_in_flight_partition(
+      costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; },
+      remat);
+  if (!allocation) return std::nullopt;
+  const mp::Allocation placed = mp::place_on_nodes(costs, platform, *allocation);
+  std::vector<ms::Stage> stages = mp::stages_of(costs, placed);
+  ms::Pattern pattern = gpipe ? ms::gpipe(stages, platform, micro_batches)
+                              : ms::one_f_one_b(stages, platform);
+  if (!gpipe)
+    if (auto tight = ms::retime(pattern, stages, platform)) pattern = *tight;
+  if (!ms::fits_memory(stages, pattern, platform)) return std::nullopt;
+  context.budget().improved(pattern.normalized_period_ms());
+  return mp::Candidate{placed, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b",
+                       std::nullopt};
+}
+
+std::optional<mp::Candidate> mp::plan_with_algorithm(const ChainCosts& costs,
+                                                     const Platform& platform,
+                                                     const PlannerOptions& options,
+                                                     PlanningContext& context,
+                                                     StageOptions* remat) {
+  switch (options.algorithm) {
+    case Algorithm::MadPipe:
+      return plan_madpipe(costs, platform, options, context, remat);
+    case Algorithm::Contiguous:
+      return plan_contiguous(costs, platform, options, context, remat);
+    case Algorithm::OneFOneB:
+    case Algorithm::GPipe:
+      return plan_fixed_in_flight(costs, platform, options, context, remat);
+    case Algorithm::PipeDream:
+      return plan_pipedream(costs, platform, options, context, remat);
+    case Algorithm::Ilp:
+      break;
+  }
+  MADPIPE_UNREACHABLE("the full ILP is planned by plan_full_ilp()");
+}

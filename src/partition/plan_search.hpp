@@ -1,0 +1,76 @@
+#pragma once
+
+// The search behind make_plan(), one function per algorithm, sharing one request's time budget.
+// Internal to the partition layer: callers use partition/planner.hpp.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/chain.hpp"
+#include "core/platform.hpp"
+#include "partition/allocation.hpp"
+#include "partition/planner.hpp"
+#include "partition/planning_budget.hpp"
+#include "partition/stage_options.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/plan.hpp"
+#include "schedule/stage.hpp"
+
+namespace madpipe::partition {
+
+// A scheduled allocation.
+struct Candidate {
+  Allocation allocation;
+  std::vector<schedule::Stage> stages;
+  schedule::Pattern pattern;
+  std::string method;
+  std::optional<schedule::SolverInfo> solver;
+};
+
+// One planning request: its time budget (deadline, phases, progress) and the notes for the user.
+class PlanningContext {
+ public:
+  explicit PlanningContext(PlanningBudget& budget) : budget_(budget) {}
+
+  PlanningBudget& budget() { return budget_; }
+  void enter(const std::string& phase) { budget_.enter(phase); }
+  void detail(const std::string& line) { budget_.detail(line); }
+  // A note is kept for PlanResult::notes and shown as a detail line.
+  void note(const std::string& line);
+  // Whether the phase that may use `share` of the time limit (the DPs half, scheduling three
+  // quarters, the local search nine tenths, the ILPs all) is out of time.
+  bool expired(double share = 1.0) const { return budget_.used(share); }
+  // For the DPs, the schedule search and the local search.
+  std::function<void(const std::string&)> detail_sink();
+  std::function<bool()> out_of_time(double share = 1.0);
+
+  const std::vector<std::string>& notes() const { return notes_; }
+
+ private:
+  PlanningBudget& budget_;
+  std::vector<std::string> notes_;
+};
+
+// Plans with options.algorithm (not ilp), with `remat` or plainly (nullptr); nullopt when no plan
+// fits.
+std::optional<Candidate> plan_with_algorithm(const ChainCosts& costs, const Platform& platform,
+                                             const PlannerOptions& options, PlanningContext& context,
+                                             StageOptions* remat);
+
+// Thesis ch. 6: the full ILP, warm-started from MadPipe's best 1-periodic plan (planned without
+// and with `remat`, the former only when `plain_can_fit`).
+std::optional<Candidate> plan_full_ilp(const ChainCosts& costs, const Platform& platform,
+                                       const PlannerOptions& options, PlanningContext& context,
+                                       StageOptions& remat, bool plain_can_fit);
+
+// Plans without per-stage rematerialization/offloading (unless `plain_can_fit` is false), then,
+// when `remat` allows them, with them, and keeps the better plan: the options change which
+// allocations the DPs estimate best, so planning once without them makes the result never worse
+// than plain planning.
+std::optional<Candidate> plan_without_and_with(
+    const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
+    bool plain_can_fit, PlanningContext& context);
+
+}  // namespace madpipe::partition
