@@ -3,9 +3,10 @@
 // the discretization) and the periods of every algorithm on the shipped profiles over a memory
 // sweep, as ratios.
 //
-//   planner_bench [phases [FILTER]|dp|compare|all]
+//   planner_bench [phases [FILTER [SECONDS]]|dp|compare|all]
 //
-// FILTER keeps the phase cases whose label contains it ("densenet121/P2").
+// FILTER keeps the phase cases whose label contains it ("densenet121/P2", "" for all); SECONDS
+// is the request's time limit (default: the madpipe command's, "inf" for none).
 
 #include <algorithm>
 #include <chrono>
@@ -188,8 +189,9 @@ static double memory_lower_bound(const ChainCosts& costs, const Platform& platfo
 
 // One `madpipe plan` request with the default options, as the command runs it: plan, and when
 // nothing fits, explain what would.
-static void bench_phases(const std::string& filter) {
+static void bench_phases(const std::string& filter, double time_limit_s) {
   std::printf("== where the time of a default plan request goes (seconds, one core) ==\n");
+  std::printf("time limit %g s (madpipe plan --time-limit)\n", time_limit_s);
   std::printf("bandwidth 12GB/s, C = 3; feasible: 2x, infeasible: 0.9x the memory no plan can go below\n");
   std::printf("(max(largest layer, (3W + one micro-batch of activations) / P)); explain = the search for the\n");
   std::printf("smallest memory that fits, which an infeasible request runs after planning\n");
@@ -220,11 +222,14 @@ static void bench_phases(const std::string& filter) {
         platform.memory_bytes = static_cast<std::int64_t>(
             (feasible ? 2.0 : 0.9) * memory_lower_bound(costs, platform));
         const auto start = std::chrono::steady_clock::now();
-        const partition::PlannerOptions options;
+        partition::PlannerOptions options;
+        options.time_limit_s = time_limit_s;
+        options.milp.time_limit_s = time_limit_s;
         const partition::PlanResult result = partition::make_plan(chain.profile, platform, options);
         double explain = 0;
         if (!result.feasible) {
           const auto explain_start = std::chrono::steady_clock::now();
+          options.time_limit_s = std::max(0.0, time_limit_s - result.planning_seconds);
           partition::explain_infeasible(result.reason, chain.profile, platform, options);
           explain = seconds_since(explain_start);
         }
@@ -239,7 +244,8 @@ static void bench_phases(const std::string& filter) {
                     result.feasible ? cell(result.plan.predicted.period_ms, "%.2f").c_str() : "-");
         for (const std::string& phase : phases)
           std::printf(" %13s", seconds.count(phase) ? cell(seconds[phase], "%.3f").c_str() : "-");
-        std::printf(" %9s %9.3f\n", result.feasible ? "-" : cell(explain, "%.3f").c_str(), total);
+        std::printf(" %9s %9.3f%s\n", result.feasible ? "-" : cell(explain, "%.3f").c_str(), total,
+                    result.cut_by_time_limit ? "  cut" : "");
       }
     }
   }
@@ -249,7 +255,9 @@ static void bench_phases(const std::string& filter) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string what = argc > 1 ? argv[1] : "all";
-  if (what == "phases" || what == "all") bench_phases(argc > 2 ? argv[2] : "");
+  if (what == "phases" || what == "all")
+    bench_phases(argc > 2 ? argv[2] : "",
+                 argc > 3 ? std::stod(argv[3]) : partition::kCommandTimeLimitS);
   if (what == "dp" || what == "all") bench_dp();
   if (what == "compare" || what == "all") bench_compare();
   return 0;

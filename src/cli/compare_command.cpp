@@ -92,6 +92,7 @@ madpipe::cli::PlanSummary madpipe::cli::plan_summary(const Profile& profile,
   PlanSummary summary;
   summary.algorithm = options.algorithm;
   summary.planning_seconds = result.planning_seconds;
+  summary.cut_by_time_limit = result.cut_by_time_limit;
   if (!result.feasible) return summary;
   const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
   if (!violations.empty()) {
@@ -118,19 +119,30 @@ std::string madpipe::cli::describe_outcome(const PlanSummary& summary) {
          " (" + fixed(summary.planning_seconds, 2) + " s)";
 }
 
+// With what is left of the request's --time-limit, shared by the plans of the row.
 static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& platform,
                     const madpipe::cli::PlannerSettings& settings,
-                    madpipe::partition::Algorithm algorithm) {
+                    madpipe::partition::Algorithm algorithm, double seconds_left, bool quiet) {
   using namespace madpipe;
   partition::PlannerOptions options = cli::to_planner_options(settings, algorithm, platform);
+  options.time_limit_s = std::max(1e-3, seconds_left);
+  options.milp.time_limit_s = std::min(options.milp.time_limit_s, options.time_limit_s);
+  if (!quiet) {
+    const std::string name = partition::to_string(algorithm);
+    options.progress = [name](const std::string& line) {
+      std::cerr << "compare: " << name << ": " << line << '\n';
+    };
+  }
   const partition::RematSettings asked = options.remat;
   options.remat.rotor = false;
   options.remat.host_offload = false;
   Row row(cli::plan_summary(profile, platform, options));
   if (asked.rotor || asked.host_offload) {
     options.remat = asked;
+    options.time_limit_s = std::max(1e-3, options.time_limit_s - row.planning_seconds);
     row.remat = cli::plan_summary(profile, platform, options);
     row.planning_seconds += row.remat.planning_seconds;
+    row.cut_by_time_limit = row.cut_by_time_limit || row.remat.cut_by_time_limit;
   }
   return row;
 }
@@ -224,9 +236,13 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   const Platform platform = to_platform(options.platform);
   const double lower_bound = partition::lower_bound_period_ms(profile, platform);
 
+  // --time-limit bounds the whole comparison: each algorithm gets what the previous ones left
+  // (the work that gives an algorithm its first plan always runs).
   std::vector<Row> rows;
+  double seconds_left = options.planner.time_limit_s;
   for (partition::Algorithm algorithm : options.algorithms) {
-    rows.push_back(plan_one(profile, platform, options.planner, algorithm));
+    rows.push_back(plan_one(profile, platform, options.planner, algorithm, seconds_left, options.quiet));
+    seconds_left -= rows.back().planning_seconds;
     if (!options.quiet) {
       std::cerr << "compare: " << partition::to_string(algorithm) << ": "
                 << describe_outcome(rows.back()) << '\n';
@@ -250,6 +266,14 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
             << "platform     " << describe(platform) << '\n'
             << "lower bound  " << format_ms(lower_bound) << " per micro-batch\n\n";
   print_table(table, std::cout);
+  std::string cut;
+  for (const Row& row : rows)
+    if (row.cut_by_time_limit)
+      cut += std::string(cut.empty() ? "" : ", ") + partition::to_string(row.algorithm);
+  if (!cut.empty())
+    std::cout << "\nnote: the time limit of " << fixed(options.planner.time_limit_s, 0)
+              << " s cut planning short for " << cut
+              << "; a longer --time-limit may find shorter periods\n";
   return 0;
 }
 

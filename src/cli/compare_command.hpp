@@ -49,6 +49,7 @@ struct PlanSummary {
   int stages = 0;
   int k = 0;             // micro-batches per period of the pattern
   int remat_stages = 0;  // stages that rematerialize or offload
+  bool cut_by_time_limit = false;
 };
 
 // Plans with `options` (the validator checks every plan: an invalid one is an internal error)

@@ -16,7 +16,7 @@ struct PlannerSettings {
   int max_k = 0;                // 0: number of GPUs
   std::string scheduler = "auto";
   partition::MilpSettings milp{};
-  double time_limit_s = 10;     // --time-limit: the whole request (ILPs included)
+  double time_limit_s = partition::kCommandTimeLimitS;  // --time-limit: the whole request
   bool verbose = false;         // --verbose: every planning step on stderr
   std::string remat = "none";    // --remat none|rotor
   std::string offload = "none";  // --offload none|host

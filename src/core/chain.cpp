@@ -10,6 +10,8 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
   stored_prefix_.assign(n + 1, 0);
   output_bytes_.assign(n + 1, 0);
   workspace_.assign(n, 0);
+  forward_workspace_.assign(n, 0);
+  backward_workspace_.assign(n, 0);
   output_bytes_[0] = profile.input_bytes;
   for (std::size_t l = 0; l < n; ++l) {
     const Layer& layer = profile.layers[l];
@@ -19,6 +21,8 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
     stored_prefix_[l + 1] = stored_prefix_[l] + output_bytes_[l] + layer.saved_bytes;
     output_bytes_[l + 1] = layer.output_bytes;
     workspace_[l] = std::max(layer.forward_workspace_bytes, layer.backward_workspace_bytes);
+    forward_workspace_[l] = layer.forward_workspace_bytes;
+    backward_workspace_[l] = layer.backward_workspace_bytes;
     max_layer_ms_ = std::max(max_layer_ms_, layer.forward_ms + layer.backward_ms);
   }
 }

@@ -22,6 +22,9 @@ class ChainCosts {
   std::int64_t stored_bytes(int first, int last) const noexcept;
   // Largest transient workspace of any layer in the range.
   std::int64_t workspace_bytes(int first, int last) const noexcept;
+  // Layer l's transient workspace during its forward, and during its backward.
+  std::int64_t forward_workspace_bytes(int layer) const noexcept { return forward_workspace_[layer]; }
+  std::int64_t backward_workspace_bytes(int layer) const noexcept { return backward_workspace_[layer]; }
   // a_l: output of layer l; a_{-1} is the network input.
   std::int64_t activation_bytes(int layer) const noexcept;
   double total_compute_ms() const noexcept { return compute_ms(0, num_layers() - 1); }
@@ -32,6 +35,7 @@ class ChainCosts {
   std::vector<std::int64_t> weight_prefix_, stored_prefix_;
   std::vector<std::int64_t> output_bytes_;  // index l+1 holds a_l; index 0 holds a_{-1}
   std::vector<std::int64_t> workspace_;
+  std::vector<std::int64_t> forward_workspace_, backward_workspace_;
   double max_layer_ms_ = 0;
 };
 

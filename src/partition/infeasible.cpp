@@ -8,6 +8,8 @@
 #include "core/units.hpp"
 #include "partition/memory_floor.hpp"
 
+constexpr double kRematHintSeconds = 2;
+
 static std::string bytes(std::int64_t value) {
   return madpipe::format_bytes(static_cast<double>(value));
 }
@@ -24,7 +26,7 @@ static std::string layers_of(const madpipe::Profile& profile, int first, int las
 static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
                                   const madpipe::Profile& profile, const std::string& with,
                                   bool contiguous_algorithm) {
-  const bool cut = floor.at_least_bytes < floor.bytes;
+  const bool cut = floor.cut;
   std::string text = "the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
                      (cut ? "at most " : "") + bytes(floor.bytes) + " (the fullest GPU then holds " +
                      layers_of(profile, floor.binding_first, floor.binding_last) + " with " +
@@ -54,10 +56,16 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
       options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
   const ChainCosts costs(profile);
   std::string text = reason;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(std::min(options.time_limit_s, 1e9)));
-  const std::function<bool()> out_of_time = [&] { return std::chrono::steady_clock::now() > deadline; };
+  const auto started = std::chrono::steady_clock::now();
+  const auto after = [&](double seconds) {
+    const auto deadline = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(std::min(seconds, 1e9)));
+    return [deadline] { return std::chrono::steady_clock::now() > deadline; };
+  };
+  const std::function<bool()> out_of_time = after(options.time_limit_s);
+  // What rematerialization would gain is a hint: on long chains the exact answer needs the ROTOR
+  // tables of many long stages, so it gets a few seconds at most and may come as a range.
+  const std::function<bool()> hint_out_of_time = after(std::min(options.time_limit_s, kRematHintSeconds));
   StageOptions asked(profile, options.remat);
   const MemoryFloor floor = algorithm_memory_floor(costs, platform, options, &asked, out_of_time);
   if (!floor.fits)
@@ -69,12 +77,12 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
     rotor.rotor = true;
     StageOptions remat(profile, rotor);
     const MemoryFloor with_remat =
-        algorithm_memory_floor(costs, platform, options, &remat, out_of_time);
+        algorithm_memory_floor(costs, platform, options, &remat, hint_out_of_time);
     if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
       text += "; with --remat rotor (recompute activations in the backward) it is " +
-              (with_remat.at_least_bytes < with_remat.bytes
+              (with_remat.cut
                    ? "between " + bytes(with_remat.at_least_bytes) + " and " + bytes(with_remat.bytes) +
-                         " (the time limit cut the search)"
+                         " (the search was cut short)"
                    : bytes(with_remat.bytes));
   }
   // The largest layer alone: C weight copies, what one micro-batch keeps, its workspace.

@@ -40,10 +40,11 @@ class StageMemory {
     return fixed(first, last) + nca * costs_.stored_bytes(first, last) +
            workspace_[index(first, last)];
   }
-  // At most the memory of every way to run the stage.
+  // At most the memory of every way to run the stage. A single layer only recomputes nothing
+  // (schedule::least_memory_option); offloading may still lower it.
   std::int64_t lower_bound(int first, int last, int nca) const {
     const std::int64_t plain_bytes = plain(first, last, nca);
-    if (!remat_) return plain_bytes;
+    if (!remat_ || (first == last && !remat_->settings().host_offload)) return plain_bytes;
     return std::min(plain_bytes, fixed(first, last) + peak_lower_bound(first, last));
   }
   // The least memory of the stage (plain or an option); `saves` tells which.
@@ -82,10 +83,10 @@ class StageMemory {
   void fill_peak_lower_bounds() {
     const int L = costs_.num_layers();
     peak_lower_bound_.assign(static_cast<std::size_t>(L) * L, 0);
-    // max(out + in + backward workspace, forward workspace) >= max(out + in, larger workspace).
     auto need = [&](int l, std::int64_t in, std::int64_t out) {
       const std::int64_t saved = costs_.stored_bytes(l, l) - costs_.activation_bytes(l - 1);
-      return in + saved + out + std::max(out + in, costs_.workspace_bytes(l, l));
+      return in + saved + out +
+             std::max(out + in + costs_.backward_workspace_bytes(l), costs_.forward_workspace_bytes(l));
     };
     for (int first = 0; first < L; ++first) {
       std::int64_t inner = 0;  // layers strictly between first and last
@@ -147,7 +148,7 @@ std::int64_t min_max_partition(int L, int P, const madpipe::partition::InFlight&
 }
 
 // Whether layers 0..L-1 cut into at most P stages that each fit `budget` (with options); the
-// first layers of such a cut. Depth first, longest stages first, failures remembered. Sets
+// first layers of such a cut. Depth first, failures remembered. Sets
 // *unknown when a stage's options were needed but `may_compute` refused them.
 bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlight& in_flight,
                     std::int64_t budget, const std::function<bool()>& may_compute,
@@ -158,7 +159,15 @@ bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlig
     if (q == 0) return i == L;
     if (L - i < q || failed[q][i]) return false;
     const int nca = std::max(1, in_flight(q));
+    // Plain stages first, longest first; then stages that need an option, shortest first (their
+    // ROTOR tables are the cheapest).
     for (int j = L - q; j >= i; --j) {
+      if (memory.plain(i, j, nca) > budget || !cut(j + 1, q - 1)) continue;
+      first_layers->push_back(i);
+      return true;
+    }
+    for (int j = i; j <= L - q; ++j) {
+      if (memory.plain(i, j, nca) <= budget) continue;  // tried above
       if (!memory.fits(i, j, nca, budget, may_compute, unknown) || !cut(j + 1, q - 1)) continue;
       first_layers->push_back(i);
       return true;
@@ -166,7 +175,8 @@ bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlig
     failed[q][i] = 1;
     return false;
   };
-  for (int q = 1; q <= P; ++q) {
+  // Most stages first: shorter stages fit more easily and have cheaper options.
+  for (int q = P; q >= 1; --q) {
     first_layers->clear();
     if (cut(0, q)) {
       std::reverse(first_layers->begin(), first_layers->end());
@@ -201,14 +211,20 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(const ChainCost
         L, P, in_flight, [&](int i, int j, int nca) { return memory.lower_bound(i, j, nca); }, &unused);
     std::int64_t hi = floor.bytes;  // fits
     const std::function<bool()> may_compute = [&] { return !out_of_time || !out_of_time(); };
-    while (lo < hi) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
+    // To 1/1000 of the floor: the options are rounded to ROTOR slots (1/200 of a stage's peak)
+    // anyway, and each step below the floor looks at many stages' options.
+    // The lower bound itself first: often a layer that no option shrinks binds, and it is exact.
+    bool first_step = true;
+    while (hi - lo > hi / 1000) {
+      const std::int64_t mid = first_step ? lo : lo + (hi - lo) / 2;
+      first_step = false;
       std::vector<int> cut;
       bool unknown = false;
       if (partition_fits(memory, P, in_flight, mid, may_compute, &cut, &unknown)) {
         hi = mid;
         first_layers = std::move(cut);
       } else if (unknown) {
+        floor.cut = true;
         break;  // out of time: the floor is somewhere in [lo, hi]
       } else {
         lo = mid + 1;

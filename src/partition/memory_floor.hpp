@@ -14,11 +14,13 @@ struct MemoryFloor {
   bool fits = false;  // false: no partition fits with any memory (a stage option is missing)
   // Smallest memory per GPU for which the chain cuts into at most P contiguous stages, stage s on
   // GPU s, each within it with the micro-batches in flight it keeps (weights, buffers, workspace
-  // and activations as schedule::evaluate_memory counts them). Exact to the byte in that model.
+  // and activations as schedule::evaluate_memory counts them). A cut that fits it exists (the
+  // planners find it); without options it is exact to the byte.
   std::int64_t bytes = 0;
-  // With options the search may be cut by `out_of_time`: the floor is then known to lie in
-  // [at_least_bytes, bytes]. Equal to bytes when exact.
+  // The floor lies in [at_least_bytes, bytes]: equal without options; with them, within 1/1000
+  // of bytes unless `out_of_time` cut the search (`cut`).
   std::int64_t at_least_bytes = 0;
+  bool cut = false;
   // The stage that needs `bytes` in the partition found, and whether it rematerializes or
   // offloads to get there.
   int binding_first = 0;

@@ -92,6 +92,18 @@ static std::string describe_solve(const madpipe::solver::SolveResult& result) {
   return line.str();
 }
 
+// An ILP's time limit within what is left. Under a request time limit the solver gets three
+// quarters of it: CBC counts CPU seconds and runs past its limit in preprocessing.
+static double ilp_seconds(double seconds, mp::PlanningContext& context) {
+  return context.budget().has_limit() ? std::min(seconds, 0.75 * context.budget().seconds_left())
+                                      : seconds;
+}
+
+// Under a request time limit, a solver still running at its end is stopped.
+static double wall_limit(mp::PlanningContext& context) {
+  return context.budget().has_limit() ? std::max(0.5, context.budget().seconds_left()) : 0;
+}
+
 static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candidate,
                         mp::PlanningContext& context) {
   if (!best ||
@@ -284,7 +296,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
                      format_ms(best->pattern.normalized_period_ms()));
       continue;
     }
-    const double seconds_left = ilp_budget_s - (context.budget().elapsed_s() - started_s);
+    const double seconds_left =
+        ilp_seconds(ilp_budget_s - (context.budget().elapsed_s() - started_s), context);
     if (seconds_left < 0.1) {
       if (context.expired())
         context.budget().cut("the stage ILPs");
@@ -296,6 +309,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     ilp.backend = backend;
     ilp.solve = solve_options(options.milp);
     ilp.solve.time_limit_s = seconds_left;
+    ilp.solve.wall_limit_s = wall_limit(context);
     if (!options.milp.mps_prefix.empty())
       ilp.mps_path = options.milp.mps_prefix + "-schedule-" + std::to_string(++solved) + ".mps";
     ilp.period_lower_bound_ms = allocation_bound;
@@ -443,7 +457,8 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
       remat, plain_can_fit, context);
   // The full ILP plans plain stages.
   if (!plain_can_fit) return warm;
-  const double seconds = std::min(options.milp.time_limit_s, context.budget().seconds_left());
+  const double seconds =
+      ilp_seconds(std::min(options.milp.time_limit_s, context.budget().seconds_left()), context);
   if (seconds < 0.1) {
     context.budget().cut("the full ILP (returning its warm start)");
     return warm;
@@ -452,6 +467,7 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
   ilp.backend = backend;
   ilp.solve = solve_options(options.milp);
   ilp.solve.time_limit_s = seconds;
+  ilp.solve.wall_limit_s = wall_limit(context);
   ilp.period_lower_bound_ms = lower_bound_period_ms(costs, platform);
   if (!options.milp.mps_prefix.empty()) ilp.mps_path = options.milp.mps_prefix + "-full.mps";
   if (warm) ilp.warm_start = ScheduledStages{warm->stages, warm->pattern};

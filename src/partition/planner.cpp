@@ -156,6 +156,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   PlanResult result;
   result.notes = context.notes();
   if (!budget.cuts().empty()) {
+    result.cut_by_time_limit = true;
     std::string cut;
     for (const std::string& what : budget.cuts()) cut += (cut.empty() ? "" : "; ") + what;
     result.notes.push_back("the time limit of " + seconds_text(options.time_limit_s) +

@@ -65,6 +65,9 @@ struct Discretization {
   int extra_targets = 8;
 };
 
+// The madpipe command's default --time-limit, in seconds: a whole plan or compare request.
+inline constexpr double kCommandTimeLimitS = 10;
+
 struct PlannerOptions {
   Algorithm algorithm = Algorithm::MadPipe;
   Discretization discretization{};
@@ -95,6 +98,7 @@ struct PlanResult {
   std::vector<std::string> notes;  // what the user should know: solver fallbacks, limits hit
   double planning_seconds = 0;
   std::vector<PhaseTime> phases;  // where planning_seconds went, in order of first entry
+  bool cut_by_time_limit = false;  // time_limit_s stopped some phase (a note says which)
 };
 
 // Plans `profile` on `platform` with the chosen algorithm. Every feasible plan passes

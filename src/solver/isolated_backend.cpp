@@ -95,10 +95,21 @@ class IsolatedBackend final : public madpipe::solver::Backend {
       _exit(0);  // no destructors, no atexit handlers of the parent's libraries
     }
     close(fds[1]);
-    std::string bytes = read_all(fds[0], child, options.time_limit_s);
+    const double wall_limit_s =
+        options.wall_limit_s > 0 ? options.wall_limit_s : 2 * options.time_limit_s + 30;
+    bool killed = false;
+    std::string bytes = read_all(fds[0], child, wall_limit_s, &killed);
     close(fds[0]);
     int status = 0;
     while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (killed && options.wall_limit_s > 0) {
+      SolveResult timeout;
+      timeout.status = madpipe::solver::Status::Timeout;
+      timeout.backend = std::string(inner_->name());
+      timeout.seconds = wall_limit_s;
+      timeout.message = "stopped at its wall-clock limit";
+      return timeout;
     }
     if (WIFSIGNALED(status))
       return failed("the " + std::string(inner_->name()) + " solver crashed (signal " +
@@ -110,18 +121,18 @@ class IsolatedBackend final : public madpipe::solver::Backend {
   }
 
  private:
-  // Everything the child writes; kills it when it runs past twice its time limit plus 30 s.
-  static std::string read_all(int fd, pid_t child, double time_limit_s) {
+  // Everything the child writes; kills it when it runs past `wall_limit_s`.
+  static std::string read_all(int fd, pid_t child, double wall_limit_s, bool* killed) {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(2 * time_limit_s + 30));
+                              std::chrono::duration<double>(wall_limit_s));
     std::string bytes;
     char buffer[1 << 16];
     for (;;) {
       fd_set ready;
       FD_ZERO(&ready);
       FD_SET(fd, &ready);
-      timeval wait{1, 0};
+      timeval wait{0, 100000};
       const int n = select(fd + 1, &ready, nullptr, nullptr, &wait);
       if (n < 0 && errno != EINTR) break;
       if (n > 0) {
@@ -131,6 +142,7 @@ class IsolatedBackend final : public madpipe::solver::Backend {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         kill(child, SIGKILL);
+        *killed = true;
         break;
       }
     }

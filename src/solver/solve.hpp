@@ -22,6 +22,10 @@ struct SolveOptions {
   double time_limit_s = 60, relative_gap = 1e-4;
   int threads = 1;
   bool log = false;  // backend log to stdout
+  // Wall-clock seconds after which an isolated solver (make_backend) is killed and the solve
+  // ends as a timeout without a solution; 0: twice time_limit_s plus 30 s. Backends count their
+  // time limit their own way (CBC in CPU seconds, past it in preprocessing).
+  double wall_limit_s = 0;
 };
 
 struct SolveResult {

@@ -16,6 +16,7 @@ work_root=$4
 
 resnet=$source_dir/configs/profiles/resnet50.json
 gpt2=$source_dir/configs/profiles/gpt2_small.json
+densenet=$source_dir/configs/profiles/densenet121.json
 minimal=$source_dir/tests/data/profiles/minimal.json
 resnet5=$source_dir/tests/data/profiles/resnet50_first5.json
 platform=(--gpus 4 --memory 8GiB --bandwidth 12GB/s)
@@ -147,7 +148,7 @@ case_unknown_command() {
 }
 
 case_plan_and_simulate() {
-  run plan --profile "$resnet" "${platform[@]}" --output plan.json
+  run plan --profile "$resnet" "${platform[@]}" --output plan.json --verbose
   expect_status 0
   expect_in out "algorithm    madpipe"
   expect_match out "^ +0  0\.\.[0-9]+ +conv1\.\."
@@ -157,7 +158,7 @@ case_plan_and_simulate() {
   expect_match out "^  3  .*GiB +[0-9]+%"
   expect_in out "memory limit 8.0 GiB per GPU"
   expect_in out "plan written to plan.json"
-  expect_match err "^plan: "  # progress lines
+  expect_match err "^plan: scheduled allocation 1/[0-9]+ \([0-9]+ stages\): "  # --verbose
   [[ -s plan.json ]] || fail "plan.json was not written"
   expect_json plan.json
   expect_in plan.json '"format": "madpipe.plan/1"'
@@ -192,7 +193,7 @@ case_plan_every_algorithm() {
 # against 47.94 ms with a non-contiguous allocation) and proves it optimal.
 case_plan_ilp() {
   run plan --profile "$resnet5" --gpus 2 --memory 4GiB --bandwidth 12GB/s --algorithm ilp \
-    --time-limit 100 --output ilp.json
+    --time-limit 100 --output ilp.json --verbose
   expect_status 0
   expect_in out "algorithm    ilp: "
   expect_in out "non-contiguous allocation, 1-periodic pattern"
@@ -343,18 +344,37 @@ case_plan_remat() {
 case_too_little_memory() {
   run plan --profile "$resnet" --gpus 4 --memory 1MB --bandwidth 12GB/s --output never.json
   expect_status 2
-  local smallest="the smallest memory per GPU for which madpipe finds a plan is [0-9.]+ [KMGT]iB"
+  local holds="the fullest GPU then holds layers? [0-9.]+ \\(.*\\) with 1 micro-batch in flight"
+  local smallest="the smallest memory per GPU for which madpipe finds a plan is [0-9.]+ [KMGT]iB \\($holds; exact for allocations whose GPUs each hold one range of layers, and no allocation fits in less than [0-9.]+ [KMGT]iB\\)"
   local remat="with --remat rotor \\(recompute activations in the backward\\) it is [0-9.]+ [KMGT]iB"
   local layer="layer [0-9]+ \\([a-z0-9.]+\\) alone keeps [0-9.]+ [KMGT]iB: its weights 3 times, one micro-batch's activations and its workspace"
   expect_match err "^madpipe: error: no madpipe plan fits in .*; $smallest; $remat; $layer$"
   [[ ! -e never.json ]] || fail "a plan was written although none fits"
   # The size it names must indeed be enough (sizes print with one decimal: round up 0.1 GiB).
   local size unit
-  read -r size unit < <(sed -nE 's/.* finds a plan is ([0-9.]+) ([KMGT]iB); .*/\1 \2/p' err)
+  read -r size unit < <(sed -nE 's/.* finds a plan is ([0-9.]+) ([KMGT]iB) .*/\1 \2/p' err)
   local enough
   enough=$(awk -v s="$size" 'BEGIN { printf "%.1f", s + 0.1 }')
   run plan --profile "$resnet" --gpus 4 --memory "${enough}${unit}" --bandwidth 12GB/s --quiet
   expect_status 0
+}
+
+# --time-limit bounds the whole request: cut short, the plan found by then comes with a note
+# saying what was cut, and it is a valid plan.
+case_time_limit() {
+  run plan --profile "$densenet" --gpus 8 --memory 6GiB --bandwidth 12GB/s --time-limit 0.001 \
+    --output cut.json
+  expect_status 0
+  expect_match out "^note +the time limit of 0\.001 s cut planning short: .+; a longer --time-limit may find a shorter period$"
+  run simulate --plan cut.json --profile "$densenet"
+  expect_status 0
+  expect_match out "ratio 1\.000$"
+  # A request with nothing to fit answers within its limit too, naming the floor.
+  run plan --profile "$densenet" --gpus 2 --memory 8GiB --bandwidth 64GB/s --scheduler heuristic \
+    --time-limit 5
+  expect_status 2
+  expect_match err "finds a plan is [0-9.]+ GiB \\(the fullest GPU then holds layers [0-9]+\\.\\.[0-9]+ "
+  expect_in err "with --remat rotor (recompute activations in the backward) it is "
 }
 
 case_compare() {
@@ -819,7 +839,7 @@ case_scale() {
 }
 
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
-  plan_is_deterministic bad_memory bad_options missing_profile too_little_memory compare
+  plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
   multi_node memplan scale)
 

@@ -13,7 +13,7 @@ namespace msv = madpipe::solver;
 
 namespace {
 
-enum class Behaviour { Answer, Abort, Throw };
+enum class Behaviour { Answer, Abort, Throw, Hang };
 
 class ScriptedBackend final : public msv::Backend {
  public:
@@ -22,6 +22,9 @@ class ScriptedBackend final : public msv::Backend {
   msv::SolveResult solve(const msv::Model&, const msv::SolveOptions&) override {
     if (behaviour_ == Behaviour::Abort) std::abort();
     if (behaviour_ == Behaviour::Throw) throw 42;  // not even a std::exception
+    if (behaviour_ == Behaviour::Hang)
+      for (volatile bool forever = true; forever;) {
+      }
     msv::SolveResult result;
     result.status = msv::Status::Feasible;
     result.objective = 12.5;
@@ -37,9 +40,9 @@ class ScriptedBackend final : public msv::Backend {
   Behaviour behaviour_;
 };
 
-msv::SolveResult solve_isolated(Behaviour behaviour) {
+msv::SolveResult solve_isolated(Behaviour behaviour, msv::SolveOptions options = {}) {
   auto backend = msv::isolate_backend(std::make_unique<ScriptedBackend>(behaviour));
-  return backend->solve(msv::Model{}, msv::SolveOptions{});
+  return backend->solve(msv::Model{}, options);
 }
 
 }  // namespace
@@ -67,4 +70,15 @@ TEST(IsolatedBackend, AnyExceptionInTheChildGivesAnErrorResult) {
   const msv::SolveResult result = solve_isolated(Behaviour::Throw);
   EXPECT_EQ(result.status, msv::Status::Error);
   EXPECT_EQ(result.message, "the solver failed with an exception");
+}
+
+// A solver that never returns is stopped at its wall-clock limit: a timeout without a solution.
+TEST(IsolatedBackend, ASolverPastItsWallClockLimitIsStopped) {
+  msv::SolveOptions options;
+  options.wall_limit_s = 0.2;
+  const msv::SolveResult result = solve_isolated(Behaviour::Hang, options);
+  EXPECT_EQ(result.status, msv::Status::Timeout);
+  EXPECT_EQ(result.backend, "scripted");
+  EXPECT_EQ(result.message, "stopped at its wall-clock limit");
+  EXPECT_FALSE(result.has_solution());
 }

@@ -1,0 +1,95 @@
+// A fast planner plans no worse: periods recorded from the planner before it had a memory floor
+// and a time budget (bench/planner_bench phases memories, heuristic scheduler), and what a
+// request cut short by its time limit returns.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/chain.hpp"
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "schedule/validate.hpp"
+#include "support/test_support.hpp"
+
+namespace mp = madpipe::partition;
+namespace mt = madpipe::testing;
+
+namespace {
+struct Recorded {
+  const char* profile;
+  int gpus;
+  std::int64_t memory_bytes;  // twice what no plan can go below, as planner_bench phases
+  double period_ms;
+};
+
+// The planner of before, on every shipped profile at 12 GB/s with C = 3.
+constexpr Recorded kRecorded[] = {
+    {"resnet50", 2, 14603085280, 85.3333333},      {"resnet50", 4, 7301542640, 199.568665},
+    {"resnet50", 8, 5399918592, 412.901999},       {"resnet50", 16, 5399918592, 412.901999},
+    {"gpt2_small", 2, 9880928256, 30.397676},      {"gpt2_small", 4, 9880928256, 23.391},
+    {"gpt2_small", 8, 9880928256, 23.391},         {"gpt2_small", 16, 9880928256, 23.391},
+    {"gpt2_xl16", 2, 11067752448, 37.6415667},     {"gpt2_xl16", 4, 5533876224, 33.299},
+    {"gpt2_xl16", 8, 4945084416, 20.6711},         {"gpt2_xl16", 16, 4945084416, 20.6711},
+    {"densenet121", 2, 21332258016, 146.4505},     {"densenet121", 4, 10666129008, 176.468767},
+};
+
+madpipe::Platform platform_of(int gpus, std::int64_t memory_bytes) {
+  return mt::make_platform(gpus, memory_bytes, 12e6, 3);
+}
+}  // namespace
+
+TEST(PlannerSpeed, NoWorseThanRecordedPeriodsOnTheShippedProfiles) {
+  for (const Recorded& recorded : kRecorded) {
+    SCOPED_TRACE(std::string(recorded.profile) + " on " + std::to_string(recorded.gpus) + " GPUs");
+    const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(recorded.profile));
+    mp::PlannerOptions options;
+    options.scheduler = mp::Scheduler::Heuristic;
+    const mp::PlanResult result =
+        mp::make_plan(profile, platform_of(recorded.gpus, recorded.memory_bytes), options);
+    ASSERT_TRUE(result.feasible) << result.reason;
+    EXPECT_TRUE(madpipe::schedule::validate(result.plan, profile).empty());
+    // The recorded periods have 9 significant digits.
+    EXPECT_LE(result.plan.predicted.period_ms, recorded.period_ms * (1 + 1e-8));
+    EXPECT_FALSE(result.cut_by_time_limit);
+  }
+}
+
+// Out of time from the start, a request still returns a valid plan where one fits (the work that
+// gives a first plan always runs), says what was cut, and where the time went.
+TEST(PlannerSpeed, CutByTheTimeLimitItReturnsAValidPlanAndSaysSo) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("densenet121"));
+  mp::PlannerOptions options;
+  options.time_limit_s = 1e-9;
+  const mp::PlanResult result =
+      mp::make_plan(profile, platform_of(8, std::int64_t{6} << 30), options);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_TRUE(madpipe::schedule::validate(result.plan, profile).empty());
+  EXPECT_TRUE(result.cut_by_time_limit);
+  ASSERT_FALSE(result.notes.empty());
+  const std::string& note = result.notes.back();
+  EXPECT_EQ(note.rfind("the time limit of 1e-09 s cut planning short: ", 0), 0u) << note;
+  EXPECT_NE(note.find("MadPipe-DP"), std::string::npos) << note;
+  EXPECT_NE(note.find("a longer --time-limit may find a shorter period"), std::string::npos) << note;
+  ASSERT_FALSE(result.phases.empty());
+  EXPECT_EQ(result.phases.front().phase, "contiguous-dp");
+}
+
+// Below what any allocation needs, a request is refused without planning; below the memory floor
+// the contiguous algorithms too.
+TEST(PlannerSpeed, HopelessRequestsAreRefusedWithoutPlanning) {
+  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("densenet121"));
+  const madpipe::ChainCosts costs(profile);
+  const madpipe::Platform probe = platform_of(2, 1);
+  for (mp::Algorithm algorithm : {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous}) {
+    mp::PlannerOptions options;
+    options.algorithm = algorithm;
+    const mp::MemoryFloor floor = mp::algorithm_memory_floor(costs, probe, options);
+    const std::int64_t below =
+        (algorithm == mp::Algorithm::MadPipe ? floor.any_allocation_bytes : floor.bytes) - 1;
+    const mp::PlanResult result = mp::make_plan(profile, platform_of(2, below), options);
+    EXPECT_FALSE(result.feasible);
+    EXPECT_TRUE(result.phases.empty()) << mp::to_string(algorithm);  // no phase ran
+  }
+}
