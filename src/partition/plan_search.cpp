@@ -370,6 +370,7 @@ static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platfor
   refine.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
   refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
   refine.out_of_time = context.out_of_time(kRefineShare);
+  refine.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
   const mp::ScheduledAllocation refined = mp::refine_allocation(
       costs, platform, {best->allocation, {best->pattern, best->method}}, refine,
       context.detail_sink());

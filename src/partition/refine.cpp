@@ -119,7 +119,10 @@ madpipe::partition::ScheduledAllocation madpipe::partition::refine_allocation(
   seen.insert({best.allocation.first_layers, best.allocation.gpus});
   int evaluations = 0;
   bool improved = true;
-  while (improved && evaluations < options.max_evaluations) {
+  auto at_bound = [&] {
+    return best.scheduled.pattern.normalized_period_ms() <= options.lower_bound_ms * (1 + 1e-9);
+  };
+  while (improved && evaluations < options.max_evaluations && !at_bound()) {
     improved = false;
     for (const Allocation& raw : neighbours(best.allocation, costs.num_layers(), platform)) {
       const Allocation candidate = canonical(raw, platform);

@@ -15,6 +15,7 @@ struct RefineOptions {
   int max_evaluations = 150;  // schedules tried; the search is deterministic
   schedule::ScheduleSearchOptions search{};
   std::function<bool()> out_of_time;  // asked before each schedule; true stops the search
+  double lower_bound_ms = 0;          // no plan is faster: the search stops once it gets there
 };
 
 struct ScheduledAllocation {
