@@ -67,19 +67,30 @@ static int ignore_event(CbcModel* /*model*/, int /*where_from*/) { return 0; }
 // isProvenInfeasible):
 //   isProvenOptimal()                         -> Optimal (within allowable gap)
 //   isContinuousUnbounded()                   -> Error "unbounded"
-//   isProvenInfeasible()                      -> Infeasible
+//   isProvenInfeasible()                      -> Infeasible, unless the time limit
+//                                                was spent before any node or LP
+//                                                iteration: then Timeout
 //   status() 1 (stopped on a limit), incumbent -> Feasible
 //   status() 1, no incumbent                  -> Timeout
 //   status() 2 (abandoned), anything else     -> Error with message
-static madpipe::solver::Status map_status(const CbcModel& cbc, std::string& message) {
+static madpipe::solver::Status map_status(const CbcModel& cbc, bool time_spent,
+                                          std::string& message) {
   using madpipe::solver::Status;
   if (cbc.isProvenOptimal()) return Status::Optimal;
   if (cbc.isContinuousUnbounded()) {
     message = "cbc: problem is unbounded";
     return Status::Error;
   }
-  if (cbc.isProvenInfeasible()) return Status::Infeasible;
   const bool incumbent = cbc.bestSolution() != nullptr;
+  if (cbc.isProvenInfeasible()) {
+    // With a limit of a few milliseconds, CBC's preprocessing can stop on the
+    // clock and still flag the model infeasible, without having solved a
+    // single LP. Only a proof that did some work is believed.
+    const bool no_work = cbc.getNodeCount() == 0 && cbc.getIterationCount() == 0 &&
+                         !cbc.isInitialSolveProvenPrimalInfeasible();
+    if (!(time_spent && no_work)) return Status::Infeasible;
+    return incumbent ? Status::Feasible : Status::Timeout;
+  }
   if (cbc.status() == 1) return incumbent ? Status::Feasible : Status::Timeout;
   if (cbc.status() == 2) {
     message = "cbc: search abandoned (numerical difficulties)";
@@ -165,9 +176,11 @@ madpipe::solver::SolveResult CbcBackend::solve(const madpipe::solver::Model& mod
   }
   argv.push_back("-solve");
   argv.push_back("-quit");
+  const auto started = std::chrono::steady_clock::now();
   CbcMain1(static_cast<int>(argv.size()), argv.data(), cbc, ignore_event, data);
+  const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - started;
 
-  result.status = map_status(cbc, result.message);
+  result.status = map_status(cbc, spent.count() >= options.time_limit_s, result.message);
   const double offset = model.objective_offset();
   if ((result.status == Status::Optimal || result.status == Status::Feasible) &&
       cbc.bestSolution()) {
