@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Fingerprints of every plan the `madpipe plan` command makes on the shipped profiles.
+
+Runs `madpipe plan` for every shipped profile, P in 2/4/8, three memories per P (tight, moderate,
+roomy: 0.6, 1 and 2 times the profile's stored bytes per GPU), every algorithm, and remat none and
+rotor, and records the SHA-256 of the written plan (or of the error message when nothing fits) and
+of the summary printed on stdout (less its "planned in" line). Requests cut by the time limit are
+recorded as `cut` and never compared, since what a cut keeps depends on the machine's speed.
+
+  plan_fingerprints.py --madpipe build/madpipe --write before.tsv
+  plan_fingerprints.py --madpipe build/madpipe --compare before.tsv
+
+--compare exits with status 1 and lists the cases whose fingerprints differ.
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PROFILES = sorted((REPO / "configs" / "profiles").glob("*.json"))
+GPUS = (2, 4, 8)
+MEMORY_FACTORS = (0.6, 1.0, 2.0)
+ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe", "ilp")
+REMATS = ("none", "rotor")
+TIME_LIMIT_S = 120
+
+
+def stored_bytes(profile):
+    layers = json.loads(profile.read_text())["layers"]
+    return sum(3 * l["weight_bytes"] + l["saved_bytes"] + l["output_bytes"] for l in layers)
+
+
+def cases():
+    for profile in PROFILES:
+        total = stored_bytes(profile)
+        for gpus in GPUS:
+            for factor in MEMORY_FACTORS:
+                memory = int(total / gpus * factor)
+                for algorithm in ALGORITHMS:
+                    # The full ILP is only practical on short chains and few GPUs.
+                    if algorithm == "ilp" and (gpus > 4 or profile.stem == "densenet121"):
+                        continue
+                    for remat in REMATS:
+                        yield profile, gpus, memory, algorithm, remat
+
+
+def digest(data):
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def run_case(madpipe, case):
+    profile, gpus, memory, algorithm, remat = case
+    key = f"{profile.stem}\tP{gpus}\t{memory}\t{algorithm}\t{remat}"
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = pathlib.Path(tmp) / "plan.json"
+        command = [madpipe, "plan", "--profile", str(profile), "--gpus", str(gpus), "--memory",
+                   str(memory), "--bandwidth", "12GB/s", "--algorithm", algorithm, "--remat", remat,
+                   "--time-limit", str(TIME_LIMIT_S), "-q", "-o", str(plan)]
+        done = subprocess.run(command, capture_output=True)
+        stdout = b"\n".join(line for line in done.stdout.splitlines()
+                            if not line.startswith(b"planned in"))
+        if b"cut planning short" in done.stdout + done.stderr:
+            return key, "cut", "-"
+        if done.returncode == 0 and plan.exists():
+            return key, "plan:" + digest(plan.read_bytes()), digest(stdout)
+        return key, f"exit{done.returncode}:" + digest(done.stderr), digest(stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--madpipe", default=str(REPO / "build" / "madpipe"))
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="FILE")
+    mode.add_argument("--compare", metavar="FILE")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+
+    all_cases = list(cases())
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for i, (key, plan, summary) in enumerate(
+                pool.map(lambda c: run_case(args.madpipe, c), all_cases), 1):
+            results[key] = (plan, summary)
+            if i % 25 == 0 or i == len(all_cases):
+                print(f"plan_fingerprints: {i}/{len(all_cases)} cases", file=sys.stderr)
+
+    lines = [f"{key}\t{plan}\t{summary}" for key, (plan, summary) in results.items()]
+    if args.write:
+        pathlib.Path(args.write).write_text("\n".join(lines) + "\n")
+        outcomes = [plan.split(":")[0] for plan, _ in results.values()]
+        print(f"{len(lines)} cases: {outcomes.count('plan')} plans, "
+              f"{sum(o.startswith('exit') for o in outcomes)} refusals, "
+              f"{outcomes.count('cut')} cut by the time limit")
+        return 0
+
+    before = {}
+    for line in pathlib.Path(args.compare).read_text().splitlines():
+        *key, plan, summary = line.split("\t")
+        before["\t".join(key)] = (plan, summary)
+    differ, compared, skipped = [], 0, 0
+    for key, now in results.items():
+        then = before.get(key)
+        if then is None or "cut" in (then[0], now[0]):
+            skipped += 1
+            continue
+        compared += 1
+        if then != now:
+            differ.append(f"  {key}: {then[0]} {then[1]} -> {now[0]} {now[1]}")
+    print(f"{compared} cases compared, {len(differ)} differ, {skipped} not compared "
+          f"(cut by the time limit, or new)")
+    if differ:
+        print("\n".join(differ))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
