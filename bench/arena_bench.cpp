@@ -1,8 +1,8 @@
 // Static arenas against PyTorch's caching allocator (docs/planner.md, "Static memory plans"):
 // for every stage of a planned ResNet-50 and GPT-2 small pipeline, the activation and workspace
-// tensors of the stage's in-flight micro-batches (schedule::stage_tensor_graph) placed by
+// tensors of the stage's in-flight micro-batches (arena::stage_tensor_graph) placed by
 // first fit, by the address ILP around OLLA's pyramid, and replayed through the model of the caching allocator
-// (schedule::simulate_caching_allocator). Printed as a table with ratios; nothing is asserted.
+// (arena::simulate_caching_allocator). Printed as a table with ratios; nothing is asserted.
 //
 //   arena_bench [time limit per ILP in s, default 10]
 
@@ -15,12 +15,12 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
-#include "schedule/address_plan.hpp"
-#include "schedule/caching_allocator.hpp"
+#include "arena/address_plan.hpp"
+#include "arena/caching_allocator.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/remat_sequence.hpp"
-#include "schedule/tensor_graph.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "arena/tensor_graph.hpp"
 
 using namespace madpipe;
 
@@ -48,7 +48,7 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
     std::printf("%s: no plan (%s)\n", name.c_str(), result.reason.c_str());
     return;
   }
-  const schedule::Plan& plan = result.plan;
+  const plan::Plan& plan = result.plan;
   const std::vector<int> nca =
       schedule::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   std::printf("\n%s on %d GPUs (%s each), %zu stages; GiB of activations and workspaces per stage\n",
@@ -56,21 +56,21 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
   std::printf("%5s %7s %4s %7s %8s %8s %8s %8s %8s %9s %9s %8s\n", "stage", "layers", "nca",
               "tensors", "sum", "live", "greedy", "ilp", "caching", "cach/ilp", "frag", "ilp s");
   for (const schedule::Stage& stage : plan.stages) {
-    const schedule::RematChain chain =
-        schedule::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
-    const schedule::TensorGraph graph =
-        schedule::stage_tensor_graph(chain, schedule::RematSequence{}, nca[stage.id]);
-    const std::vector<schedule::Buffer> buffers = schedule::buffers_of(graph);
-    const schedule::AddressPlan greedy = schedule::best_greedy_address_plan(buffers);
-    schedule::AddressIlpOptions ilp_options;
+    const remat::RematChain chain =
+        remat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    const arena::TensorGraph graph =
+        arena::stage_tensor_graph(chain, remat::RematSequence{}, nca[stage.id]);
+    const std::vector<arena::Buffer> buffers = arena::buffers_of(graph);
+    const arena::AddressPlan greedy = arena::best_greedy_address_plan(buffers);
+    arena::AddressIlpOptions ilp_options;
     ilp_options.solve.time_limit_s = time_limit;
     ilp_options.pyramid = true;
     const auto started = std::chrono::steady_clock::now();
-    const schedule::AddressPlan ilp = schedule::ilp_address_plan(buffers, ilp_options);
+    const arena::AddressPlan ilp = arena::ilp_address_plan(buffers, ilp_options);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const schedule::CachingAllocatorPeak caching = schedule::simulate_caching_allocator(buffers);
-    const std::int64_t live = schedule::live_bytes_lower_bound(buffers);
+    const arena::CachingAllocatorPeak caching = arena::simulate_caching_allocator(buffers);
+    const std::int64_t live = arena::live_bytes_lower_bound(buffers);
     char layers[16];
     std::snprintf(layers, sizeof layers, "%d-%d", stage.first_layer, stage.last_layer);
     std::printf("%5d %7s %4d %7zu %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8.1f%% %8.2f%s\n", stage.id,

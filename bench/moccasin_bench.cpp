@@ -16,9 +16,9 @@
 
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "schedule/moccasin.hpp"
-#include "schedule/remat_heuristic.hpp"
-#include "schedule/stage_graph.hpp"
+#include "remat/moccasin.hpp"
+#include "remat/remat_heuristic.hpp"
+#include "remat/stage_graph.hpp"
 
 using namespace madpipe;
 
@@ -28,12 +28,12 @@ static Profile shipped(const std::string& name) {
 
 struct Case {
   std::string label;
-  schedule::RematGraph graph;
+  remat::RematGraph graph;
 };
 
-static int edges_of(const schedule::RematGraph& graph) {
+static int edges_of(const remat::RematGraph& graph) {
   int edges = 0;
-  for (const schedule::RematNode& node : graph.nodes) edges += static_cast<int>(node.inputs.size());
+  for (const remat::RematNode& node : graph.nodes) edges += static_cast<int>(node.inputs.size());
   return edges;
 }
 
@@ -42,11 +42,11 @@ int main(int argc, char** argv) {
   const Profile gpt = shipped("gpt2_small");
   const Profile resnet = shipped("resnet50");
   const std::vector<Case> cases = {
-      {"gpt2_small h.0-h.3 ops", schedule::stage_graph(gpt, 1, 4)},
-      {"resnet50 layer2.0-2.3 ops", schedule::stage_graph(resnet, 7, 10)},
-      {"resnet50 layers 0-20 chain", schedule::layer_chain_graph(resnet, 0, 20)},
+      {"gpt2_small h.0-h.3 ops", remat::stage_graph(gpt, 1, 4)},
+      {"resnet50 layer2.0-2.3 ops", remat::stage_graph(resnet, 7, 10)},
+      {"resnet50 layers 0-20 chain", remat::layer_chain_graph(resnet, 0, 20)},
   };
-  schedule::MoccasinOptions options;
+  remat::MoccasinOptions options;
   options.solve.time_limit_s = time_limit_s;
   std::printf("Moccasin MILP (staged variant, C = %d, time limit %.0f s per solve)\n",
               options.max_computations, time_limit_s);
@@ -54,14 +54,14 @@ int main(int argc, char** argv) {
               "edges", "vars", "rows", "budget", "status", "plan by", "overhead", "bound", "hint",
               "peak/budget", "seconds");
   for (const Case& c : cases) {
-    const std::int64_t peak = schedule::no_remat_peak_bytes(c.graph);
+    const std::int64_t peak = remat::no_remat_peak_bytes(c.graph);
     for (int percent : {90, 80}) {
       const std::int64_t budget = peak / 100 * percent;
-      const schedule::RematHint hint =
-          schedule::best_remat_hint(c.graph, budget, options.max_computations);
+      const remat::RematHint hint =
+          remat::best_remat_hint(c.graph, budget, options.max_computations);
       const solver::Model model =
-          schedule::moccasin_model(c.graph, budget, options, schedule::MoccasinVariant::Staged);
-      const schedule::MoccasinResult result = schedule::moccasin_remat(c.graph, budget, options);
+          remat::moccasin_model(c.graph, budget, options, remat::MoccasinVariant::Staged);
+      const remat::MoccasinResult result = remat::moccasin_remat(c.graph, budget, options);
       const double base = result.base_ms;
       std::printf(
           "%-27s %5d %5d %6d %6d %5d%% %10s %-27s %8.2f%% %8.2f%% %8.2f%% %11.3f %8.1f\n",

@@ -54,9 +54,13 @@ def digest(data):
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+def case_key(profile, gpus, memory, algorithm, remat):
+    return f"{profile.stem}\tP{gpus}\t{memory}\t{algorithm}\t{remat}"
+
+
 def run_case(madpipe, case):
     profile, gpus, memory, algorithm, remat = case
-    key = f"{profile.stem}\tP{gpus}\t{memory}\t{algorithm}\t{remat}"
+    key = case_key(*case)
     with tempfile.TemporaryDirectory() as tmp:
         plan = pathlib.Path(tmp) / "plan.json"
         command = [madpipe, "plan", "--profile", str(profile), "--gpus", str(gpus), "--memory",
@@ -82,6 +86,13 @@ def main():
     args = parser.parse_args()
 
     all_cases = list(cases())
+    before = {}
+    if args.compare:
+        for line in pathlib.Path(args.compare).read_text().splitlines():
+            *key, plan, summary = line.split("\t")
+            before["\t".join(key)] = (plan, summary)
+        # Cases the time limit cut before cannot be compared: not run again.
+        all_cases = [c for c in all_cases if before.get(case_key(*c), ("cut",))[0] != "cut"]
     results = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for i, (key, plan, summary) in enumerate(
@@ -99,10 +110,6 @@ def main():
               f"{outcomes.count('cut')} cut by the time limit")
         return 0
 
-    before = {}
-    for line in pathlib.Path(args.compare).read_text().splitlines():
-        *key, plan, summary = line.split("\t")
-        before["\t".join(key)] = (plan, summary)
     differ, compared, skipped = [], 0, 0
     for key, now in results.items():
         then = before.get(key)
@@ -112,6 +119,7 @@ def main():
         compared += 1
         if then != now:
             differ.append(f"  {key}: {then[0]} {then[1]} -> {now[0]} {now[1]}")
+    skipped += len(before) - len(results)
     print(f"{compared} cases compared, {len(differ)} differ, {skipped} not compared "
           f"(cut by the time limit, or new)")
     if differ:

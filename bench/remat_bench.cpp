@@ -16,8 +16,8 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/rotor.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/rotor.hpp"
 
 using namespace madpipe;
 using Clock = std::chrono::steady_clock;
@@ -31,11 +31,11 @@ static Profile shipped(const std::string& name) {
 }
 
 // ResNet-like chain: activation sizes and times vary per stage.
-static schedule::RematChain synthetic_chain(int stages, unsigned seed) {
+static remat::RematChain synthetic_chain(int stages, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int64_t> size(20'000'000, 400'000'000);
   std::uniform_real_distribution<double> ms(0.5, 4.0);
-  schedule::RematChain chain = schedule::make_remat_chain(stages);
+  remat::RematChain chain = remat::make_remat_chain(stages);
   chain.a[0] = chain.abar[0] = chain.delta[0] = size(rng);
   for (int k = 1; k <= stages; ++k) {
     chain.forward_ms[k] = ms(rng);
@@ -52,11 +52,11 @@ static void bench_dp() {
   std::printf("ROTOR persistent DP, 500 slots, budget = 1/3 of the store-all peak\n");
   std::printf("%8s %12s %12s %14s\n", "stages", "DP seconds", "overhead", "sequence ops");
   for (int stages : {67, 339}) {
-    const schedule::RematChain chain = synthetic_chain(stages, 3);
+    const remat::RematChain chain = synthetic_chain(stages, 3);
     const std::int64_t all =
-        schedule::replay_sequence(chain, schedule::store_all_sequence(chain)).peak_bytes;
+        remat::replay_sequence(chain, remat::store_all_sequence(chain)).peak_bytes;
     const auto start = Clock::now();
-    const schedule::RematResult result = schedule::optimal_remat(chain, all / 3, 500);
+    const remat::RematResult result = remat::optimal_remat(chain, all / 3, 500);
     const double seconds = seconds_since(start);
     std::printf("%8d %12.3f %11.1f%% %14zu\n", stages, seconds,
                 result.feasible ? 100 * (result.replay.total_ms() / chain.sequential_ms() - 1) : -1.0,
@@ -68,12 +68,12 @@ static void bench_dp() {
 static void bench_overhead() {
   const Profile profile = shipped("resnet50");
   const int layers = static_cast<int>(profile.layers.size());
-  const schedule::RematChain chain = schedule::stage_remat_chain(profile, 0, layers - 1);
-  const schedule::SequenceReplay all =
-      schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
+  const remat::RematChain chain = remat::stage_remat_chain(profile, 0, layers - 1);
+  const remat::SequenceReplay all =
+      remat::replay_sequence(chain, remat::store_all_sequence(chain));
   const int sqrt_segments = static_cast<int>(std::lround(std::sqrt(layers)));
-  const schedule::SequenceReplay sqrt_l =
-      schedule::replay_sequence(chain, schedule::sequential_checkpoint_sequence(chain, sqrt_segments));
+  const remat::SequenceReplay sqrt_l =
+      remat::replay_sequence(chain, remat::sequential_checkpoint_sequence(chain, sqrt_segments));
   std::printf("ResNet-50 (%d layers, batch %d): no remat %s, peak %s\n", layers, profile.batch,
               format_ms(all.total_ms()).c_str(), format_bytes(all.peak_bytes).c_str());
   std::printf("checkpointing every sqrt(L) layers (%d segments): overhead %.1f%%, peak %s\n\n",
@@ -86,14 +86,14 @@ static void bench_overhead() {
   int ratio_count = 0;
   for (int divisor : {2, 3, 4}) {
     const std::int64_t budget = all.peak_bytes / divisor;
-    const schedule::RematResult rotor = schedule::optimal_remat(chain, budget, 500);
+    const remat::RematResult rotor = remat::optimal_remat(chain, budget, 500);
     // Best uniform segmentation that fits the same budget.
     double best_time = -1;
     int best_segments = 0;
     std::int64_t best_peak = 0;
     for (int segments = 1; segments <= 2 * layers; ++segments) {
-      const schedule::SequenceReplay r = schedule::replay_sequence(
-          chain, schedule::sequential_checkpoint_sequence(chain, segments));
+      const remat::SequenceReplay r = remat::replay_sequence(
+          chain, remat::sequential_checkpoint_sequence(chain, segments));
       if (!r.valid || r.peak_bytes > budget) continue;
       if (best_time < 0 || r.total_ms() < best_time) {
         best_time = r.total_ms();
@@ -128,7 +128,7 @@ static void bench_overhead() {
     std::printf("ROTOR is %.1f%% faster than the best segmentation on average\n",
                 100 * ratio_sum / ratio_count);
   // At exactly the memory sqrt(L) checkpointing needs (the thesis' comparison).
-  const schedule::RematResult same = schedule::optimal_remat(chain, sqrt_l.peak_bytes, 500);
+  const remat::RematResult same = remat::optimal_remat(chain, sqrt_l.peak_bytes, 500);
   if (same.feasible)
     std::printf("at the sqrt(L) memory (%s): rotor overhead %.1f%% vs %.1f%%, rotor %.1f%% faster\n",
                 format_bytes(sqrt_l.peak_bytes).c_str(),
@@ -139,9 +139,9 @@ static void bench_overhead() {
   std::int64_t lo = 0, hi = all.peak_bytes;
   while (hi - lo > all.peak_bytes / 100) {
     const std::int64_t mid = lo + (hi - lo) / 2;
-    (schedule::optimal_remat(chain, mid, 500).feasible ? hi : lo) = mid;
+    (remat::optimal_remat(chain, mid, 500).feasible ? hi : lo) = mid;
   }
-  const schedule::RematResult smallest = schedule::optimal_remat(chain, hi, 500);
+  const remat::RematResult smallest = remat::optimal_remat(chain, hi, 500);
   std::printf("smallest memory rotor fits: %s (1/%.1f of no remat), overhead %.1f%%\n\n",
               format_bytes(hi).c_str(), static_cast<double>(all.peak_bytes) / hi,
               100 * (smallest.replay.total_ms() / all.total_ms() - 1));

@@ -14,7 +14,7 @@
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/transport.hpp"
-#include "schedule/program.hpp"
+#include "plan/program.hpp"
 
 using namespace madpipe;
 
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   platform.memory_bytes = 1LL << 34;
   platform.bandwidth_bytes_per_ms = 1e9;
   const auto result = partition::make_plan(profile, platform);
-  const schedule::Program program = schedule::lower(result.plan, micro_batches);
+  const plan::Program program = plan::lower(result.plan, micro_batches);
   auto transport = runtime::make_mpi_transport(static_cast<int>(result.plan.stages.size()));
   runtime::PipelineExecutor executor(pipelined, result.plan, 0, *transport, sample);
   torch::optim::AdamW pipelined_optimizer(pipelined.parameters(0, profile.layers.size() - 1));

@@ -2,7 +2,8 @@
 # headers under include/madpipe/ (users write #include "partition/planner.hpp"), a CMake package
 # (find_package(madpipe); target madpipe::planner) and a pkg-config file (madpipe-planner), all
 # in the install component "planner" (cmake --install build --component planner). See docs/api.md.
-set(madpipe_planner_layers madpipe_core madpipe_solver madpipe_schedule madpipe_partition)
+set(madpipe_planner_layers madpipe_core madpipe_solver madpipe_schedule madpipe_remat madpipe_arena
+    madpipe_plan madpipe_partition)
 foreach(target IN LISTS madpipe_planner_layers ITEMS madpipe_planner)
   string(REGEX REPLACE "^madpipe_" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
@@ -11,7 +12,7 @@ install(TARGETS ${madpipe_planner_layers} madpipe_planner EXPORT madpipeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT planner
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT planner
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT planner)
-foreach(layer core solver schedule partition)
+foreach(layer core solver schedule remat arena plan partition)
   # The MILP backends' headers (src/solver/backends/) are private to the solver library.
   install(DIRECTORY src/${layer} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/madpipe COMPONENT planner
           FILES_MATCHING PATTERN "*.hpp" PATTERN "backends" EXCLUDE)

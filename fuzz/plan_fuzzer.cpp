@@ -13,11 +13,11 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "fuzz_support.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/timeline.hpp"
-#include "schedule/validate.hpp"
+#include "plan/plan.hpp"
+#include "plan/timeline.hpp"
+#include "plan/validate.hpp"
 
-namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 // The profiles the seed plans of fuzz/corpus/plan_fuzzer/ were made for (madpipe plan --profile
 // FILE --output); the first one is the fallback.
@@ -42,21 +42,21 @@ static const madpipe::Profile& profile_named(const std::string& name) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const madpipe::Profile& fallback = profiles().front();
   const auto plan = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
-    return ms::read_plan(path);
+    return mplan::read_plan(path);
   });
   if (!plan) return 0;
-  const std::vector<ms::Violation> violations = ms::validate(*plan);
-  (void)ms::validate(*plan, profile_named(plan->profile));
-  (void)ms::validate(*plan, fallback);
+  const std::vector<mplan::Violation> violations = mplan::validate(*plan);
+  (void)mplan::validate(*plan, profile_named(plan->profile));
+  (void)mplan::validate(*plan, fallback);
   try {
-    ms::throw_if_invalid(violations, "plan.json");
+    mplan::throw_if_invalid(violations, "plan.json");
   } catch (const madpipe::Error& e) {
     madpipe::fuzz::expect_user_error(e);
     return 0;
   }
-  madpipe::fuzz::expect_round_trip(*plan, ms::plan_to_json, ms::plan_from_json, "plan");
+  madpipe::fuzz::expect_round_trip(*plan, mplan::plan_to_json, mplan::plan_from_json, "plan");
   try {
-    (void)ms::timeline_of_plan(*plan);
+    (void)mplan::timeline_of_plan(*plan);
   } catch (const madpipe::Error& e) {
     madpipe::fuzz::expect_user_error(e);
   }

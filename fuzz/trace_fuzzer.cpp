@@ -10,23 +10,23 @@
 
 #include "core/error.hpp"
 #include "fuzz_support.hpp"
-#include "schedule/timeline.hpp"
-#include "schedule/trace.hpp"
+#include "plan/timeline.hpp"
+#include "plan/trace.hpp"
 
-namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto trace = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
-    return ms::read_trace(path);
+    return mplan::read_trace(path);
   });
   if (!trace) return 0;
-  (void)ms::format_summary(ms::summarize(*trace));
+  (void)mplan::format_summary(mplan::summarize(*trace));
   try {
-    (void)ms::timeline_of_trace(*trace);
-    (void)ms::timeline_of_trace(*trace, 0);
+    (void)mplan::timeline_of_trace(*trace);
+    (void)mplan::timeline_of_trace(*trace, 0);
   } catch (const madpipe::Error& e) {
     madpipe::fuzz::expect_user_error(e);
   }
-  madpipe::fuzz::expect_round_trip(*trace, ms::trace_to_json, ms::trace_from_json, "trace");
+  madpipe::fuzz::expect_round_trip(*trace, mplan::trace_to_json, mplan::trace_from_json, "trace");
   return 0;
 }

@@ -22,4 +22,4 @@ cmake --build "$build"
 # Leaks fail a test too; UBSan prints the stack of what it reports.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-ctest --test-dir "$build" --output-on-failure -j2 -L 'core|solver|schedule|partition|cli'
+ctest --test-dir "$build" --output-on-failure -j2 -L 'core|solver|schedule|remat|arena|plan|partition|cli'

@@ -6,10 +6,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-# Layering: the planner layers build without LibTorch, MPI, NCCL or CUDA (ARCHITECTURE.md), and
+# Layering: the planner layers build without LibTorch, MPI, NCCL or CUDA (docs/architecture.md), and
 # CBC/GLPK headers appear only in src/solver/backends/ (STYLE.md).
 planner_dirs=()
-for dir in src/core src/solver src/schedule src/partition; do
+for dir in src/core src/solver src/schedule src/remat src/arena src/plan src/partition; do
   [[ -d $dir ]] && planner_dirs+=("$dir")
 done
 if [[ ${#planner_dirs[@]} -gt 0 ]] &&
@@ -24,6 +24,31 @@ if grep -rnE '#include\s*[<"](coin/|coin-or/|Cbc[A-Z]|Clp[A-Z]|Osi[A-Z]|Coin[A-Z
     "(listed above)" >&2
   exit 1
 fi
+
+# Rooms: each library includes only the libraries it links (docs/architecture.md, CMakeLists.txt).
+declare -A may_include=(
+  [core]="core"
+  [solver]="core solver"
+  [schedule]="core solver schedule"
+  [remat]="core solver remat"
+  [arena]="core solver schedule remat arena"
+  [plan]="core solver schedule remat arena plan"
+  [partition]="core solver schedule remat arena plan partition"
+)
+all_layers="core solver schedule remat arena plan partition runtime cli"
+for layer in "${!may_include[@]}"; do
+  [[ -d src/$layer ]] || continue
+  forbidden=()
+  for other in $all_layers; do
+    [[ " ${may_include[$layer]} " == *" $other "* ]] || forbidden+=("$other")
+  done
+  pattern="#include\s*\"($(IFS='|'; echo "${forbidden[*]}"))/"
+  if grep -rnE "$pattern" "src/$layer"; then
+    echo "test.sh: error: src/$layer includes a library it does not link (listed above); it" \
+      "may include: ${may_include[$layer]}" >&2
+    exit 1
+  fi
+done
 
 export CCACHE_DIR=${CCACHE_DIR:-$repo/.ccache}
 launcher=()

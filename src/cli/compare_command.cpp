@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -94,13 +94,13 @@ madpipe::cli::PlanSummary madpipe::cli::plan_summary(const Profile& profile,
   summary.planning_seconds = result.planning_seconds;
   summary.cut_by_time_limit = result.cut_by_time_limit;
   if (!result.feasible) return summary;
-  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
+  const std::vector<plan::Violation> violations = plan::validate(result.plan, profile);
   if (!violations.empty()) {
     throw Error(ErrorKind::Internal, "", violations.front().field,
                 violations.front().problem + " (the " + partition::to_string(options.algorithm) +
                     " planner produced an invalid plan; please report it)");
   }
-  const schedule::Predicted& predicted = result.plan.predicted;
+  const plan::Predicted& predicted = result.plan.predicted;
   summary.feasible = true;
   summary.period_ms = predicted.period_ms;
   summary.throughput_per_s = predicted.throughput_per_s;

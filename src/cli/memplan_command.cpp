@@ -5,15 +5,15 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "schedule/address_plan.hpp"
-#include "schedule/caching_allocator.hpp"
+#include "arena/address_plan.hpp"
+#include "arena/caching_allocator.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/modulo_memory.hpp"
-#include "schedule/operator_order.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/remat_sequence.hpp"
-#include "schedule/tensor_graph.hpp"
+#include "arena/modulo_memory.hpp"
+#include "arena/operator_order.hpp"
+#include "plan/plan.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "arena/tensor_graph.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -112,12 +112,12 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
     choice.last = options.last_layer;
     choice.sequence = options.sequence;
     choice.in_flight = std::max(options.in_flight, 1);
-    choice.pattern = madpipe::schedule::one_f_one_b_stage_pattern(choice.in_flight);
+    choice.pattern = madpipe::arena::one_f_one_b_stage_pattern(choice.in_flight);
   } else {
     if (options.first_layer >= 0 || options.last_layer >= 0 || !options.sequence.empty())
       throw_invalid("", "--plan", "takes the stage from the plan: drop --first, --last and "
                                   "--remat-sequence");
-    const madpipe::schedule::Plan plan = madpipe::schedule::read_plan(options.plan_path);
+    const madpipe::plan::Plan plan = madpipe::plan::read_plan(options.plan_path);
     const int stages = static_cast<int>(plan.stages.size());
     if (options.stage < 0 || options.stage >= stages)
       throw_invalid("", "--stage",
@@ -162,7 +162,7 @@ static std::string versus(std::int64_t value, std::int64_t bound) {
 namespace {
 // The buffers to place and the op at each of their timesteps.
 struct Timeline {
-  std::vector<madpipe::schedule::Buffer> buffers;
+  std::vector<madpipe::arena::Buffer> buffers;
   std::vector<std::string> steps;
 };
 }  // namespace
@@ -171,9 +171,9 @@ static std::string seconds(double s) { return madpipe::cli::fixed(s, 2) + " s"; 
 
 // One window of the stage (graph line, and the order ILP's line with --order ilp).
 static Timeline window_timeline(const madpipe::cli::MemplanOptions& options,
-                                const madpipe::schedule::RematChain& chain,
-                                const madpipe::schedule::RematSequence& sequence, int in_flight) {
-  using namespace madpipe::schedule;
+                                const madpipe::remat::RematChain& chain,
+                                const madpipe::remat::RematSequence& sequence, int in_flight) {
+  using namespace madpipe::arena;
   TensorGraph graph = stage_tensor_graph(chain, sequence, in_flight);
   std::cout << "graph      " << graph.nodes.size() << " ops, " << graph.tensors.size()
             << " tensors\n";
@@ -204,9 +204,9 @@ static Timeline window_timeline(const madpipe::cli::MemplanOptions& options,
 // The circle of the periodic steady state (steady and circle lines).
 static Timeline steady_timeline(const madpipe::cli::MemplanOptions& options,
                                 const StageChoice& choice,
-                                const madpipe::schedule::RematChain& chain,
-                                const madpipe::schedule::RematSequence& sequence) {
-  using namespace madpipe::schedule;
+                                const madpipe::remat::RematChain& chain,
+                                const madpipe::remat::RematSequence& sequence) {
+  using namespace madpipe::arena;
   const SteadyStateBuffers steady =
       steady_state_buffers(chain, sequence, choice.pattern, choice.pattern_stage, options.periods);
   if (options.plan_path.empty()) {
@@ -226,7 +226,8 @@ static Timeline steady_timeline(const madpipe::cli::MemplanOptions& options,
 }
 
 int madpipe::cli::run_memplan(const MemplanOptions& options) {
-  using namespace madpipe::schedule;
+  using namespace madpipe::arena;
+  using namespace madpipe::remat;
   if (options.steady_state && options.order == "ilp")
     throw_invalid("", "--order", "ilp reorders one window of the stage; not with --steady-state");
   if (!options.steady_state && options.periods > 0)

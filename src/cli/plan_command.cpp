@@ -7,8 +7,8 @@
 #include "core/units.hpp"
 #include "partition/infeasible.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/validate.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -61,7 +61,7 @@ static std::string stages_of_gpu(const std::vector<madpipe::schedule::Stage>& st
 }
 
 // On several nodes: the stage boundaries whose transfers cross nodes, one line each.
-static void print_node_crossings(const madpipe::schedule::Plan& plan) {
+static void print_node_crossings(const madpipe::plan::Plan& plan) {
   using namespace madpipe;
   if (num_nodes(plan.platform) < 2) return;
   const std::string label = "across nodes ";
@@ -80,7 +80,7 @@ static void print_node_crossings(const madpipe::schedule::Plan& plan) {
   if (printed == 0) std::cout << label << "none: every stage boundary stays inside a node\n";
 }
 
-static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Profile& profile,
+static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profile& profile,
                           double planning_seconds) {
   using namespace madpipe;
   using cli::Align;
@@ -126,7 +126,7 @@ static void print_summary(const madpipe::schedule::Plan& plan, const madpipe::Pr
   cli::print_table(stages, std::cout);
   print_node_crossings(plan);
 
-  const schedule::Predicted& predicted = plan.predicted;
+  const plan::Predicted& predicted = plan.predicted;
   std::cout << "\nperiod       " << format_ms(predicted.period_ms) << " per micro-batch";
   if (pattern.k > 1) {
     std::cout << " (pattern period " << format_ms(pattern.period_ms) << " for k = " << pattern.k
@@ -185,16 +185,16 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
   const partition::PlanResult result = partition::make_plan(profile, platform, planner);
   if (!result.feasible) throw_infeasible(result, profile, platform, planner, options.quiet);
 
-  const std::vector<schedule::Violation> violations = schedule::validate(result.plan, profile);
+  const std::vector<plan::Violation> violations = plan::validate(result.plan, profile);
   if (!violations.empty()) {
-    const schedule::Violation& first = violations.front();
+    const plan::Violation& first = violations.front();
     throw Error(ErrorKind::Internal, "", first.field,
                 first.problem + " (the planner produced an invalid plan, " +
                     std::to_string(violations.size()) + " violation(s); please report it)");
   }
   print_summary(result.plan, profile, result.planning_seconds);
   if (result.plan.solver) {
-    const schedule::SolverInfo& solver = *result.plan.solver;
+    const plan::SolverInfo& solver = *result.plan.solver;
     std::cout << "solver       " << solver.backend << ", " << solver.status << " in "
               << cli::fixed(solver.seconds, 2) << " s, objective " << format_ms(solver.objective)
               << ", bound " << format_ms(solver.bound) << ", gap "
@@ -202,7 +202,7 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
   }
   for (const std::string& note : result.notes) std::cout << "note         " << note << '\n';
   if (!options.output_path.empty()) {
-    schedule::write_plan(result.plan, options.output_path);
+    plan::write_plan(result.plan, options.output_path);
     std::cout << "plan written to " << options.output_path << '\n';
   }
   return 0;

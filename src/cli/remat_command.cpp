@@ -4,13 +4,13 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "schedule/moccasin.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/remat_graph.hpp"
-#include "schedule/remat_sequence.hpp"
-#include "schedule/pofo.hpp"
-#include "schedule/rotor.hpp"
-#include "schedule/stage_graph.hpp"
+#include "remat/moccasin.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_graph.hpp"
+#include "remat/remat_sequence.hpp"
+#include "remat/pofo.hpp"
+#include "remat/rotor.hpp"
+#include "remat/stage_graph.hpp"
 #include "cli/table.hpp"
 
 #include <chrono>
@@ -118,8 +118,8 @@ static std::string bytes(std::int64_t value) {
 
 // --offload host: the offloading DP with recomputation.
 static int run_offload(const madpipe::cli::RematCommandOptions& options,
-                       const madpipe::schedule::RematChain& chain,
-                       const madpipe::schedule::SequenceReplay& all) {
+                       const madpipe::remat::RematChain& chain,
+                       const madpipe::remat::SequenceReplay& all) {
   using namespace madpipe;
   using cli::fixed;
   if (!(options.host_bytes_per_ms > 0))
@@ -127,7 +127,7 @@ static int run_offload(const madpipe::cli::RematCommandOptions& options,
   if (options.nca != 1)
     throw_invalid("", "--nca", "offloading is planned for one micro-batch in flight (--nca 1)");
   const auto started = std::chrono::steady_clock::now();
-  const schedule::OffloadResult result = schedule::optimal_offload_remat(
+  const remat::OffloadResult result = remat::optimal_offload_remat(
       chain, options.memory_bytes, options.host_bytes_per_ms, options.offload_steps);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -135,7 +135,7 @@ static int run_offload(const madpipe::cli::RematCommandOptions& options,
     throw Error(ErrorKind::InvalidInput, "", "--memory",
                 "no offloading sequence fits in " + bytes(options.memory_bytes) +
                     "; the stage's input alone and its largest layer need more");
-  const schedule::OffloadReplay& r = result.replay;
+  const remat::OffloadReplay& r = result.replay;
   std::cout << "host link      " << format_bandwidth(options.host_bytes_per_ms) << ", "
             << options.offload_steps << " memory steps\n"
             << "time           " << format_ms(r.total_ms) << " (+"
@@ -147,19 +147,19 @@ static int run_offload(const madpipe::cli::RematCommandOptions& options,
                "forward to backward "
             << bytes(r.stored_bytes) << '\n'
             << "DP time        " << fixed(seconds, 3) << " s\n"
-            << "sequence       " << schedule::to_string(result.sequence, chain) << '\n';
+            << "sequence       " << remat::to_string(result.sequence, chain) << '\n';
   return 0;
 }
 
-static madpipe::schedule::MoccasinVariant variant_named(const std::string& name) {
-  using madpipe::schedule::MoccasinVariant;
+static madpipe::remat::MoccasinVariant variant_named(const std::string& name) {
+  using madpipe::remat::MoccasinVariant;
   if (name == "staged") return MoccasinVariant::Staged;
   if (name == "order-free") return MoccasinVariant::OrderFree;
   return MoccasinVariant::Auto;
 }
 
 // "conv1 x2, relu1 x2" for the nodes computed more than once; "none" without.
-static std::string recomputed_nodes(const madpipe::schedule::RematGraph& graph,
+static std::string recomputed_nodes(const madpipe::remat::RematGraph& graph,
                                     const std::vector<int>& computations) {
   std::string text;
   for (std::size_t v = 0; v < computations.size(); ++v) {
@@ -177,18 +177,18 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
   using cli::fixed;
   if (options.offload) throw_invalid("", "--offload", "is not planned with --graph");
   if (options.nca != 1) throw_invalid("", "--nca", "--graph plans one micro-batch (--nca 1)");
-  const schedule::RematGraph graph =
-      options.graph == "layers" ? schedule::layer_chain_graph(profile, options.first_layer, last)
-                                : schedule::stage_graph(profile, options.first_layer, last);
-  schedule::MoccasinOptions moccasin;
+  const remat::RematGraph graph =
+      options.graph == "layers" ? remat::layer_chain_graph(profile, options.first_layer, last)
+                                : remat::stage_graph(profile, options.first_layer, last);
+  remat::MoccasinOptions moccasin;
   moccasin.max_computations = options.max_computations;
   moccasin.variant = variant_named(options.variant);
   moccasin.backend = options.solver;
   moccasin.solve.time_limit_s = options.time_limit_s;
   int edges = 0;
-  for (const schedule::RematNode& node : graph.nodes) edges += static_cast<int>(node.inputs.size());
-  const std::int64_t no_remat = schedule::no_remat_peak_bytes(graph);
-  const double base = schedule::base_duration_ms(graph);
+  for (const remat::RematNode& node : graph.nodes) edges += static_cast<int>(node.inputs.size());
+  const std::int64_t no_remat = remat::no_remat_peak_bytes(graph);
+  const double base = remat::base_duration_ms(graph);
   std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
             << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
             << "graph          " << graph.size() << " nodes ("
@@ -201,9 +201,9 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
                          static_cast<double>(no_remat),
                      0)
             << "% of that), at most " << options.max_computations << " computations per node, "
-            << schedule::to_string(schedule::resolved_variant(graph, moccasin)) << " variant\n";
-  const schedule::MoccasinResult result =
-      schedule::moccasin_remat(graph, options.memory_bytes, moccasin);
+            << remat::to_string(remat::resolved_variant(graph, moccasin)) << " variant\n";
+  const remat::MoccasinResult result =
+      remat::moccasin_remat(graph, options.memory_bytes, moccasin);
   std::cout << "result         " << solver::to_string(result.status);
   if (result.has_plan()) std::cout << " (plan by " << result.method << ")";
   std::cout << ": " << result.note << '\n';
@@ -226,7 +226,7 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
             << fixed(result.solver_seconds, 2) << " s)\n"
             << "recomputed     " << recomputed_nodes(graph, result.computations) << '\n'
             << "sequence       "
-            << schedule::to_string(graph, schedule::computed_nodes(result.sequence)) << '\n';
+            << remat::to_string(graph, remat::computed_nodes(result.sequence)) << '\n';
   return 0;
 }
 
@@ -243,9 +243,9 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
                   "must be <= the last layer (" + std::to_string(last) + "), got " +
                       std::to_string(options.first_layer));
   if (!options.graph.empty()) return run_graph_remat(options, profile, last);
-  const schedule::RematChain chain = schedule::stage_remat_chain(profile, options.first_layer, last);
-  const schedule::SequenceReplay all =
-      schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
+  const remat::RematChain chain = remat::stage_remat_chain(profile, options.first_layer, last);
+  const remat::SequenceReplay all =
+      remat::replay_sequence(chain, remat::store_all_sequence(chain));
   const std::int64_t all_memory = (options.nca - 1) * all.stored_bytes + all.peak_bytes;
   std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
             << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
@@ -260,10 +260,10 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
             << '\n';
   if (options.offload) return run_offload(options, chain, all);
   const auto started = std::chrono::steady_clock::now();
-  const schedule::RematResult result =
+  const remat::RematResult result =
       options.nca == 1
-          ? schedule::optimal_remat(chain, options.memory_bytes, options.slots)
-          : schedule::optimal_pipelined_remat(chain, options.nca, options.memory_bytes, options.slots);
+          ? remat::optimal_remat(chain, options.memory_bytes, options.slots)
+          : remat::optimal_pipelined_remat(chain, options.nca, options.memory_bytes, options.slots);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!result.feasible) {
@@ -273,10 +273,10 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
                     ".." + std::to_string(last) + " fits in " + bytes(options.memory_bytes) +
                     "; the stage's input alone and its largest layer need more");
   }
-  const schedule::SequenceReplay& r = result.replay;
+  const remat::SequenceReplay& r = result.replay;
   int recomputed = 0;
-  for (const schedule::RematOp& op : result.sequence)
-    recomputed += op.kind != schedule::RematOpKind::Backward;
+  for (const remat::RematOp& op : result.sequence)
+    recomputed += op.kind != remat::RematOpKind::Backward;
   recomputed -= chain.length();
   std::cout << "time           " << format_ms(r.total_ms()) << " (+"
             << fixed(100.0 * (r.total_ms() / all.total_ms() - 1), 1) << "% over no remat; "
@@ -287,7 +287,7 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
     std::cout << "; with " << options.nca << " in flight "
               << bytes((options.nca - 1) * r.stored_bytes + r.peak_bytes);
   std::cout << "\nDP time        " << fixed(seconds, 3) << " s\n"
-            << "sequence       " << schedule::to_string(result.sequence, chain) << '\n';
+            << "sequence       " << remat::to_string(result.sequence, chain) << '\n';
   return 0;
 }
 

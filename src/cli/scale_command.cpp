@@ -7,8 +7,8 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/data_parallel.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/validate.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
 
 #include <filesystem>
 #include <iostream>
@@ -147,11 +147,11 @@ static void print_chosen(const madpipe::partition::DataParallelChoice& choice,
 }
 
 // The chosen plan must pass the validator before it is written.
-static void check_plan(const madpipe::schedule::Plan& plan, const madpipe::Profile& profile) {
-  const std::vector<madpipe::schedule::Violation> violations =
-      madpipe::schedule::validate(plan, profile);
+static void check_plan(const madpipe::plan::Plan& plan, const madpipe::Profile& profile) {
+  const std::vector<madpipe::plan::Violation> violations =
+      madpipe::plan::validate(plan, profile);
   if (violations.empty()) return;
-  const madpipe::schedule::Violation& first = violations.front();
+  const madpipe::plan::Violation& first = violations.front();
   throw madpipe::Error(madpipe::ErrorKind::Internal, "", first.field,
                        first.problem + " (the planner produced an invalid plan, " +
                            std::to_string(violations.size()) + " violation(s); please report it)");
@@ -196,10 +196,10 @@ int madpipe::cli::run_scale(const ScaleOptions& options) {
     throw_invalid("", "",
                   "no split of the " + std::to_string(platform.gpus) +
                       " GPUs into D replicas of a pipeline works (reasons in the table)");
-  const schedule::Plan& chosen = result.choices.front().plan;
+  const plan::Plan& chosen = result.choices.front().plan;
   check_plan(chosen, profile);
   if (!options.output_path.empty()) {
-    schedule::write_plan(chosen, options.output_path);
+    plan::write_plan(chosen, options.output_path);
     std::cout << "plan written to " << options.output_path << " (" << chosen.replicas << " x "
               << chosen.platform.gpus << " GPUs)\n";
   }

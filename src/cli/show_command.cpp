@@ -5,10 +5,10 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/units.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/timeline.hpp"
-#include "schedule/trace.hpp"
-#include "schedule/validate.hpp"
+#include "plan/plan.hpp"
+#include "plan/timeline.hpp"
+#include "plan/trace.hpp"
+#include "plan/validate.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -69,14 +69,14 @@ static std::size_t display_width(const std::string& text) {
 }
 
 // One line per row: its share of busy time and its first operations in start order.
-static void print_rows(const madpipe::schedule::Timeline& timeline) {
+static void print_rows(const madpipe::plan::Timeline& timeline) {
   std::size_t width = 0;
   for (const std::string& row : timeline.rows) width = std::max(width, display_width(row));
   for (std::size_t row = 0; row < timeline.rows.size(); ++row) {
     double busy_ms = 0;
     std::string listed;
     std::size_t count = 0;
-    for (const madpipe::schedule::TimelineBar& bar : timeline.bars) {
+    for (const madpipe::plan::TimelineBar& bar : timeline.bars) {
       if (bar.row != static_cast<int>(row)) continue;
       busy_ms += bar.end_ms - bar.start_ms;
       if (++count <= kOpsListed) listed += " " + bar.label;
@@ -92,14 +92,14 @@ static void print_rows(const madpipe::schedule::Timeline& timeline) {
   }
 }
 
-static madpipe::schedule::Timeline show_plan(const madpipe::cli::ShowOptions& options,
+static madpipe::plan::Timeline show_plan(const madpipe::cli::ShowOptions& options,
                                              bool list_rows) {
   using namespace madpipe;
-  const schedule::Plan plan = schedule::read_plan(options.plan_path);
-  schedule::throw_if_invalid(schedule::validate(plan), options.plan_path);
-  schedule::Timeline timeline = schedule::timeline_of_plan(plan, options.micro_batches);
+  const plan::Plan plan = plan::read_plan(options.plan_path);
+  plan::throw_if_invalid(plan::validate(plan), options.plan_path);
+  plan::Timeline timeline = plan::timeline_of_plan(plan, options.micro_batches);
   const int micro_batches = static_cast<int>(std::count_if(
-      timeline.bars.begin(), timeline.bars.end(), [](const schedule::TimelineBar& bar) {
+      timeline.bars.begin(), timeline.bars.end(), [](const plan::TimelineBar& bar) {
         return bar.kind == schedule::OpKind::F && bar.stage == 0;
       }));
   std::cout << "plan       " << options.plan_path << ": " << plan.profile << ", " << plan.algorithm
@@ -112,17 +112,17 @@ static madpipe::schedule::Timeline show_plan(const madpipe::cli::ShowOptions& op
   return timeline;
 }
 
-static madpipe::schedule::Timeline show_trace(const madpipe::cli::ShowOptions& options,
+static madpipe::plan::Timeline show_trace(const madpipe::cli::ShowOptions& options,
                                               bool list_rows) {
   using namespace madpipe;
-  const schedule::Trace trace = schedule::read_trace(options.trace_path);
-  schedule::Timeline timeline = schedule::timeline_of_trace(trace, options.steps);
+  const plan::Trace trace = plan::read_trace(options.trace_path);
+  plan::Timeline timeline = plan::timeline_of_trace(trace, options.steps);
   std::cout << "trace      " << options.trace_path << ": " << trace.profile << ", "
             << trace.algorithm << " on " << trace.device << " (" << trace.mode << "), "
             << trace.ranks << " ranks, " << trace.micro_batches << " micro-batches per step, "
             << trace.steps << (trace.steps == 1 ? " step\n" : " steps\n");
   if (list_rows) print_rows(timeline);
-  std::cout << schedule::format_summary(schedule::summarize(trace));
+  std::cout << plan::format_summary(plan::summarize(trace));
   return timeline;
 }
 
@@ -131,7 +131,7 @@ int madpipe::cli::run_show(const ShowOptions& options) {
     throw_invalid("", "", "nothing to show: give --plan FILE, --trace FILE or both");
   }
   const bool list_rows = options.svg_path.empty() && options.chrome_path.empty();
-  std::vector<schedule::Timeline> timelines;
+  std::vector<plan::Timeline> timelines;
   if (!options.plan_path.empty()) timelines.push_back(show_plan(options, list_rows));
   if (!options.trace_path.empty()) timelines.push_back(show_trace(options, list_rows));
 
@@ -141,11 +141,11 @@ int madpipe::cli::run_show(const ShowOptions& options) {
     return 0;
   }
   if (!options.svg_path.empty()) {
-    madpipe::write_file_atomically(options.svg_path, schedule::to_svg(timelines));
+    madpipe::write_file_atomically(options.svg_path, plan::to_svg(timelines));
     std::cout << "SVG written to " << options.svg_path << '\n';
   }
   if (!options.chrome_path.empty()) {
-    madpipe::write_file_atomically(options.chrome_path, schedule::to_chrome_trace(timelines).dump(
+    madpipe::write_file_atomically(options.chrome_path, plan::to_chrome_trace(timelines).dump(
                                         -1, ' ', false, nlohmann::json::error_handler_t::replace) +
                                         "\n");
     std::cout << "Chrome trace written to " << options.chrome_path << '\n';

@@ -5,8 +5,8 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/validate.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -23,23 +23,23 @@ static const madpipe::cli::CommandSyntax kSyntax{
 
 namespace {
 struct PolicyName {
-  madpipe::schedule::StartPolicy policy;
+  madpipe::plan::StartPolicy policy;
   const char* name;
 };
 }  // namespace
 
 static constexpr PolicyName kPolicyNames[] = {
-    {madpipe::schedule::StartPolicy::Timetable, "timetable"},
-    {madpipe::schedule::StartPolicy::Asap, "asap"},
+    {madpipe::plan::StartPolicy::Timetable, "timetable"},
+    {madpipe::plan::StartPolicy::Asap, "asap"},
 };
 
-static const char* policy_name(madpipe::schedule::StartPolicy policy) {
+static const char* policy_name(madpipe::plan::StartPolicy policy) {
   for (const PolicyName& entry : kPolicyNames)
     if (entry.policy == policy) return entry.name;
   MADPIPE_UNREACHABLE("unknown start policy");
 }
 
-static madpipe::schedule::StartPolicy parse_policy(const std::string& name) {
+static madpipe::plan::StartPolicy parse_policy(const std::string& name) {
   for (const PolicyName& entry : kPolicyNames)
     if (name == entry.name) return entry.policy;
   madpipe::throw_invalid("", "--policy", "unknown policy '" + name + "' (valid: timetable, asap)");
@@ -80,9 +80,9 @@ static std::string percent(std::int64_t part, std::int64_t whole) {
 }
 
 // Lists every violation on stderr, then fails naming the plan file.
-[[noreturn]] static void throw_invalid_plan(const std::vector<madpipe::schedule::Violation>& list,
+[[noreturn]] static void throw_invalid_plan(const std::vector<madpipe::plan::Violation>& list,
                                             const std::string& plan_path) {
-  for (const madpipe::schedule::Violation& violation : list) {
+  for (const madpipe::plan::Violation& violation : list) {
     std::cerr << "simulate: " << plan_path << ": "
               << (violation.field.empty() ? "" : violation.field + ": ") << violation.problem
               << '\n';
@@ -93,15 +93,15 @@ static std::string percent(std::int64_t part, std::int64_t whole) {
 }
 
 int madpipe::cli::run_simulate(const SimulateOptions& options) {
-  const schedule::Plan plan = schedule::read_plan(options.plan_path);
+  const plan::Plan plan = plan::read_plan(options.plan_path);
   const Profile profile = read_profile(options.profile_path);
-  const std::vector<schedule::Violation> violations = schedule::validate(plan, profile);
+  const std::vector<plan::Violation> violations = plan::validate(plan, profile);
   if (!violations.empty()) throw_invalid_plan(violations, options.plan_path);
 
-  schedule::SimOptions sim_options;
+  plan::SimOptions sim_options;
   sim_options.micro_batches = options.micro_batches;
   sim_options.policy = options.policy;
-  const schedule::SimResult sim = schedule::simulate(plan, sim_options);
+  const plan::SimResult sim = plan::simulate(plan, sim_options);
 
   const double planned = plan.predicted.period_ms;
   std::cout << "plan           " << options.plan_path << ": " << plan.profile << ", "

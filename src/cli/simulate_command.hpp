@@ -1,7 +1,7 @@
 #pragma once
 
 #include "cli/options.hpp"
-#include "schedule/simulate.hpp"
+#include "plan/simulate.hpp"
 
 #include <string>
 #include <vector>
@@ -15,7 +15,7 @@ struct SimulateOptions {
   std::string plan_path;
   std::string profile_path;
   int micro_batches = 0;  // 0: the simulator's default
-  schedule::StartPolicy policy = schedule::StartPolicy::Timetable;
+  plan::StartPolicy policy = plan::StartPolicy::Timetable;
 };
 
 po::options_description simulate_options_description(SimulateOptions& options);

@@ -19,8 +19,8 @@ std::vector<madpipe::schedule::Stage> madpipe::partition::stages_of(
   return stages;
 }
 
-void madpipe::partition::apply_remat(schedule::Stage& stage, const schedule::RematOption& option) {
-  schedule::RematChain chain = schedule::make_remat_chain(stage.last_layer - stage.first_layer + 1);
+void madpipe::partition::apply_remat(schedule::Stage& stage, const remat::RematOption& option) {
+  remat::RematChain chain = remat::make_remat_chain(stage.last_layer - stage.first_layer + 1);
   chain.first_layer = stage.first_layer;
   stage.forward_ms = option.forward_ms;
   stage.backward_ms = option.backward_ms;
@@ -28,15 +28,15 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const schedule::Rem
   stage.workspace_bytes = option.transient_bytes;
   int forwards = 0;
   bool offloads = false;
-  for (const schedule::RematOp& op : option.sequence) {
-    forwards += op.kind == schedule::RematOpKind::ForwardAll ||
-                op.kind == schedule::RematOpKind::ForwardCheckpoint ||
-                op.kind == schedule::RematOpKind::ForwardNone;
-    offloads = offloads || op.kind == schedule::RematOpKind::Offload;
+  for (const remat::RematOp& op : option.sequence) {
+    forwards += op.kind == remat::RematOpKind::ForwardAll ||
+                op.kind == remat::RematOpKind::ForwardCheckpoint ||
+                op.kind == remat::RematOpKind::ForwardNone;
+    offloads = offloads || op.kind == remat::RematOpKind::Offload;
   }
   stage.offload = offloads ? "host" : "none";
   stage.remat = forwards > chain.length() || !offloads ? "rotor" : "none";
-  stage.sequence = schedule::to_string(option.sequence, chain);
+  stage.sequence = remat::to_string(option.sequence, chain);
 }
 
 std::int64_t madpipe::partition::stage_buffer_bytes(const ChainCosts& costs, int first,

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/chain.hpp"
-#include "schedule/rotor.hpp"
+#include "remat/rotor.hpp"
 #include "schedule/stage.hpp"
 
 namespace madpipe::partition {
@@ -17,7 +17,7 @@ struct Allocation {
   double estimated_period_ms = 0;  // what the partitioner expected
   // Rematerialization chosen for stages, by (first, last) layer: a stage whose range is not here
   // (or changed) runs plain.
-  std::map<std::pair<int, int>, schedule::RematOption> remat;
+  std::map<std::pair<int, int>, remat::RematOption> remat;
 };
 
 bool operator==(const Allocation& a, const Allocation& b);
@@ -26,7 +26,7 @@ std::vector<schedule::Stage> stages_of(const ChainCosts& costs, const Allocation
 
 // Makes `stage` run `option`: its effective times and memory, the sequence, remat "rotor" when it
 // recomputes and offload "host" when it offloads.
-void apply_remat(schedule::Stage& stage, const schedule::RematOption& option);
+void apply_remat(schedule::Stage& stage, const remat::RematOption& option);
 
 // Communication buffers of a stage [first, last] whose neighbours sit on other GPUs: the received
 // activation and sent gradient of its input, the sent activation and received gradient of its

@@ -33,7 +33,7 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
           if (!remat || !remat->enabled() || fixed > platform.memory_bytes) continue;
           choice = remat->fastest_fitting(i, j, nca, static_cast<double>(platform.memory_bytes - fixed));
           if (choice < 0) continue;
-          const schedule::RematOption& o = remat->of(i, j)[choice];
+          const remat::RematOption& o = remat->of(i, j)[choice];
           load = o.forward_ms + o.backward_ms;
           if (load >= best[q][i]) continue;
         }

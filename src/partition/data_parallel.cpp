@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/units.hpp"
-#include "schedule/simulate.hpp"
+#include "plan/simulate.hpp"
 
 madpipe::Platform madpipe::partition::replica_platform(const Platform& platform, int pipeline_gpus,
                                                        bool* aligned) {
@@ -47,10 +47,10 @@ double madpipe::partition::ring_all_reduce_ms(std::int64_t bytes, int replicas,
 }
 
 // End of the last backward of each stage in the simulated step.
-static std::vector<double> last_backward_ends(const madpipe::schedule::SimResult& run,
+static std::vector<double> last_backward_ends(const madpipe::plan::SimResult& run,
                                               std::size_t num_stages) {
   std::vector<double> ends(num_stages, 0.0);
-  for (const madpipe::schedule::SimOp& op : run.ops)
+  for (const madpipe::plan::SimOp& op : run.ops)
     if (op.kind == madpipe::schedule::OpKind::B)
       ends[static_cast<std::size_t>(op.stage)] =
           std::max(ends[static_cast<std::size_t>(op.stage)], op.end_ms);
@@ -59,13 +59,13 @@ static std::vector<double> last_backward_ends(const madpipe::schedule::SimResult
 
 void madpipe::partition::estimate_step(DataParallelChoice& choice, const Platform& platform,
                                        int global_batch, double all_reduce_latency_ms) {
-  const schedule::Plan& plan = choice.plan;
+  const plan::Plan& plan = choice.plan;
   const int m = choice.micro_batches;
-  schedule::SimOptions sim;
+  plan::SimOptions sim;
   sim.micro_batches = m;
   // The executor runs each GPU's list as fast as it can: the pattern's order, not its clock.
-  sim.policy = schedule::StartPolicy::Asap;
-  const schedule::SimResult run = schedule::simulate(plan, sim);
+  sim.policy = plan::StartPolicy::Asap;
+  const plan::SimResult run = plan::simulate(plan, sim);
   choice.period_ms = plan.pattern.normalized_period_ms();
   choice.pipeline_ms = run.step_ms;
   // A short run may beat m periods where the period comes from the steady state's own cycles.

@@ -41,7 +41,7 @@ class StageMemory {
            workspace_[index(first, last)];
   }
   // At most the memory of every way to run the stage. A single layer only recomputes nothing
-  // (schedule::least_memory_option); offloading may still lower it.
+  // (remat::least_memory_option); offloading may still lower it.
   std::int64_t lower_bound(int first, int last, int nca) const {
     const std::int64_t plain_bytes = plain(first, last, nca);
     if (!remat_ || (first == last && !remat_->settings().host_offload)) return plain_bytes;
@@ -78,7 +78,7 @@ class StageMemory {
 
   // Every ROTOR sequence of the stage holds, at the F^all and at the B of each layer l, the
   // stage's input, l's input (beyond the first layer), what F^all keeps for l and, at B_l, the
-  // gradients of l's output and input and l's backward workspace (schedule::replay_sequence).
+  // gradients of l's output and input and l's backward workspace (remat::replay_sequence).
   // Without offloading, nothing else can go below that.
   void fill_peak_lower_bounds() {
     const int L = costs_.num_layers();

@@ -22,6 +22,7 @@
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 void mp::PlanningContext::note(const std::string& line) {
   notes_.push_back(line);
@@ -67,8 +68,8 @@ static madpipe::solver::SolveOptions solve_options(const mp::MilpSettings& milp)
   return solve;
 }
 
-static ms::SolverInfo solver_info(const madpipe::solver::SolveResult& result) {
-  ms::SolverInfo info;
+static mplan::SolverInfo solver_info(const madpipe::solver::SolveResult& result) {
+  mplan::SolverInfo info;
   info.backend = result.backend;
   info.status = std::string(madpipe::solver::to_string(result.status));
   info.objective = std::isfinite(result.objective) ? result.objective : 0;
@@ -478,7 +479,7 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
                        : std::string("no warm start")) +
                  ", time limit " + format_ms(seconds * 1000));
   const FullIlpResult result = full_ilp(costs, platform, ilp);
-  const ms::SolverInfo info = solver_info(result.solve);
+  const mplan::SolverInfo info = solver_info(result.solve);
   context.detail("full ILP: " + describe_solve(result.solve) +
                  (warm && !result.warm_started ? " (the warm start could not be expressed)" : ""));
   if (result.solve.status == solver::Status::Timeout || result.solve.status == solver::Status::Error)

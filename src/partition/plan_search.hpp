@@ -15,7 +15,7 @@
 #include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
 
 namespace madpipe::partition {
@@ -26,7 +26,7 @@ struct Candidate {
   std::vector<schedule::Stage> stages;
   schedule::Pattern pattern;
   std::string method;
-  std::optional<schedule::SolverInfo> solver;
+  std::optional<plan::SolverInfo> solver;
 };
 
 // One planning request: its time budget (deadline, phases, progress) and the notes for the user.

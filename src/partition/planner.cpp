@@ -172,14 +172,14 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
     return result;
   }
   result.feasible = true;
-  schedule::Plan& plan = result.plan;
+  plan::Plan& plan = result.plan;
   plan.profile = profile.name;
   plan.platform = platform;
   plan.algorithm = to_string(options.algorithm);
   plan.stages = std::move(best->stages);
   plan.pattern = std::move(best->pattern);
   plan.solver = best->solver;
-  schedule::fill_predicted(plan, lower_bound_period_ms(profile, platform));
+  plan::fill_predicted(plan, lower_bound_period_ms(profile, platform));
   return result;
 }
 

@@ -12,7 +12,7 @@
 #include "partition/memory_floor.hpp"
 #include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 
 namespace madpipe::partition {
 
@@ -93,7 +93,7 @@ struct PlannerOptions {
 
 struct PlanResult {
   bool feasible = false;
-  schedule::Plan plan;        // valid when feasible
+  plan::Plan plan;        // valid when feasible
   std::string reason;         // why no plan fits, when infeasible
   std::vector<std::string> notes;  // what the user should know: solver fallbacks, limits hit
   double planning_seconds = 0;
@@ -102,7 +102,7 @@ struct PlanResult {
 };
 
 // Plans `profile` on `platform` with the chosen algorithm. Every feasible plan passes
-// schedule::validate(). Throws Error{InvalidInput} for an inconsistent platform.
+// plan::validate(). Throws Error{InvalidInput} for an inconsistent platform.
 PlanResult make_plan(const Profile& profile, const Platform& platform,
                      const PlannerOptions& options = {});
 

@@ -13,7 +13,7 @@ double ratio(double measured, int count, double planned) {
   return count > 0 && measured > 0 && planned > 0 ? measured / planned : 1.0;
 }
 
-void check_sizes(const madpipe::schedule::Plan& plan,
+void check_sizes(const madpipe::plan::Plan& plan,
                  const std::vector<madpipe::partition::MeasuredStage>& measured) {
   if (measured.size() != plan.stages.size())
     throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "measurements",
@@ -23,7 +23,7 @@ void check_sizes(const madpipe::schedule::Plan& plan,
 }  // namespace
 
 std::vector<madpipe::partition::StageRatio> madpipe::partition::stage_ratios(
-    const schedule::Plan& plan, const std::vector<MeasuredStage>& measured) {
+    const plan::Plan& plan, const std::vector<MeasuredStage>& measured) {
   check_sizes(plan, measured);
   std::vector<StageRatio> ratios;
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
@@ -34,7 +34,7 @@ std::vector<madpipe::partition::StageRatio> madpipe::partition::stage_ratios(
 }
 
 madpipe::Profile madpipe::partition::corrected_profile(const Profile& profile,
-                                                       const schedule::Plan& plan,
+                                                       const plan::Plan& plan,
                                                        const std::vector<MeasuredStage>& measured) {
   if (plan.stages.empty() ||
       plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
@@ -52,7 +52,7 @@ madpipe::Profile madpipe::partition::corrected_profile(const Profile& profile,
 }
 
 madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
-    const Profile& profile, const schedule::Plan& current,
+    const Profile& profile, const plan::Plan& current,
     const std::vector<MeasuredStage>& measured, const PlannerOptions& options, double min_gain) {
   ReplanOutcome outcome;
   outcome.plan = current;
@@ -91,7 +91,7 @@ madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
   return outcome;
 }
 
-std::string madpipe::partition::format_measurements(const schedule::Plan& plan,
+std::string madpipe::partition::format_measurements(const plan::Plan& plan,
                                                     const std::vector<MeasuredStage>& measured) {
   const std::vector<StageRatio> ratios = stage_ratios(plan, measured);
   std::ostringstream out;

@@ -6,7 +6,7 @@
 
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 
 namespace madpipe::partition {
 
@@ -25,12 +25,12 @@ struct StageRatio {
   double forward = 1;
   double backward = 1;
 };
-std::vector<StageRatio> stage_ratios(const schedule::Plan& plan,
+std::vector<StageRatio> stage_ratios(const plan::Plan& plan,
                                      const std::vector<MeasuredStage>& measured);
 
 // `profile` (the one the plan was made from) with the times of every layer of stage s scaled by
 // the ratios of s: the profile the measurements say the model has.
-Profile corrected_profile(const Profile& profile, const schedule::Plan& plan,
+Profile corrected_profile(const Profile& profile, const plan::Plan& plan,
                           const std::vector<MeasuredStage>& measured);
 
 struct ReplanOutcome {
@@ -40,18 +40,18 @@ struct ReplanOutcome {
   double current_period_ms = std::numeric_limits<double>::infinity();
   // The best plan for the corrected profile; infinity when none fits.
   double new_period_ms = std::numeric_limits<double>::infinity();
-  schedule::Plan plan;  // the plan to continue with: the new one, or `current` unchanged
+  plan::Plan plan;  // the plan to continue with: the new one, or `current` unchanged
   std::string reason;   // one line: what was compared and what was decided
 };
 
 // Plans the corrected profile again and keeps the new plan when its predicted period is at least
 // `min_gain` (a fraction) below the running allocation's on the measured times.
-ReplanOutcome replan_from_measurements(const Profile& profile, const schedule::Plan& current,
+ReplanOutcome replan_from_measurements(const Profile& profile, const plan::Plan& current,
                                        const std::vector<MeasuredStage>& measured,
                                        const PlannerOptions& options, double min_gain);
 
 // A table of each stage's planned and measured times and their ratio, for progress output.
-std::string format_measurements(const schedule::Plan& plan,
+std::string format_measurements(const plan::Plan& plan,
                                 const std::vector<MeasuredStage>& measured);
 
 }  // namespace madpipe::partition

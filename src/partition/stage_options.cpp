@@ -1,11 +1,11 @@
 #include "partition/stage_options.hpp"
 
-#include "schedule/pofo.hpp"
+#include "remat/pofo.hpp"
 
 // An option is of use when it recomputes or offloads (the plain stage has the same time
 // otherwise) or keeps less.
-static bool beats_plain(const madpipe::schedule::RematOption& option,
-                        const madpipe::schedule::SequenceReplay& plain) {
+static bool beats_plain(const madpipe::remat::RematOption& option,
+                        const madpipe::remat::SequenceReplay& plain) {
   return option.backward_ms > plain.backward_ms * (1 + 1e-12) + 1e-12 ||
          option.stored_bytes < plain.stored_bytes;
 }
@@ -13,29 +13,29 @@ static bool beats_plain(const madpipe::schedule::RematOption& option,
 madpipe::partition::StageOptions::StageOptions(const Profile& profile, RematSettings settings)
     : profile_(profile), settings_(settings) {}
 
-const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOptions::of(int first,
+const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions::of(int first,
                                                                                        int last) {
-  static const std::vector<schedule::RematOption> kNone;
+  static const std::vector<remat::RematOption> kNone;
   if (!enabled()) return kNone;
   const auto key = std::make_pair(first, last);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  const schedule::RematChain chain = schedule::stage_remat_chain(profile_, first, last);
-  const schedule::SequenceReplay plain =
-      schedule::replay_sequence(chain, schedule::store_all_sequence(chain));
-  std::vector<schedule::RematOption> candidates;
+  const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
+  const remat::SequenceReplay plain =
+      remat::replay_sequence(chain, remat::store_all_sequence(chain));
+  std::vector<remat::RematOption> candidates;
   if (settings_.rotor)
-    candidates = schedule::remat_options(chain, settings_.slots, settings_.threshold_steps);
+    candidates = remat::remat_options(chain, settings_.slots, settings_.threshold_steps);
   if (settings_.host_offload) {
     for (int b = 1; b <= settings_.offload_budgets; ++b) {
       const std::int64_t budget = plain.peak_bytes * b / settings_.offload_budgets;
-      const schedule::OffloadResult result =
-          settings_.rotor ? schedule::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
+      const remat::OffloadResult result =
+          settings_.rotor ? remat::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
                                                             settings_.offload_steps)
-                          : schedule::optimal_offload_only(chain, budget, settings_.host_bytes_per_ms,
+                          : remat::optimal_offload_only(chain, budget, settings_.host_bytes_per_ms,
                                                            settings_.offload_steps);
       if (!result.feasible) continue;
-      schedule::RematOption option;
+      remat::RematOption option;
       option.forward_ms = result.replay.forward_ms;
       option.backward_ms = result.replay.backward_ms;
       option.stored_bytes = result.replay.stored_bytes;
@@ -47,16 +47,16 @@ const std::vector<madpipe::schedule::RematOption>& madpipe::partition::StageOpti
   }
   // Keep what beats the plain stage somewhere and that nothing else is at least as fast with no
   // more memory.
-  std::vector<schedule::RematOption> options;
-  for (schedule::RematOption& option : candidates)
-    if (beats_plain(option, plain)) schedule::add_to_front(options, std::move(option));
-  schedule::sort_fastest_first(options);
+  std::vector<remat::RematOption> options;
+  for (remat::RematOption& option : candidates)
+    if (beats_plain(option, plain)) remat::add_to_front(options, std::move(option));
+  remat::sort_fastest_first(options);
   return cache_.emplace(key, std::move(options)).first->second;
 }
 
 int madpipe::partition::StageOptions::fastest_fitting(int first, int last, int nca,
                                                       double budget_bytes) {
-  const std::vector<schedule::RematOption>& options = of(first, last);
+  const std::vector<remat::RematOption>& options = of(first, last);
   for (std::size_t i = 0; i < options.size(); ++i)
     if (static_cast<double>(nca) * static_cast<double>(options[i].stored_bytes) +
             static_cast<double>(options[i].transient_bytes) <=
@@ -68,20 +68,20 @@ int madpipe::partition::StageOptions::fastest_fitting(int first, int last, int n
 std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, int nca) {
   if (!enabled()) return -1;
   const auto key = std::make_pair(first, last);
-  auto memory_of = [nca](const schedule::RematOption& option) {
+  auto memory_of = [nca](const remat::RematOption& option) {
     return nca * option.stored_bytes + option.transient_bytes;
   };
   if (settings_.host_offload || cache_.count(key) > 0) {
     std::int64_t least = -1;
-    for (const schedule::RematOption& option : of(first, last))
+    for (const remat::RematOption& option : of(first, last))
       if (least < 0 || memory_of(option) < least) least = memory_of(option);
     return least;
   }
   auto it = least_.find(key);
   if (it == least_.end()) {
-    const schedule::RematChain chain = schedule::stage_remat_chain(profile_, first, last);
-    std::optional<schedule::RematOption> least = schedule::least_memory_option(chain, settings_.slots);
-    if (least && !beats_plain(*least, schedule::replay_sequence(chain, schedule::store_all_sequence(chain))))
+    const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
+    std::optional<remat::RematOption> least = remat::least_memory_option(chain, settings_.slots);
+    if (least && !beats_plain(*least, remat::replay_sequence(chain, remat::store_all_sequence(chain))))
       least.reset();
     it = least_.emplace(key, std::move(least)).first;
   }

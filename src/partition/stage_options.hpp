@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/profile.hpp"
-#include "schedule/rotor.hpp"
+#include "remat/rotor.hpp"
 
 namespace madpipe::partition {
 
@@ -32,7 +32,7 @@ class StageOptions {
 
   bool enabled() const noexcept { return settings_.rotor || settings_.host_offload; }
   const RematSettings& settings() const noexcept { return settings_; }
-  const std::vector<schedule::RematOption>& of(int first, int last);
+  const std::vector<remat::RematOption>& of(int first, int last);
   // Index in of(first, last) of the fastest option with nca * stored + transient <= budget; -1
   // if none.
   int fastest_fitting(int first, int last, int nca, double budget_bytes);
@@ -40,15 +40,15 @@ class StageOptions {
 
   // Least nca * stored + transient over the options of [first, last], or -1 when there are none.
   // Without offloading and before of(first, last) is computed, it comes from
-  // schedule::least_memory_option() (one ROTOR table, no front), which of() holds or beats: the
+  // remat::least_memory_option() (one ROTOR table, no front), which of() holds or beats: the
   // memory it gives is always reachable with of()'s options.
   std::int64_t least_bytes(int first, int last, int nca);
 
  private:
   const Profile& profile_;
   RematSettings settings_;
-  std::map<std::pair<int, int>, std::vector<schedule::RematOption>> cache_;
-  std::map<std::pair<int, int>, std::optional<schedule::RematOption>> least_;
+  std::map<std::pair<int, int>, std::vector<remat::RematOption>> cache_;
+  std::map<std::pair<int, int>, std::optional<remat::RematOption>> least_;
 };
 
 }  // namespace madpipe::partition

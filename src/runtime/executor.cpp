@@ -6,10 +6,10 @@
 
 #include "core/error.hpp"
 
-using madpipe::schedule::Instr;
-using madpipe::schedule::InstrKind;
-using madpipe::schedule::TraceOpKind;
-using madpipe::schedule::TraceTransferKind;
+using madpipe::plan::Instr;
+using madpipe::plan::InstrKind;
+using madpipe::plan::TraceOpKind;
+using madpipe::plan::TraceTransferKind;
 
 static double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -41,12 +41,12 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
 }
 
 madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
-                                                     const schedule::Plan& plan, int rank,
+                                                     const plan::Plan& plan, int rank,
                                                      Transport& transport, const Batch& sample)
     : PipelineExecutor(model, plan, rank, transport, probe_layer_outputs(model, sample)) {}
 
 madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
-                                                     const schedule::Plan& plan, int rank,
+                                                     const plan::Plan& plan, int rank,
                                                      Transport& transport,
                                                      const LayerOutputs& outputs)
     : model_(model), plan_(plan), rank_(rank), transport_(transport) {
@@ -106,18 +106,18 @@ torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch
 }
 
 madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::run(
-    const schedule::Program& program, const std::function<Batch(int)>& batch_of) {
+    const plan::Program& program, const std::function<Batch(int)>& batch_of) {
   return execute(program, batch_of, true);
 }
 
 madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::evaluate(
-    const schedule::Program& program, const std::function<Batch(int)>& batch_of) {
+    const plan::Program& program, const std::function<Batch(int)>& batch_of) {
   torch::NoGradGuard no_grad;
   return execute(program, batch_of, false);
 }
 
 madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
-    const schedule::Program& program, const std::function<Batch(int)>& batch_of, bool train) {
+    const plan::Program& program, const std::function<Batch(int)>& batch_of, bool train) {
   const int num_stages = static_cast<int>(plan_.stages.size());
   const int n = program.micro_batches;
   const std::vector<Instr>& list = program.per_gpu.at(rank_);
@@ -130,7 +130,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   };
   // Receives are posted ahead of their use (Arena) or all at the start of the step (Upfront):
   // either way data lands while earlier instructions compute.
-  const schedule::ReceivePlan* receives = nullptr;
+  const plan::ReceivePlan* receives = nullptr;
   std::vector<std::vector<int>> post_before(list.size()), free_after(list.size());
   if (receives_ == Receives::Arena) {
     receives = &receive_plan(list, train);
@@ -146,7 +146,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         post_receive(instr, receive_buffer(instr.stage, -1));
   }
   ArenaUse use;
-  std::map<int, const schedule::ReceiveSlot*> live;  // by slot index
+  std::map<int, const plan::ReceiveSlot*> live;  // by slot index
   std::int64_t live_bytes = 0;
   if (receives) {
     use.planned_bytes = receives->arena_bytes();
@@ -154,13 +154,13 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     for (const auto& slot : receives->slots) use.sum_bytes += slot.bytes;
   }
   auto post_planned = [&](int j) {
-    const schedule::ReceiveSlot& slot = receives->slots[j];
+    const plan::ReceiveSlot& slot = receives->slots[j];
     if (slot.offset >= 0)
       for (const auto& [other, placed] : live)
         if (slot.offset < placed->offset + placed->bytes && placed->offset < slot.offset + slot.bytes)
           throw Error(ErrorKind::Internal, "", "receive arena",
-                      "the buffer of " + schedule::to_string(list[slot.instr]) + " overlaps the live buffer of " +
-                          schedule::to_string(list[placed->instr]));
+                      "the buffer of " + plan::to_string(list[slot.instr]) + " overlaps the live buffer of " +
+                          plan::to_string(list[placed->instr]));
     live.emplace(j, &slot);
     live_bytes += slot.bytes;
     use.peak_live_bytes = std::max(use.peak_live_bytes, live_bytes);
@@ -323,7 +323,7 @@ void madpipe::runtime::PipelineExecutor::receive_buffers(Receives mode, int look
   receive_plans_.clear();
 }
 
-const madpipe::schedule::ReceivePlan& madpipe::runtime::PipelineExecutor::receive_plan(
+const madpipe::plan::ReceivePlan& madpipe::runtime::PipelineExecutor::receive_plan(
     const std::vector<Instr>& list, bool train) {
   for (const PlannedReceives& planned : receive_plans_)
     if (planned.train == train && planned.list == list) return planned.plan;
@@ -333,7 +333,7 @@ const madpipe::schedule::ReceivePlan& madpipe::runtime::PipelineExecutor::receiv
     for (std::int64_t d : output_shapes_[s]) numel *= d;
     message_bytes.push_back(numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[s])));
   }
-  receive_plans_.push_back({list, train, schedule::plan_receives(list, message_bytes, train, lookahead_)});
+  receive_plans_.push_back({list, train, plan::plan_receives(list, message_bytes, train, lookahead_)});
   return receive_plans_.back().plan;
 }
 

@@ -12,9 +12,9 @@
 #include "runtime/stage_sequence.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/program.hpp"
-#include "schedule/receive_plan.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/receive_plan.hpp"
 
 namespace madpipe::runtime {
 
@@ -53,18 +53,18 @@ class PipelineExecutor {
  public:
   // Throws Error{InvalidInput} when the plan does not fit the model or a stage's sequence (any
   // stage's, so that every rank fails alike) is malformed or cannot run.
-  PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
+  PipelineExecutor(ChainModel& model, const plan::Plan& plan, int rank, Transport& transport,
                    const Batch& sample);
   // The same with the boundary shapes known: the model may hold only this rank's layers.
-  PipelineExecutor(ChainModel& model, const schedule::Plan& plan, int rank, Transport& transport,
+  PipelineExecutor(ChainModel& model, const plan::Plan& plan, int rank, Transport& transport,
                    const LayerOutputs& outputs);
 
   // `batch_of(i)` gives micro-batch i; each loss is divided by the number of micro-batches so
   // that accumulated gradients equal those of the whole batch.
-  StepLoss run(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
+  StepLoss run(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
   // Forward only (validation): the same program's forwards and activation transfers.
-  StepLoss evaluate(const schedule::Program& program, const std::function<Batch(int)>& batch_of);
+  StepLoss evaluate(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
   std::vector<int> local_stages() const;
   const torch::Device& device() const noexcept { return device_; }
@@ -109,11 +109,11 @@ class PipelineExecutor {
   void reset_stage_times();
 
  private:
-  StepLoss execute(const schedule::Program& program, const std::function<Batch(int)>& batch_of,
+  StepLoss execute(const plan::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
   torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
-  const schedule::ReceivePlan& receive_plan(const std::vector<schedule::Instr>& list, bool train);
+  const plan::ReceivePlan& receive_plan(const std::vector<plan::Instr>& list, bool train);
   torch::Tensor receive_buffer(int stage, std::int64_t offset);
 
   ChainModel& model_;
@@ -124,7 +124,7 @@ class PipelineExecutor {
   std::function<void(int, double)> on_loss_;
   std::function<void(int, int)> on_backward_;
   TraceRecorder* recorder_ = nullptr;
-  const schedule::Plan& plan_;
+  const plan::Plan& plan_;
   int rank_;
   Transport& transport_;
   std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
@@ -135,9 +135,9 @@ class PipelineExecutor {
   Receives receives_ = Receives::Arena;
   int lookahead_ = 2;
   struct PlannedReceives {
-    std::vector<schedule::Instr> list;
+    std::vector<plan::Instr> list;
     bool train = true;
-    schedule::ReceivePlan plan;
+    plan::ReceivePlan plan;
   };
   std::vector<PlannedReceives> receive_plans_;  // one per program run so far
   torch::Tensor arena_;                          // bytes on device_

@@ -84,7 +84,7 @@ void unpack_layer(const std::string& bytes, torch::nn::Module& layer, int index,
 }
 }  // namespace
 
-int madpipe::runtime::rank_of_layer(const schedule::Plan& plan, int layer) {
+int madpipe::runtime::rank_of_layer(const plan::Plan& plan, int layer) {
   for (const auto& stage : plan.stages)
     if (stage.first_layer <= layer && layer <= stage.last_layer) return stage.gpu;
   throw Error(ErrorKind::Internal, "", "/stages", "no stage holds layer " + std::to_string(layer));
@@ -102,8 +102,8 @@ void madpipe::runtime::release_layers(ChainModel& model, int first, int last) {
   }
 }
 
-void madpipe::runtime::migrate_layers(ChainModel& model, const schedule::Plan& from,
-                                      const schedule::Plan& to, int rank, ParamStates& states,
+void madpipe::runtime::migrate_layers(ChainModel& model, const plan::Plan& from,
+                                      const plan::Plan& to, int rank, ParamStates& states,
                                       MPI_Comm pipeline) {
   MPI_Comm comm;
   MPI_Comm_dup(pipeline, &comm);
@@ -121,7 +121,7 @@ void madpipe::runtime::migrate_layers(ChainModel& model, const schedule::Plan& f
   MPI_Comm_free(&comm);
 }
 
-void madpipe::runtime::release_other_layers(ChainModel& model, const madpipe::schedule::Plan& plan,
+void madpipe::runtime::release_other_layers(ChainModel& model, const madpipe::plan::Plan& plan,
                           int rank) {
   for (const auto& stage : plan.stages)
     if (stage.gpu != rank) release_layers(model, stage.first_layer, stage.last_layer);

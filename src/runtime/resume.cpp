@@ -11,7 +11,7 @@
 #include "core/json_file.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/mpi_session.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 
 namespace fs = std::filesystem;
 
@@ -22,7 +22,7 @@ std::string shared_plan_text(const std::string& path, int rank) {
   if (rank == 0) {
     try {
       std::ostringstream out;
-      madpipe::schedule::write_plan(madpipe::schedule::read_plan(path), out);
+      madpipe::plan::write_plan(madpipe::plan::read_plan(path), out);
       text = out.str();
     } catch (const std::exception&) {
       text.clear();
@@ -54,7 +54,7 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
     const std::string text = shared_plan_text(plan_path.string(), rank);
     std::string problem = text.empty() ? plan_path.string() + ": missing or unreadable plan" : "";
     if (problem.empty()) {
-      const schedule::Plan plan = schedule::plan_from_json(nlohmann::json::parse(text), plan_path.string());
+      const plan::Plan plan = plan::plan_from_json(nlohmann::json::parse(text), plan_path.string());
       for (const auto& stage : plan.stages)
         if (stage.gpu == rank && problem.empty()) problem = verify_stage(output_dir, step, stage.id);
     }

@@ -11,8 +11,8 @@ using madpipe::Error;
 using madpipe::ErrorKind;
 using madpipe::runtime::SequencePresence;
 using madpipe::runtime::SequenceRun;
-using madpipe::schedule::RematOp;
-using madpipe::schedule::RematOpKind;
+using madpipe::remat::RematOp;
+using madpipe::remat::RematOpKind;
 
 namespace {
 // Names in the terms of the sequence text: a_j is the input of layer first + j.
@@ -23,7 +23,7 @@ std::string activation_name(int j, int first) {
 }
 
 // Why `op` cannot run with what `p` holds; empty when it can. The rules of
-// schedule::replay_sequence (thesis Table 2.1) plus offloading: an offloaded a_j cannot be used
+// remat::replay_sequence (thesis Table 2.1) plus offloading: an offloaded a_j cannot be used
 // before the P that brings it back.
 std::string blocked(const SequencePresence& p, const RematOp& op, int n, int first) {
   const int k = op.stage;
@@ -249,7 +249,7 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
     : stage_(stage.id),
       first_layer_(stage.first_layer),
       n_(stage.last_layer - stage.first_layer + 1),
-      chain_(schedule::make_remat_chain(std::max(1, stage.last_layer - stage.first_layer + 1))) {
+      chain_(remat::make_remat_chain(std::max(1, stage.last_layer - stage.first_layer + 1))) {
   const std::string field = "/stages/" + std::to_string(stage_) + "/sequence";
   const std::string who = "stage " + std::to_string(stage_) + " (layers " +
                           std::to_string(stage.first_layer) + ".." +
@@ -257,7 +257,7 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
   if (n_ < 1) throw Error(ErrorKind::InvalidInput, "", field, who + " has no layers");
   chain_.first_layer = first_layer_;
   try {
-    ops_ = schedule::parse_remat_sequence(stage.sequence, chain_);
+    ops_ = remat::parse_remat_sequence(stage.sequence, chain_);
   } catch (const Error& e) {
     throw Error(ErrorKind::InvalidInput, "", field, who + ": " + e.problem());
   }
@@ -298,7 +298,7 @@ void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string&
                                            ErrorKind kind) const {
   throw Error(kind, "", "/stages/" + std::to_string(stage_) + "/sequence",
               "stage " + std::to_string(stage_) + ", op " + std::to_string(index + 1) + " '" +
-                  schedule::to_string({ops_[index]}, chain_) + "': " + problem);
+                  remat::to_string({ops_[index]}, chain_) + "': " + problem);
 }
 
 std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(

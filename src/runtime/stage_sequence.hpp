@@ -10,7 +10,7 @@
 
 #include "core/error.hpp"
 #include "runtime/model.hpp"
-#include "schedule/remat_sequence.hpp"
+#include "remat/remat_sequence.hpp"
 #include "schedule/stage.hpp"
 
 namespace madpipe::runtime {
@@ -72,7 +72,7 @@ class StageSequence {
   explicit StageSequence(const schedule::Stage& stage);
 
   int stage() const noexcept { return stage_; }
-  const schedule::RematSequence& ops() const noexcept { return ops_; }
+  const remat::RematSequence& ops() const noexcept { return ops_; }
   std::size_t loss_index() const noexcept { return loss_index_; }
 
   // Maps the stage output a_n to the scaled loss (last stage only; recorded by Loss).
@@ -99,8 +99,8 @@ class StageSequence {
   int stage_ = 0;
   int first_layer_ = 0;
   int n_ = 0;  // layers of the stage; the loss is n + 1
-  schedule::RematChain chain_;
-  schedule::RematSequence ops_;
+  remat::RematChain chain_;
+  remat::RematSequence ops_;
   std::size_t loss_index_ = 0;
   std::vector<char> recomputed_;  // [1..n] layer k is forwarded more than once
 };

@@ -62,7 +62,7 @@ void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
 
 // `states`: optimizer state to restore into the new optimizers, by parameter (null: fresh).
 std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainConfig& c,
-                                                  const madpipe::schedule::Plan& plan,
+                                                  const madpipe::plan::Plan& plan,
                                                   madpipe::runtime::ChainModel& model,
                                                   const madpipe::runtime::LayerOutputs& outputs,
                                                   const madpipe::runtime::ReplicaGroups& groups,
@@ -70,10 +70,10 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
   using namespace madpipe;
   auto p = std::make_unique<SyncPipeline>();
   p->plan = plan;
-  p->program = schedule::lower(p->plan, c.micro_batches);
-  p->eval_program = schedule::lower(p->plan, c.eval_micro_batches);
-  for (const schedule::Program* program : {&p->program, &p->eval_program}) {
-    const std::string stuck = schedule::dry_run(*program);
+  p->program = plan::lower(p->plan, c.micro_batches);
+  p->eval_program = plan::lower(p->plan, c.eval_micro_batches);
+  for (const plan::Program* program : {&p->program, &p->eval_program}) {
+    const std::string stuck = plan::dry_run(*program);
     if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   }
   const int rank = groups.layout().position;
@@ -147,7 +147,7 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
     return outcome.switch_plan ? plan_text(outcome.plan) : std::string();
   });
   if (decision.empty()) return false;
-  const schedule::Plan next = schedule::plan_from_json(nlohmann::json::parse(decision), "plan");
+  const plan::Plan next = plan::plan_from_json(nlohmann::json::parse(decision), "plan");
   runtime::ParamStates states;
   for (const auto& [s, optimizer] : pipeline->stage_optimizers)
     if (optimizer)
@@ -158,11 +158,11 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
   int moved = 0;
   for (int l = 0; l < static_cast<int>(model.layers.size()); ++l)
     moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
-  const schedule::Plan previous = pipeline->plan;
+  const plan::Plan previous = pipeline->plan;
   pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
   runtime::migrate_layers(model, previous, next, groups.layout().position, states, groups.pipeline());
   pipeline = build_sync_pipeline(c, next, model, outputs, groups, &states);
-  if (rank == 0) schedule::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
+  if (rank == 0) plan::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
   char line[160];
   std::snprintf(line, sizeof line, "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per micro-batch",
                 moved, moved == 1 ? "" : "s", seconds_since(started), next.stages.size(),

@@ -16,17 +16,17 @@
 #include "runtime/train_planning.hpp"
 #include "runtime/trainer.hpp"
 #include "runtime/transport.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/program.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
 
 namespace madpipe::runtime {
 
 // What synchronous training builds from a plan; rebuilt when re-planning switches plans.
 struct SyncPipeline {
-  schedule::Plan plan;
+  plan::Plan plan;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<PipelineExecutor> executor;
-  schedule::Program program, eval_program;
+  plan::Program program, eval_program;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
   std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;  // null: no parameters
   // Data parallelism: a stage's gradients are averaged over its replicas once its last backward
@@ -43,7 +43,7 @@ void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout&
 // Lowers the plan, builds this rank's executor (on the replica's pipeline communicator), its
 // optimizers and, with replicas, the gradient averaging. `states`: optimizer state to restore
 // into the new optimizers, by parameter (null: fresh).
-std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const schedule::Plan& plan,
+std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const plan::Plan& plan,
                                                   ChainModel& model, const LayerOutputs& outputs,
                                                   const ReplicaGroups& groups,
                                                   const ParamStates* states);

@@ -21,7 +21,7 @@ std::pair<int, int> madpipe::runtime::TraceRecorder::step_and_micro_batch(
   return {step_, micro_batch};
 }
 
-void madpipe::runtime::TraceRecorder::op(schedule::TraceOpKind kind, int stage, int micro_batch,
+void madpipe::runtime::TraceRecorder::op(plan::TraceOpKind kind, int stage, int micro_batch,
                                          double start_ms, double end_ms) {
   if (!recording_) return;
   const auto [step, i] = step_and_micro_batch(micro_batch);
@@ -29,7 +29,7 @@ void madpipe::runtime::TraceRecorder::op(schedule::TraceOpKind kind, int stage, 
   ops_.push_back({kind, rank_, stage, step, i, start_ms, end_ms});
 }
 
-void madpipe::runtime::TraceRecorder::sent(schedule::TraceTransferKind kind, int stage,
+void madpipe::runtime::TraceRecorder::sent(plan::TraceTransferKind kind, int stage,
                                            int micro_batch, int to, std::int64_t bytes,
                                            double posted_ms) {
   if (!recording_) return;
@@ -38,7 +38,7 @@ void madpipe::runtime::TraceRecorder::sent(schedule::TraceTransferKind kind, int
   sent_.push_back({kind, stage, step, i, rank_, to, bytes, posted_ms, posted_ms});
 }
 
-void madpipe::runtime::TraceRecorder::received(schedule::TraceTransferKind kind, int stage,
+void madpipe::runtime::TraceRecorder::received(plan::TraceTransferKind kind, int stage,
                                                int micro_batch, int from, double done_ms) {
   if (!recording_) return;
   const auto [step, i] = step_and_micro_batch(micro_batch);
@@ -47,11 +47,11 @@ void madpipe::runtime::TraceRecorder::received(schedule::TraceTransferKind kind,
 }
 
 namespace {
-using madpipe::schedule::TraceTransferKind;
+using madpipe::plan::TraceTransferKind;
 
 // One rank's records as compact JSON arrays (numbers only) for the gather.
-nlohmann::json records_of(const std::vector<madpipe::schedule::TraceOp>& ops,
-                          const std::vector<madpipe::schedule::TraceTransfer>& sent,
+nlohmann::json records_of(const std::vector<madpipe::plan::TraceOp>& ops,
+                          const std::vector<madpipe::plan::TraceTransfer>& sent,
                           const nlohmann::json& received, std::int64_t peak,
                           std::int64_t rss) {
   nlohmann::json j;
@@ -95,7 +95,7 @@ std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_C
 }
 }  // namespace
 
-madpipe::schedule::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int64_t peak_bytes,
+madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int64_t peak_bytes,
                                                                  std::int64_t peak_rss_bytes,
                                                                  MPI_Comm pipeline) const {
   nlohmann::json received = nlohmann::json::array();
@@ -103,7 +103,7 @@ madpipe::schedule::Trace madpipe::runtime::TraceRecorder::gather(int root, std::
     received.push_back({static_cast<int>(r.kind), r.stage, r.step, r.micro_batch, r.from, r.done_ms});
   const std::vector<std::string> parts =
       gather_strings(records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root, pipeline);
-  schedule::Trace trace;
+  plan::Trace trace;
   if (parts.empty()) return trace;
   trace.ranks = static_cast<int>(parts.size());
   // (kind, stage, step, micro-batch, receiver) -> when the receiver had the data
@@ -118,11 +118,11 @@ madpipe::schedule::Trace madpipe::runtime::TraceRecorder::gather(int root, std::
   for (int r = 0; r < trace.ranks; ++r) {
     const nlohmann::json& j = records[r];
     for (const auto& x : j["ops"])
-      trace.ops.push_back({static_cast<schedule::TraceOpKind>(x[0].get<int>()), r, x[1].get<int>(),
+      trace.ops.push_back({static_cast<plan::TraceOpKind>(x[0].get<int>()), r, x[1].get<int>(),
                            x[2].get<int>(), x[3].get<int>(), x[4].get<double>(),
                            x[5].get<double>()});
     for (const auto& x : j["sent"]) {
-      schedule::TraceTransfer t{static_cast<TraceTransferKind>(x[0].get<int>()),
+      plan::TraceTransfer t{static_cast<TraceTransferKind>(x[0].get<int>()),
                                 x[1].get<int>(), x[2].get<int>(), x[3].get<int>(), r,
                                 x[4].get<int>(), x[5].get<std::int64_t>(), x[6].get<double>(),
                                 x[6].get<double>()};

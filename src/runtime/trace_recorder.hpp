@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "schedule/trace.hpp"
+#include "plan/trace.hpp"
 
 namespace madpipe::runtime {
 
@@ -30,22 +30,22 @@ class TraceRecorder {
   // Records of later steps are dropped.
   void record_until_step(int last_step) noexcept { last_step_ = last_step; }
 
-  void op(schedule::TraceOpKind kind, int stage, int micro_batch, double start_ms,
+  void op(plan::TraceOpKind kind, int stage, int micro_batch, double start_ms,
           double end_ms);
-  void sent(schedule::TraceTransferKind kind, int stage, int micro_batch, int to,
+  void sent(plan::TraceTransferKind kind, int stage, int micro_batch, int to,
             std::int64_t bytes, double posted_ms);
-  void received(schedule::TraceTransferKind kind, int stage, int micro_batch, int from,
+  void received(plan::TraceTransferKind kind, int stage, int micro_batch, int from,
                 double done_ms);
 
   // Collective over `pipeline` (one replica's ranks): every rank's records and peak memory meet
   // on its rank `root`, which returns the trace (transfers matched by what they carry); the other
   // ranks return an empty trace.
-  schedule::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes,
+  plan::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes,
                          MPI_Comm pipeline = MPI_COMM_WORLD) const;
 
  private:
   struct Received {
-    schedule::TraceTransferKind kind;
+    plan::TraceTransferKind kind;
     int stage, step, micro_batch, from;
     double done_ms;
   };
@@ -57,8 +57,8 @@ class TraceRecorder {
   int step_ = 1;
   int per_step_ = 0;
   int last_step_ = 1 << 30;
-  std::vector<schedule::TraceOp> ops_;
-  std::vector<schedule::TraceTransfer> sent_;  // end_ms unknown here
+  std::vector<plan::TraceOp> ops_;
+  std::vector<plan::TraceTransfer> sent_;  // end_ms unknown here
   std::vector<Received> received_;
 };
 

@@ -12,15 +12,15 @@
 #include "partition/infeasible.hpp"
 #include "runtime/mpi_session.hpp"
 #include "runtime/profiler.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 
 namespace fs = std::filesystem;
 
 namespace madpipe::runtime {
 
-std::string plan_text(const madpipe::schedule::Plan& plan) {
+std::string plan_text(const madpipe::plan::Plan& plan) {
   std::ostringstream out;
-  madpipe::schedule::write_plan(plan, out);
+  madpipe::plan::write_plan(plan, out);
   return out.str();
 }
 
@@ -55,14 +55,14 @@ madpipe::partition::PlannerOptions planner_options(const madpipe::runtime::Train
 }
 
 // Rank 0 plans (or reads the plan) and every rank gets the same plan.
-madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
+madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
                                       const madpipe::Profile& profile, int rank,
                                       const std::function<void(const std::string&)>& say) {
   const std::string text = computed_on_rank0(rank, [&] {
-    madpipe::schedule::Plan plan;
+    madpipe::plan::Plan plan;
     if (!c.plan.empty()) {
-      plan = madpipe::schedule::read_plan(c.plan);
-      madpipe::schedule::throw_if_invalid(madpipe::schedule::validate(plan), c.plan);
+      plan = madpipe::plan::read_plan(c.plan);
+      madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), c.plan);
     } else {
       const auto result = madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
       if (!result.feasible)
@@ -94,7 +94,7 @@ madpipe::schedule::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
                                " layers but the model has " + std::to_string(profile.layers.size()));
     return plan_text(plan);
   });
-  return madpipe::schedule::plan_from_json(nlohmann::json::parse(text), "plan");
+  return madpipe::plan::plan_from_json(nlohmann::json::parse(text), "plan");
 }
 
 // Rank 0 measures the model (or reads --profile) and every rank gets the same profile, which
@@ -126,7 +126,7 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
   return madpipe::profile_from_json(nlohmann::json::parse(text), "profile");
 }
 
-std::string stage_summary(const madpipe::schedule::Plan& plan,
+std::string stage_summary(const madpipe::plan::Plan& plan,
                           const madpipe::runtime::ChainModel& model) {
   std::ostringstream out;
   for (const auto& stage : plan.stages)

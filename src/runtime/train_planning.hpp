@@ -11,7 +11,7 @@
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/trainer.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 
 namespace madpipe::runtime {
 
@@ -19,7 +19,7 @@ namespace madpipe::runtime {
 
 using Say = std::function<void(const std::string&)>;  // a progress line (rank 0 prints it)
 
-std::string plan_text(const schedule::Plan& plan);  // the plan file's JSON
+std::string plan_text(const plan::Plan& plan);  // the plan file's JSON
 
 // Ranks of one pipeline: --gpus counts every rank of every replica. Throws Error{InvalidInput}
 // when --replicas does not divide --gpus.
@@ -33,7 +33,7 @@ partition::PlannerOptions planner_options(const TrainConfig& c);
 
 // Collective: rank 0 plans (or reads --plan, which must match the run's ranks, replicas and
 // model) and every rank gets the same plan, with the run's replicas.
-schedule::Plan agree_on_plan(const TrainConfig& c, const Profile& profile, int rank, const Say& say);
+plan::Plan agree_on_plan(const TrainConfig& c, const Profile& profile, int rank, const Say& say);
 
 // Collective: rank 0 measures the model (or reads --profile) and every rank gets the same
 // profile, which rank 0 also writes to <output_dir>/profile.json.
@@ -41,6 +41,6 @@ Profile agree_on_profile(const TrainConfig& c, ChainModel& model, const Batch& s
                          const torch::Device& device, int rank, const Say& say);
 
 // "  stage s: layers A..B on rank r" lines.
-std::string stage_summary(const schedule::Plan& plan, const ChainModel& model);
+std::string stage_summary(const plan::Plan& plan, const ChainModel& model);
 
 }  // namespace madpipe::runtime

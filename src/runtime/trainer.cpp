@@ -40,9 +40,9 @@
 #include "runtime/transport.hpp"
 #include "runtime/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/program.hpp"
-#include "schedule/trace.hpp"
-#include "schedule/validate.hpp"
+#include "plan/program.hpp"
+#include "plan/trace.hpp"
+#include "plan/validate.hpp"
 
 namespace fs = std::filesystem;
 
@@ -70,13 +70,13 @@ std::string duration_text(double seconds) {
 
 // Collective: gathers the recorded steps on rank 0, which writes <output_dir>/trace.json and
 // prints measured against predicted period and memory.
-void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule::Plan& plan,
+void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
                  const madpipe::runtime::TraceRecorder& recorder,
                  const madpipe::runtime::MemoryMeter& meter, const torch::Device& device,
                  int steps, int rank, MPI_Comm pipeline,
                  const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
-  schedule::Trace trace =
+  plan::Trace trace =
       recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes(), pipeline);
   if (rank != 0) return;
   trace.profile = plan.profile;
@@ -88,16 +88,16 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::schedule
   trace.predicted_period_ms = plan.predicted.period_ms;
   trace.predicted_memory_bytes = plan.predicted.memory_bytes;
   const std::string path = (fs::path(c.output_dir) / "trace.json").string();
-  schedule::write_trace(trace, path);
+  plan::write_trace(trace, path);
   say("trace of " + std::to_string(steps) + " step" + (steps == 1 ? "" : "s") + " in " + path +
       " (madpipe show --trace " + path + " --svg trace.svg)\n" +
-      schedule::format_summary(schedule::summarize(trace)));
+      plan::format_summary(plan::summarize(trace)));
 }
 
 // Asynchronous training (2BW): the pattern runs without a flush over steps x m micro-batches,
 // m = micro-batches per update. The rank of the last stage reports the loss of each update.
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
-                              const madpipe::schedule::Plan& plan,
+                              const madpipe::plan::Plan& plan,
                               const madpipe::runtime::ModelConfig& model_config,
                               madpipe::runtime::PipelineExecutor& executor,
                               const madpipe::runtime::DataSource& data,
@@ -121,8 +121,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
   release_other_layers(second, plan, rank);
-  const schedule::Program program = schedule::lower(plan, c.steps * m);
-  const std::string stuck = schedule::dry_run(program);
+  const plan::Program program = plan::lower(plan, c.steps * m);
+  const std::string stuck = plan::dry_run(program);
   if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   say("2bw: " + std::to_string(c.steps) + " updates of " + std::to_string(m) +
       " micro-batches without a flush; two weight versions per stage");
@@ -239,8 +239,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
 
     const Batch sample = on_device(data->micro_batch(0, 0, false), device);
     const Profile profile = agree_on_profile(c, model, sample, device, rank, say);
-    const schedule::Plan first_plan = agree_on_plan(c, profile, rank, say);
-    if (rank == 0) schedule::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
+    const plan::Plan first_plan = agree_on_plan(c, profile, rank, say);
+    if (rank == 0) plan::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
         " stages on " + std::to_string(pipeline_size) + " ranks" +
         (c.replicas > 1 ? " x " + std::to_string(c.replicas) + " data-parallel replicas" : "") + ", " +
@@ -284,7 +284,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         for (const auto& [s, optimizer] : pipeline->stage_optimizers)
           save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
       if (rank == 0) {
-        schedule::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
+        plan::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
         write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(), run_record(c, step));
       }
       MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete

@@ -17,7 +17,7 @@ inline std::int64_t saturated_add(std::int64_t a, std::int64_t b) noexcept {
   return b > 0 ? INT64_MAX : INT64_MIN;
 }
 
-// Memory of one GPU under a pattern (ARCHITECTURE.md, "Memory of a GPU").
+// Memory of one GPU under a pattern (the memory model of README.md, "Concepts").
 struct GpuMemory {
   std::int64_t weights = 0;      // C * sum of W of its stages
   std::int64_t activations = 0;  // peak over time of sum_s in-flight(s) * stored_bytes(s)

@@ -47,7 +47,8 @@ config_file=$(find "$prefix" -name madpipeConfig.cmake -print -quit)
 pc_file=$(find "$prefix" -name madpipe-planner.pc -print -quit)
 [[ -n $config_file ]] || fail "no madpipeConfig.cmake under $prefix"
 [[ -n $pc_file ]] || fail "no madpipe-planner.pc under $prefix"
-for header in madpipe.hpp core/profile.hpp solver/solve.hpp schedule/plan.hpp \
+for header in madpipe.hpp core/profile.hpp solver/solve.hpp schedule/pattern.hpp remat/rotor.hpp \
+  arena/address_plan.hpp plan/plan.hpp \
   partition/planner.hpp; do
   [[ -f $prefix/include/madpipe/$header ]] || fail "include/madpipe/$header not installed"
 done

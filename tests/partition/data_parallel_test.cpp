@@ -16,13 +16,14 @@
 #include "partition/data_parallel.hpp"
 #include "partition/planner.hpp"
 #include "schedule/one_f_one_b.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -109,7 +110,7 @@ TEST(EstimateStep, OverlapsEachStagesAllReduceWithTheRestOfTheFlush) {
   choice.plan.platform = mp::replica_platform(all, 2);
   choice.plan.stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1}, {0, 1});
   choice.plan.pattern = ms::one_f_one_b(choice.plan.stages, choice.plan.platform);
-  ms::fill_predicted(choice.plan, 3);
+  mplan::fill_predicted(choice.plan, 3);
   mp::estimate_step(choice, all, 8, 0);
   EXPECT_DOUBLE_EQ(choice.period_ms, 3);
   EXPECT_DOUBLE_EQ(choice.pipeline_ms, 15);
@@ -135,7 +136,7 @@ TEST(EstimateStep, OneStageOnAGpuOverlapsNothing) {
   choice.plan.platform = mp::replica_platform(all, 1);
   choice.plan.stages = ms::make_stages(madpipe::ChainCosts(profile), {0}, {0});
   choice.plan.pattern = ms::one_f_one_b(choice.plan.stages, choice.plan.platform);
-  ms::fill_predicted(choice.plan, 3);
+  mplan::fill_predicted(choice.plan, 3);
   mp::estimate_step(choice, all, 15, 0);
   EXPECT_DOUBLE_EQ(choice.pipeline_ms, 15);
   EXPECT_DOUBLE_EQ(choice.fill_drain_ms, 0);
@@ -197,7 +198,7 @@ TEST(PlanDataParallel, ChosenPlanIsValidAndCarriesItsReplicas) {
     EXPECT_EQ(choice.replicas * choice.micro_batches, 32);
     EXPECT_DOUBLE_EQ(choice.step_ms, choice.pipeline_ms + choice.all_reduce_exposed_ms);
     EXPECT_GE(choice.fill_drain_ms, 0);
-    const std::vector<ms::Violation> violations = ms::validate(choice.plan, profile);
+    const std::vector<mplan::Violation> violations = mplan::validate(choice.plan, profile);
     EXPECT_TRUE(violations.empty()) << "D = " << choice.replicas << ": "
                                     << (violations.empty() ? "" : violations.front().problem);
   }
@@ -277,25 +278,25 @@ TEST(PlanReplicas, RoundTripsAndDefaultsToOne) {
   const mp::PlanResult planned =
       mp::make_plan(profile, mt::make_platform(2, mt::kHugeMemory, 1000, 3), planner);
   ASSERT_TRUE(planned.feasible);
-  nlohmann::json j = ms::plan_to_json(planned.plan);
+  nlohmann::json j = mplan::plan_to_json(planned.plan);
   EXPECT_FALSE(j.contains("replicas"));  // one pipeline: the form of older plans
-  EXPECT_EQ(ms::plan_from_json(j).replicas, 1);
+  EXPECT_EQ(mplan::plan_from_json(j).replicas, 1);
 
-  ms::Plan replicated = planned.plan;
+  mplan::Plan replicated = planned.plan;
   replicated.replicas = 16;
-  j = ms::plan_to_json(replicated);
+  j = mplan::plan_to_json(replicated);
   EXPECT_EQ(j.at("replicas"), 16);
-  EXPECT_EQ(ms::plan_from_json(j).replicas, 16);
+  EXPECT_EQ(mplan::plan_from_json(j).replicas, 16);
 
   j["replicas"] = 0;
   try {
-    ms::plan_from_json(j, "plan.json");
+    mplan::plan_from_json(j, "plan.json");
     FAIL() << "replicas = 0 accepted";
   } catch (const madpipe::Error& e) {
     EXPECT_STREQ(e.what(), "plan.json: /replicas: must be an integer >= 1, got 0");
   }
   j["replicas"] = 2'000'000'000;
-  EXPECT_THROW(ms::plan_from_json(j), madpipe::Error);
+  EXPECT_THROW(mplan::plan_from_json(j), madpipe::Error);
   j["replicas"] = "two";
-  EXPECT_THROW(ms::plan_from_json(j), madpipe::Error);
+  EXPECT_THROW(mplan::plan_from_json(j), madpipe::Error);
 }

@@ -21,14 +21,15 @@
 #include "schedule/memory.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/search.hpp"
-#include "schedule/simulate.hpp"
-#include "schedule/validate.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 namespace msv = madpipe::solver;
 
@@ -118,8 +119,8 @@ TEST(FullIlp, EqualsAnExhaustiveSearchOverAllocationsOnTinyChains) {
     if (!exhaustive) continue;
     ++fitting;
     EXPECT_NEAR(ilp.plan->pattern.period_ms, *exhaustive, 1e-6 * *exhaustive);
-    ms::Plan plan = mt::plan_of(ilp.plan->stages, tiny.platform, ilp.plan->pattern);
-    EXPECT_TRUE(ms::validate(plan, tiny.profile).empty()) << mt::describe(ms::validate(plan, tiny.profile));
+    mplan::Plan plan = mt::plan_of(ilp.plan->stages, tiny.platform, ilp.plan->pattern);
+    EXPECT_TRUE(mplan::validate(plan, tiny.profile).empty()) << mt::describe(mplan::validate(plan, tiny.profile));
   }
   EXPECT_GE(fitting, 3);
 }
@@ -143,13 +144,13 @@ TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
     if (!ilp.feasible) continue;
     EXPECT_EQ(ilp.plan.algorithm, "ilp");
     EXPECT_EQ(ilp.plan.pattern.k, 1);
-    EXPECT_TRUE(ms::validate(ilp.plan, profile).empty()) << mt::describe(ms::validate(ilp.plan, profile));
+    EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty()) << mt::describe(mplan::validate(ilp.plan, profile));
     ASSERT_TRUE(ilp.plan.solver.has_value());
     EXPECT_FALSE(ilp.plan.solver->backend.empty());
     EXPECT_LE(ilp.plan.predicted.period_ms, madpipe.plan.predicted.period_ms * (1 + 1e-9));
     EXPECT_GE(ilp.plan.predicted.period_ms, ilp.plan.predicted.lower_bound_period_ms * (1 - 1e-9));
     // The simulator replays the plan at its period, within its predicted memory.
-    const ms::SimResult sim = ms::simulate(ilp.plan);
+    const mplan::SimResult sim = mplan::simulate(ilp.plan);
     EXPECT_NEAR(sim.steady_period_ms, ilp.plan.pattern.period_ms, 1e-6 * ilp.plan.pattern.period_ms);
     for (int g = 0; g < platform.gpus; ++g)
       EXPECT_LE(sim.peak_memory_bytes[g], ilp.plan.predicted.memory_bytes[g]) << "gpu " << g;
@@ -167,8 +168,8 @@ TEST(FullIlp, ExpandingStagesToLayersKeepsThePatternValidAndMemoryNoLarger) {
   const madpipe::ChainCosts costs(profile);
   const mp::ScheduledStages layers = mp::expand_to_layers(costs, {result.plan.stages, result.plan.pattern});
   EXPECT_EQ(static_cast<int>(layers.stages.size()), costs.num_layers());
-  const ms::Plan expanded = mt::plan_of(layers.stages, platform, layers.pattern);
-  EXPECT_TRUE(ms::validate(expanded, profile).empty()) << mt::describe(ms::validate(expanded, profile));
+  const mplan::Plan expanded = mt::plan_of(layers.stages, platform, layers.pattern);
+  EXPECT_TRUE(mplan::validate(expanded, profile).empty()) << mt::describe(mplan::validate(expanded, profile));
   EXPECT_NEAR(layers.pattern.period_ms, result.plan.pattern.period_ms, 1e-9 * result.plan.pattern.period_ms);
   const auto before = ms::totals(ms::evaluate_memory(result.plan.stages, result.plan.pattern, platform));
   const auto after = ms::totals(ms::evaluate_memory(layers.stages, layers.pattern, platform));
@@ -176,8 +177,8 @@ TEST(FullIlp, ExpandingStagesToLayersKeepsThePatternValidAndMemoryNoLarger) {
   // Merging the layers back gives valid plans with no more stages than layers, same period.
   const mp::ScheduledStages merged = mp::merge_stages(costs, platform, layers);
   EXPECT_LT(merged.stages.size(), layers.stages.size());
-  const ms::Plan merged_plan = mt::plan_of(merged.stages, platform, merged.pattern);
-  EXPECT_TRUE(ms::validate(merged_plan, profile).empty()) << mt::describe(ms::validate(merged_plan, profile));
+  const mplan::Plan merged_plan = mt::plan_of(merged.stages, platform, merged.pattern);
+  EXPECT_TRUE(mplan::validate(merged_plan, profile).empty()) << mt::describe(mplan::validate(merged_plan, profile));
   EXPECT_LE(merged.pattern.period_ms, layers.pattern.period_ms * (1 + 1e-9));
 }
 
@@ -217,7 +218,7 @@ TEST(Scheduler, IlpSchedulerNeverLosesToTheHeuristicOne) {
       const mp::PlanResult ilp = mp::make_plan(profile, platform, options);
       ASSERT_TRUE(ilp.feasible || !heuristic.feasible) << name << " " << gpus;
       if (!ilp.feasible) continue;
-      EXPECT_TRUE(ms::validate(ilp.plan, profile).empty()) << mt::describe(ms::validate(ilp.plan, profile));
+      EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty()) << mt::describe(mplan::validate(ilp.plan, profile));
       if (heuristic.feasible) {
         EXPECT_LE(ilp.plan.predicted.period_ms, heuristic.plan.predicted.period_ms * (1 + 1e-9))
             << name << " " << gpus;

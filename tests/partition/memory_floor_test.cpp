@@ -9,7 +9,7 @@
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
@@ -89,7 +89,7 @@ TEST(MemoryFloor, ExactForEveryAlgorithmOnTheShippedProfiles) {
         EXPECT_LE(floor.any_allocation_bytes, floor.bytes);
         const mp::PlanResult at = mp::make_plan(profile, with_memory(platform, floor.bytes), options);
         ASSERT_TRUE(at.feasible) << at.reason;
-        EXPECT_TRUE(madpipe::schedule::validate(at.plan, profile).empty());
+        EXPECT_TRUE(madpipe::plan::validate(at.plan, profile).empty());
         if (algorithm != mp::Algorithm::MadPipe) {
           EXPECT_FALSE(mp::make_plan(profile, with_memory(platform, floor.bytes - 1), options).feasible);
         }
@@ -130,7 +130,7 @@ TEST(MemoryFloor, RematerializationLowersTheFloorToAPlan) {
   EXPECT_TRUE(floor.binding_saves_memory);
   const mp::PlanResult at = mp::make_plan(profile, with_memory(platform, floor.bytes), options);
   ASSERT_TRUE(at.feasible) << at.reason;
-  EXPECT_TRUE(madpipe::schedule::validate(at.plan, profile).empty());
+  EXPECT_TRUE(madpipe::plan::validate(at.plan, profile).empty());
 }
 
 // Out of time at once, the search still brackets the floor: a plan exists at the upper end.

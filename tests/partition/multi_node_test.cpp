@@ -18,16 +18,17 @@
 #include "partition/allocation.hpp"
 #include "partition/planner.hpp"
 #include "partition/refine.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/search.hpp"
-#include "schedule/simulate.hpp"
-#include "schedule/validate.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -63,15 +64,15 @@ madpipe::Platform all_slow(const madpipe::Platform& platform) {
   return madpipe::with_uniform_links(platform, madpipe::inter_node_bandwidth(platform));
 }
 
-int gpu_of_layer(const ms::Plan& plan, int layer) {
+int gpu_of_layer(const mplan::Plan& plan, int layer) {
   for (const ms::Stage& stage : plan.stages)
     if (stage.first_layer <= layer && layer <= stage.last_layer) return stage.gpu;
   return -1;
 }
 
-std::string plan_text(const ms::Plan& plan) {
+std::string plan_text(const mplan::Plan& plan) {
   std::ostringstream out;
-  ms::write_plan(plan, out);
+  mplan::write_plan(plan, out);
   return out.str();
 }
 
@@ -83,10 +84,10 @@ mp::PlannerOptions heuristic_options(mp::Algorithm algorithm = mp::Algorithm::Ma
 }
 
 // Valid, and the simulator measures the predicted period.
-void expect_sound(const ms::Plan& plan, const madpipe::Profile& profile) {
-  const auto violations = ms::validate(plan, profile);
+void expect_sound(const mplan::Plan& plan, const madpipe::Profile& profile) {
+  const auto violations = mplan::validate(plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-  const ms::SimResult sim = ms::simulate(plan);
+  const mplan::SimResult sim = mplan::simulate(plan);
   EXPECT_NEAR(sim.steady_normalized_ms, plan.predicted.period_ms, 1e-6 * plan.predicted.period_ms);
 }
 
@@ -137,7 +138,7 @@ TEST(MultiNode, PlannerKeepsAHeavyBoundaryInsideANode) {
 
   const mp::PlanResult result = mp::make_plan(profile, platform, heuristic_options());
   ASSERT_TRUE(result.feasible) << result.reason;
-  const ms::Plan& plan = result.plan;
+  const mplan::Plan& plan = result.plan;
   EXPECT_EQ(plan.platform, platform);
   expect_sound(plan, profile);
   EXPECT_NEAR(plan.predicted.period_ms, 3.0, 1e-6);
@@ -181,7 +182,7 @@ TEST(MultiNode, EveryAlgorithmEmitsValidPlansOnGpt2) {
     expect_sound(result.plan, profile);
     EXPECT_GE(result.plan.predicted.period_ms, bound * (1 - 1e-9));
     // Round trip through the plan format keeps the platform.
-    EXPECT_EQ(ms::plan_from_json(nlohmann::json::parse(plan_text(result.plan))).platform, platform);
+    EXPECT_EQ(mplan::plan_from_json(nlohmann::json::parse(plan_text(result.plan))).platform, platform);
   }
 }
 
@@ -212,7 +213,7 @@ TEST(MultiNode, EqualBandwidthsPlanAsOneNode) {
   for (const madpipe::Platform& platform : {same, ignored}) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options);
     ASSERT_TRUE(result.feasible);
-    ms::Plan plan = result.plan;
+    mplan::Plan plan = result.plan;
     plan.platform = one_node;
     EXPECT_EQ(plan_text(plan), plan_text(reference.plan));
   }

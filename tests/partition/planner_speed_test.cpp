@@ -10,7 +10,7 @@
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
@@ -49,7 +49,7 @@ TEST(PlannerSpeed, NoWorseThanRecordedPeriodsOnTheShippedProfiles) {
     const mp::PlanResult result =
         mp::make_plan(profile, platform_of(recorded.gpus, recorded.memory_bytes), options);
     ASSERT_TRUE(result.feasible) << result.reason;
-    EXPECT_TRUE(madpipe::schedule::validate(result.plan, profile).empty());
+    EXPECT_TRUE(madpipe::plan::validate(result.plan, profile).empty());
     // The recorded periods have 9 significant digits.
     EXPECT_LE(result.plan.predicted.period_ms, recorded.period_ms * (1 + 1e-8));
     EXPECT_FALSE(result.cut_by_time_limit);
@@ -65,7 +65,7 @@ TEST(PlannerSpeed, CutByTheTimeLimitItReturnsAValidPlanAndSaysSo) {
   const mp::PlanResult result =
       mp::make_plan(profile, platform_of(8, std::int64_t{6} << 30), options);
   ASSERT_TRUE(result.feasible) << result.reason;
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan, profile).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan, profile).empty());
   EXPECT_TRUE(result.cut_by_time_limit);
   ASSERT_FALSE(result.notes.empty());
   const std::string& note = result.notes.back();

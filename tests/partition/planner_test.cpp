@@ -17,14 +17,15 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -44,9 +45,9 @@ mp::PlannerOptions options_for(mp::Algorithm algorithm) {
   return options;
 }
 
-std::string plan_json(const ms::Plan& plan) {
+std::string plan_json(const mplan::Plan& plan) {
   std::ostringstream out;
-  ms::write_plan(plan, out);
+  mplan::write_plan(plan, out);
   return out.str();
 }
 
@@ -56,7 +57,7 @@ madpipe::Profile thesis_chain(const std::vector<std::int64_t>& weights = {}) {
 }
 
 // GPU of each layer in a plan.
-std::vector<int> layer_gpus(const ms::Plan& plan) {
+std::vector<int> layer_gpus(const mplan::Plan& plan) {
   std::vector<int> gpus;
   for (const ms::Stage& stage : plan.stages)
     for (int l = stage.first_layer; l <= stage.last_layer; ++l) gpus.push_back(stage.gpu);
@@ -78,8 +79,8 @@ TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
   ASSERT_TRUE(contiguous.feasible) << contiguous.reason;
   EXPECT_NEAR(contiguous.plan.predicted.period_ms, 3.0, 1e-6);
   EXPECT_TRUE(ms::is_contiguous_allocation(contiguous.plan.stages));
-  EXPECT_TRUE(ms::validate(contiguous.plan, profile).empty())
-      << mt::describe(ms::validate(contiguous.plan, profile));
+  EXPECT_TRUE(mplan::validate(contiguous.plan, profile).empty())
+      << mt::describe(mplan::validate(contiguous.plan, profile));
 
   const mp::PlanResult madpipe = mp::make_plan(profile, platform);
   ASSERT_TRUE(madpipe.feasible) << madpipe.reason;
@@ -91,7 +92,7 @@ TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
   ASSERT_EQ(gpus.size(), 3u);
   EXPECT_EQ(gpus[0], gpus[2]);  // layers 0 and 2 share a GPU
   EXPECT_NE(gpus[0], gpus[1]);
-  const auto violations = ms::validate(madpipe.plan, profile);
+  const auto violations = mplan::validate(madpipe.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 
   // The fixed-in-flight baselines are contiguous too.
@@ -99,7 +100,7 @@ TEST(Planner, ThesisThreeLayerChainContiguousPeriodThreeMadPipeTwo) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
     ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
     EXPECT_GE(result.plan.predicted.period_ms, 3.0 - 1e-6) << mp::to_string(algorithm);
-    EXPECT_TRUE(ms::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
+    EXPECT_TRUE(mplan::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
   }
 }
 
@@ -123,7 +124,7 @@ TEST(Planner, ThesisLemma10OnlyANonContiguousAllocationFitsTheMemory) {
   EXPECT_NE(gpus[0], gpus[1]);
   EXPECT_NEAR(madpipe.plan.predicted.period_ms, 2.0, 1e-6);
   for (std::int64_t bytes : madpipe.plan.predicted.memory_bytes) EXPECT_LE(bytes, 2);
-  const auto violations = ms::validate(madpipe.plan, profile);
+  const auto violations = mplan::validate(madpipe.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }
 
@@ -150,11 +151,11 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
             continue;
           }
           ++feasible;
-          const ms::Plan& plan = result.plan;
+          const mplan::Plan& plan = result.plan;
           EXPECT_EQ(plan.algorithm, mp::to_string(algorithm));
           EXPECT_EQ(plan.profile, profile.name);
           EXPECT_EQ(plan.platform, platform);
-          const auto violations = ms::validate(plan, profile);
+          const auto violations = mplan::validate(plan, profile);
           EXPECT_TRUE(violations.empty()) << mt::describe(violations);
           EXPECT_NEAR(plan.predicted.lower_bound_period_ms, bound, 1e-12 * bound);
           EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
@@ -199,7 +200,7 @@ TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
   EXPECT_EQ(gpipe.plan.pattern.k, 6);
   const int G = static_cast<int>(gpipe.plan.stages.size());
   EXPECT_EQ(ms::concurrent_activations(gpipe.plan.pattern, G), std::vector<int>(G, 6));
-  EXPECT_TRUE(ms::validate(gpipe.plan, profile).empty());
+  EXPECT_TRUE(mplan::validate(gpipe.plan, profile).empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
     enough.memory_bytes = memory;
     const mp::PlanResult result = mp::make_plan(profile, enough, options);
     ASSERT_TRUE(result.feasible) << result.reason;
-    EXPECT_TRUE(ms::validate(result.plan, profile).empty());
+    EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
     if (algorithm == mp::Algorithm::OneFOneB || algorithm == mp::Algorithm::GPipe) {
       // Fixed in-flight counts make feasibility monotone in the memory: 1% less does not fit.
       madpipe::Platform less = platform;
@@ -345,7 +346,7 @@ TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
     ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
     EXPECT_NEAR(result.plan.predicted.period_ms, 15.0, 1e-6) << mp::to_string(algorithm);
     for (const ms::Stage& stage : result.plan.stages) EXPECT_EQ(stage.gpu, 0);
-    EXPECT_TRUE(ms::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
+    EXPECT_TRUE(mplan::validate(result.plan, profile).empty()) << mp::to_string(algorithm);
   }
 }
 
@@ -357,7 +358,7 @@ TEST(Planner, GPipePlanWithAZeroCostLastOpIsValid) {
   const mp::PlanResult result =
       mp::make_plan(profile, platform_of(1, kGB), options_for(mp::Algorithm::GPipe));
   ASSERT_TRUE(result.feasible);
-  const auto violations = ms::validate(result.plan, profile);
+  const auto violations = mplan::validate(result.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }
 
@@ -366,6 +367,6 @@ TEST(Planner, MadPipePlanWithZeroCostLayersIsValid) {
       mt::make_chain({0, 2, 0, 2}, {1, 3, 0, 1}, {1, 1, 1, 1}, {0, 2000, 0, 1000}, 500);
   const mp::PlanResult result = mp::make_plan(profile, platform_of(2, kGB, 1000.0));
   ASSERT_TRUE(result.feasible);
-  const auto violations = ms::validate(result.plan, profile);
+  const auto violations = mplan::validate(result.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 }

@@ -10,10 +10,11 @@
 #include "core/error.hpp"
 #include "partition/planner.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/program.hpp"
+#include "plan/program.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mp = madpipe::partition;
 
 static madpipe::Platform platform_for(const madpipe::Profile& profile, int gpus, double fraction) {
@@ -30,10 +31,10 @@ static madpipe::Platform platform_for(const madpipe::Profile& profile, int gpus,
 TEST(InstrToken, RoundTrips) {
   for (const char* token : {"F2.7", "B0.0", "SEND_ACT2.7>1", "RECV_ACT2.7<0", "SEND_GRAD1.3>0",
                             "RECV_GRAD0.12<3", "OPT4"}) {
-    EXPECT_EQ(ms::to_string(ms::instr_from_string(token)), token);
+    EXPECT_EQ(mplan::to_string(mplan::instr_from_string(token)), token);
   }
   for (const char* bad : {"", "F", "X1.2", "F1.2>3", "SEND_ACT1.2", "SEND_ACT1.2<3", "OPT1.2"})
-    EXPECT_THROW(ms::instr_from_string(bad), madpipe::Error) << bad;
+    EXPECT_THROW(mplan::instr_from_string(bad), madpipe::Error) << bad;
 }
 
 TEST(Lower, EveryPlanOfEveryAlgorithmRunsWithoutDeadlock) {
@@ -56,22 +57,22 @@ TEST(Lower, EveryPlanOfEveryAlgorithmRunsWithoutDeadlock) {
         const mp::PlanResult result =
             mp::make_plan(profile, platform_for(profile, gpus, 0.8), options);
         if (!result.feasible) continue;
-        const ms::Plan& plan = result.plan;
+        const mplan::Plan& plan = result.plan;
         const int n = 3 * plan.pattern.k + 1;
-        const ms::Program program = ms::lower(plan, n);
-        EXPECT_EQ(ms::dry_run(program), "");
+        const mplan::Program program = mplan::lower(plan, n);
+        EXPECT_EQ(mplan::dry_run(program), "");
         // Every stage runs F and B of every micro-batch exactly once, on its GPU, and F first.
         std::map<std::tuple<int, int, int>, int> seen;  // (kind, stage, mb) -> count
         for (int g = 0; g < gpus; ++g) {
           std::map<std::pair<int, int>, bool> forward_done;
-          for (const ms::Instr& instr : program.per_gpu[g]) {
-            if (instr.kind != ms::InstrKind::Forward && instr.kind != ms::InstrKind::Backward)
+          for (const mplan::Instr& instr : program.per_gpu[g]) {
+            if (instr.kind != mplan::InstrKind::Forward && instr.kind != mplan::InstrKind::Backward)
               continue;
             EXPECT_EQ(plan.stages[instr.stage].gpu, g);
             EXPECT_GE(instr.slot, 0);
             EXPECT_LT(instr.slot, program.slots[instr.stage]);
             ++seen[{static_cast<int>(instr.kind), instr.stage, instr.micro_batch}];
-            if (instr.kind == ms::InstrKind::Forward)
+            if (instr.kind == mplan::InstrKind::Forward)
               forward_done[{instr.stage, instr.micro_batch}] = true;
             else
               EXPECT_TRUE((forward_done[{instr.stage, instr.micro_batch}]));
@@ -92,22 +93,22 @@ TEST(Lower, EveryPlanOfEveryAlgorithmRunsWithoutDeadlock) {
 }
 
 TEST(DryRun, ReportsADeadlockWithTheStuckInstructions) {
-  ms::Program program;
+  mplan::Program program;
   program.micro_batches = 1;
   // Each GPU waits for the other before sending: a cycle.
-  program.per_gpu = {{ms::instr_from_string("RECV_GRAD0.0<1"), ms::instr_from_string("SEND_ACT0.0>1")},
-                     {ms::instr_from_string("RECV_ACT0.0<0"), ms::instr_from_string("SEND_GRAD0.0>0")}};
-  const std::string report = ms::dry_run(program);
+  program.per_gpu = {{mplan::instr_from_string("RECV_GRAD0.0<1"), mplan::instr_from_string("SEND_ACT0.0>1")},
+                     {mplan::instr_from_string("RECV_ACT0.0<0"), mplan::instr_from_string("SEND_GRAD0.0>0")}};
+  const std::string report = mplan::dry_run(program);
   EXPECT_NE(report.find("program deadlocks"), std::string::npos) << report;
   EXPECT_NE(report.find("RECV_GRAD0.0<1 <-- stuck"), std::string::npos) << report;
   EXPECT_NE(report.find("RECV_ACT0.0<0 <-- stuck"), std::string::npos) << report;
 }
 
 TEST(DryRun, ReportsUnreceivedMessages) {
-  ms::Program program;
+  mplan::Program program;
   program.micro_batches = 1;
-  program.per_gpu = {{ms::instr_from_string("SEND_ACT0.0>1")}, {}};
-  EXPECT_NE(ms::dry_run(program).find("never received"), std::string::npos);
+  program.per_gpu = {{mplan::instr_from_string("SEND_ACT0.0>1")}, {}};
+  EXPECT_NE(mplan::dry_run(program).find("never received"), std::string::npos);
 }
 
 TEST(Lower, RejectsZeroMicroBatches) {
@@ -118,5 +119,5 @@ TEST(Lower, RejectsZeroMicroBatches) {
   platform.bandwidth_bytes_per_ms = 1;
   const mp::PlanResult result = mp::make_plan(profile, platform);
   ASSERT_TRUE(result.feasible);
-  EXPECT_THROW(ms::lower(result.plan, 0), madpipe::Error);
+  EXPECT_THROW(mplan::lower(result.plan, 0), madpipe::Error);
 }

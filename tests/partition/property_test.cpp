@@ -19,15 +19,16 @@
 #include "partition/madpipe_dp.hpp"
 #include "partition/planner.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/simulate.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -127,13 +128,13 @@ TEST(PlannerProperties, FeasiblePlansAreValidRunAtTheirPeriodAndFit) {
           continue;
         }
         ++feasible[name];
-        const ms::Plan& plan = result.plan;
-        const auto violations = ms::validate(plan, c.profile);
+        const mplan::Plan& plan = result.plan;
+        const auto violations = mplan::validate(plan, c.profile);
         EXPECT_TRUE(violations.empty()) << mt::describe(violations);
         EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
         ASSERT_EQ(static_cast<int>(plan.predicted.memory_bytes.size()), c.gpus);
 
-        const ms::SimResult sim = ms::simulate(plan);
+        const mplan::SimResult sim = mplan::simulate(plan);
         EXPECT_NEAR(sim.steady_period_ms, plan.pattern.period_ms, 1e-6 * plan.pattern.period_ms);
         EXPECT_NEAR(sim.steady_normalized_ms, plan.predicted.period_ms,
                     1e-6 * plan.predicted.period_ms);

@@ -8,16 +8,18 @@
 
 #include "core/error.hpp"
 #include "partition/planner.hpp"
-#include "schedule/program.hpp"
-#include "schedule/receive_plan.hpp"
+#include "plan/program.hpp"
+#include "plan/receive_plan.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace marena = madpipe::arena;
+namespace mplan = madpipe::plan;
 namespace mp = madpipe::partition;
 
-static std::vector<ms::Instr> list_of(const std::vector<std::string>& tokens) {
-  std::vector<ms::Instr> list;
-  for (const std::string& token : tokens) list.push_back(ms::instr_from_string(token));
+static std::vector<mplan::Instr> list_of(const std::vector<std::string>& tokens) {
+  std::vector<mplan::Instr> list;
+  for (const std::string& token : tokens) list.push_back(mplan::instr_from_string(token));
   return list;
 }
 
@@ -27,7 +29,7 @@ static const std::vector<std::string> kLastStage = {
     "B1.1",          "SEND_GRAD0.1>0", "RECV_ACT0.2<0", "F1.2", "B1.2", "SEND_GRAD0.2>0"};
 
 TEST(ReceivePlan, ActivationsLiveFromTheirPostToTheBackward) {
-  const ms::ReceivePlan plan = ms::plan_receives(list_of(kLastStage), {1000, 1000}, true, 0);
+  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 0);
   ASSERT_EQ(plan.slots.size(), 3u);
   EXPECT_EQ(plan.slots[1].instr, 4);
   EXPECT_EQ(plan.slots[1].post_before, 5);  // no lookahead: right before F1.1
@@ -35,21 +37,21 @@ TEST(ReceivePlan, ActivationsLiveFromTheirPostToTheBackward) {
   EXPECT_EQ(plan.slots[1].bytes, 1024);     // rounded up to the alignment
   // The lifetimes are disjoint: one slot serves all three.
   EXPECT_EQ(plan.arena_bytes(), 1024);
-  for (const ms::ReceiveSlot& slot : plan.slots) EXPECT_EQ(slot.offset, 0);
+  for (const mplan::ReceiveSlot& slot : plan.slots) EXPECT_EQ(slot.offset, 0);
 }
 
 TEST(ReceivePlan, LookaheadPostsEarlierAndNeedsMoreSlots) {
-  const ms::ReceivePlan plan = ms::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2);
+  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2);
   ASSERT_EQ(plan.slots.size(), 3u);
   EXPECT_EQ(plan.slots[0].post_before, 0);  // nothing to run before the first forward
   EXPECT_EQ(plan.slots[1].post_before, 1);  // two compute instructions ahead: F1.0, B1.0
   EXPECT_EQ(plan.arena_bytes(), 2048);      // micro-batch 1 lands while 0 is still in use
-  EXPECT_TRUE(ms::overlapping_live_buffers(plan.addresses).empty());
+  EXPECT_TRUE(marena::overlapping_live_buffers(plan.addresses).empty());
 }
 
 TEST(ReceivePlan, ValidationFreesAnActivationAfterItsForward) {
   const std::vector<std::string> forwards = {"RECV_ACT0.0<0", "F1.0", "RECV_ACT0.1<0", "F1.1"};
-  const ms::ReceivePlan plan = ms::plan_receives(list_of(forwards), {4096, 4096}, false, 1);
+  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(forwards), {4096, 4096}, false, 1);
   ASSERT_EQ(plan.slots.size(), 2u);
   EXPECT_EQ(plan.slots[0].last_use, 1);
   EXPECT_EQ(plan.slots[1].post_before, 1);  // one forward ahead: shares timestep 1 with slot 0
@@ -59,19 +61,19 @@ TEST(ReceivePlan, ValidationFreesAnActivationAfterItsForward) {
 TEST(ReceivePlan, GradientsLiveUntilTheirBackward) {
   const std::vector<std::string> first_stage = {"F0.0", "SEND_ACT0.0>1", "F0.1", "SEND_ACT0.1>1",
                                                 "RECV_GRAD0.0<1", "B0.0", "RECV_GRAD0.1<1", "B0.1"};
-  const ms::ReceivePlan plan = ms::plan_receives(list_of(first_stage), {512, 512}, true, 1);
+  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(first_stage), {512, 512}, true, 1);
   ASSERT_EQ(plan.slots.size(), 2u);
   EXPECT_EQ(plan.slots[0].post_before, 2);  // F0.1 runs while the gradient of 0 arrives
   EXPECT_EQ(plan.slots[0].last_use, 5);
   EXPECT_EQ(plan.slots[1].post_before, 5);
   EXPECT_EQ(plan.arena_bytes(), 1024);
   // Validation programs receive no gradient.
-  EXPECT_TRUE(ms::plan_receives(list_of(first_stage), {512, 512}, false, 1).slots.empty());
+  EXPECT_TRUE(mplan::plan_receives(list_of(first_stage), {512, 512}, false, 1).slots.empty());
 }
 
 TEST(ReceivePlan, AReceiveNobodyUsesIsAnError) {
   try {
-    ms::plan_receives(list_of({"RECV_ACT0.3<0", "F1.2"}), {8, 8}, true);
+    mplan::plan_receives(list_of({"RECV_ACT0.3<0", "F1.2"}), {8, 8}, true);
     FAIL() << "expected an error";
   } catch (const madpipe::Error& e) {
     EXPECT_NE(std::string(e.what()).find("the receive RECV_ACT0.3<0 has no forward and backward of stage 1"),
@@ -81,9 +83,9 @@ TEST(ReceivePlan, AReceiveNobodyUsesIsAnError) {
 }
 
 TEST(ReceivePlan, LongProgramsAreLeftToTheAllocator) {
-  const ms::ReceivePlan plan = ms::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2, 2);
+  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2, 2);
   EXPECT_FALSE(plan.placed());
-  for (const ms::ReceiveSlot& slot : plan.slots) EXPECT_EQ(slot.offset, -1);
+  for (const mplan::ReceiveSlot& slot : plan.slots) EXPECT_EQ(slot.offset, -1);
 }
 
 // Plans of the planner, lowered: every rank's receives get aligned, non-overlapping offsets in an
@@ -110,21 +112,21 @@ TEST(ReceivePlan, EveryRankOfPlannedPipelinesGetsAValidArena) {
     for (const madpipe::Layer& layer : profile.layers) bytes.push_back(layer.output_bytes);
     std::vector<std::int64_t> stage_bytes;
     for (const ms::Stage& stage : result.plan.stages) stage_bytes.push_back(bytes[stage.last_layer]);
-    const ms::Program program = ms::lower(result.plan, 6);
+    const mplan::Program program = mplan::lower(result.plan, 6);
     for (const auto& list : program.per_gpu)
       for (bool train : {true, false}) {
-        const ms::ReceivePlan plan = ms::plan_receives(list, stage_bytes, train);
+        const mplan::ReceivePlan plan = mplan::plan_receives(list, stage_bytes, train);
         if (plan.slots.empty()) continue;
         ++arenas;
-        EXPECT_TRUE(ms::overlapping_live_buffers(plan.addresses).empty());
+        EXPECT_TRUE(marena::overlapping_live_buffers(plan.addresses).empty());
         std::int64_t sum = 0;
-        for (const ms::ReceiveSlot& slot : plan.slots) {
-          EXPECT_EQ(slot.offset % ms::kReceiveAlignment, 0);
+        for (const mplan::ReceiveSlot& slot : plan.slots) {
+          EXPECT_EQ(slot.offset % mplan::kReceiveAlignment, 0);
           EXPECT_LE(slot.post_before, slot.last_use);
           sum += slot.bytes;
         }
         EXPECT_LE(plan.arena_bytes(), sum);
-        EXPECT_GE(plan.arena_bytes(), ms::live_bytes_lower_bound(plan.addresses.buffers));
+        EXPECT_GE(plan.arena_bytes(), marena::live_bytes_lower_bound(plan.addresses.buffers));
       }
   }
   EXPECT_GT(arenas, 8);

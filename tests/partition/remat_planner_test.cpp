@@ -9,13 +9,15 @@
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "partition/stage_options.hpp"
-#include "schedule/remat_sequence.hpp"
-#include "schedule/simulate.hpp"
-#include "schedule/validate.hpp"
+#include "remat/remat_sequence.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
+namespace mremat = madpipe::remat;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -31,16 +33,16 @@ mp::PlanResult plan_with(const madpipe::Profile& profile, mp::Algorithm algorith
   return mp::make_plan(profile, mt::make_platform(4, memory, 12e6, 3), options);
 }
 
-int remat_stages(const ms::Plan& plan) {
+int remat_stages(const mplan::Plan& plan) {
   int count = 0;
   for (const ms::Stage& stage : plan.stages) count += stage.remat == "rotor";
   return count;
 }
 
-void expect_valid_and_replayable(const ms::Plan& plan, const madpipe::Profile& profile) {
-  const auto violations = ms::validate(plan, profile);
+void expect_valid_and_replayable(const mplan::Plan& plan, const madpipe::Profile& profile) {
+  const auto violations = mplan::validate(plan, profile);
   for (const auto& v : violations) ADD_FAILURE() << v.field << ": " << v.problem;
-  const ms::SimResult sim = ms::simulate(plan, {});
+  const mplan::SimResult sim = mplan::simulate(plan, {});
   ASSERT_GT(sim.steady_period_ms, 0);
   EXPECT_NEAR(sim.steady_normalized_ms, plan.predicted.period_ms, 1e-6 * plan.predicted.period_ms);
   for (std::size_t g = 0; g < sim.peak_memory_bytes.size(); ++g)
@@ -105,12 +107,12 @@ TEST(RematPlanner, ValidatorChecksSequencesAgainstTheProfile) {
   std::size_t s = 0;
   while (remat.plan.stages[s].remat != "rotor") ++s;
   auto violations_after = [&](auto&& change) {
-    ms::Plan plan = remat.plan;
+    mplan::Plan plan = remat.plan;
     change(plan.stages[s]);
-    return ms::validate(plan, profile);
+    return mplan::validate(plan, profile);
   };
-  auto mentions = [](const std::vector<ms::Violation>& list, const std::string& text) {
-    for (const ms::Violation& v : list)
+  auto mentions = [](const std::vector<mplan::Violation>& list, const std::string& text) {
+    for (const mplan::Violation& v : list)
       if ((v.field + ": " + v.problem).find(text) != std::string::npos) return true;
     return false;
   };
@@ -134,7 +136,7 @@ TEST(RematPlanner, StageOptionsAreFastestFirstAndFitQueries) {
   ASSERT_GE(front.size(), 2u);
   for (std::size_t i = 1; i < front.size(); ++i)
     EXPECT_LE(front[i - 1].backward_ms, front[i].backward_ms);
-  const ms::RematOption& slowest = front.back();
+  const mremat::RematOption& slowest = front.back();
   const double budget = 3.0 * static_cast<double>(slowest.stored_bytes) + slowest.transient_bytes;
   const int fit = options.fastest_fitting(0, 7, 3, budget);
   ASSERT_GE(fit, 0);
@@ -185,10 +187,10 @@ TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
   EXPECT_GE(offloading, 1);
   expect_valid_and_replayable(offload.plan, profile);
   // The validator needs the host link to check an offloading stage.
-  ms::Plan no_link = offload.plan;
+  mplan::Plan no_link = offload.plan;
   no_link.platform.host_bandwidth_bytes_per_ms = 0;
   bool reported = false;
-  for (const ms::Violation& v : ms::validate(no_link, profile))
+  for (const mplan::Violation& v : mplan::validate(no_link, profile))
     reported = reported || v.field == "/platform/host_bandwidth_bytes_per_ms";
   EXPECT_TRUE(reported);
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/test_support.hpp"
 
 namespace mp = madpipe::partition;
@@ -17,7 +17,7 @@ namespace mt = madpipe::testing;
 namespace {
 
 // What a run of `plan` measures when the model's real layer times are `truth`.
-std::vector<mp::MeasuredStage> measure(const madpipe::schedule::Plan& plan,
+std::vector<mp::MeasuredStage> measure(const madpipe::plan::Plan& plan,
                                        const madpipe::Profile& truth) {
   std::vector<mp::MeasuredStage> measured;
   for (const auto& stage : plan.stages) {
@@ -89,7 +89,7 @@ TEST(Replan, SwitchesToABalancedPlanWhenTheProfileWasWrong) {
   EXPECT_DOUBLE_EQ(outcome.new_period_ms, 6.0);      // two and two
   ASSERT_EQ(outcome.plan.stages.size(), 2u);
   EXPECT_EQ(outcome.plan.stages[1].first_layer, 2);
-  EXPECT_TRUE(madpipe::schedule::validate(outcome.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(outcome.plan).empty());
   EXPECT_NE(outcome.reason.find("switching to the new plan"), std::string::npos) << outcome.reason;
 }
 

@@ -8,7 +8,7 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/test_support.hpp"
 
@@ -86,7 +86,7 @@ TEST(SolverFallback, ATimeoutKeepsTheHeuristicScheduleWithANote) {
   ASSERT_TRUE(result.feasible) << result.reason;
   EXPECT_GT(FailingBackend::calls, 0);
   EXPECT_TRUE(has_note(result, "keeping the heuristic schedule")) << notes_of(result);
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan).empty());
   EXPECT_DOUBLE_EQ(result.plan.predicted.period_ms, heuristic_plan().plan.predicted.period_ms);
 }
 
@@ -94,13 +94,13 @@ TEST(SolverFallback, NumericalTroubleKeepsTheHeuristicScheduleWithANote) {
   const mp::PlanResult result = plan_with(Failure::Numerical, mp::Algorithm::MadPipe);
   ASSERT_TRUE(result.feasible) << result.reason;
   EXPECT_TRUE(has_note(result, "keeping the heuristic schedule")) << notes_of(result);
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan).empty());
 }
 
 TEST(SolverFallback, AnInfeasibleIlpKeepsTheHeuristicSchedule) {
   const mp::PlanResult result = plan_with(Failure::Infeasible, mp::Algorithm::MadPipe);
   ASSERT_TRUE(result.feasible) << result.reason;
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan).empty());
   EXPECT_DOUBLE_EQ(result.plan.predicted.period_ms, heuristic_plan().plan.predicted.period_ms);
 }
 
@@ -108,7 +108,7 @@ TEST(SolverFallback, ASolverThatThrowsKeepsTheHeuristicScheduleWithANote) {
   const mp::PlanResult result = plan_with(Failure::Throws, mp::Algorithm::MadPipe);
   ASSERT_TRUE(result.feasible) << result.reason;
   EXPECT_TRUE(has_note(result, "the solver crashed")) << notes_of(result);
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan).empty());
 }
 
 TEST(SolverFallback, TheFullIlpReturnsItsWarmStartOnATimeout) {
@@ -116,7 +116,7 @@ TEST(SolverFallback, TheFullIlpReturnsItsWarmStartOnATimeout) {
   ASSERT_TRUE(result.feasible) << result.reason;
   EXPECT_TRUE(has_note(result, "full ILP: ")) << notes_of(result);
   EXPECT_TRUE(has_note(result, "returning the warm start")) << notes_of(result);
-  EXPECT_TRUE(madpipe::schedule::validate(result.plan).empty());
+  EXPECT_TRUE(madpipe::plan::validate(result.plan).empty());
 }
 
 TEST(SolverFallback, TheFullIlpReturnsItsWarmStartWhenTheSolverThrows) {

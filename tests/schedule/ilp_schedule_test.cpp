@@ -15,12 +15,13 @@
 #include "schedule/memory.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/search.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 namespace msv = madpipe::solver;
 
@@ -80,7 +81,7 @@ TEST(PatternIlp, KnownPatternsAreFeasiblePointsOfTheProgram) {
     // The same pattern read back from its own variables has the same period.
     const ms::PatternIlp::Decoded decoded = ilp.decode(mt::hint_values(ilp.model()));
     EXPECT_LE(decoded.pattern.period_ms, pattern->period_ms * (1 + 1e-9));
-    EXPECT_TRUE(ms::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern)).empty());
+    EXPECT_TRUE(mplan::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern)).empty());
   }
 }
 
@@ -120,7 +121,7 @@ TEST(IlpSchedule, ReturnsValidPatternsNoSlowerThanTheHeuristic) {
     ASSERT_TRUE(result.pattern) << msv::to_string(result.solve.status) << " " << result.solve.message;
     EXPECT_TRUE(result.warm_started);
     const auto violations =
-        ms::validate(mt::plan_of(instance.stages, instance.platform, *result.pattern), instance.profile);
+        mplan::validate(mt::plan_of(instance.stages, instance.platform, *result.pattern), instance.profile);
     EXPECT_TRUE(violations.empty()) << violations.front().field << ": " << violations.front().problem;
     EXPECT_EQ(result.pattern->k, 1);
     EXPECT_LE(result.pattern->period_ms, heuristic->period_ms * (1 + 1e-6));

@@ -19,15 +19,16 @@
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/search.hpp"
-#include "schedule/simulate.hpp"
+#include "plan/simulate.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 using ms::OpKind;
 
@@ -63,7 +64,7 @@ void check_variant(const std::vector<ms::Stage>& stages, const madpipe::Platform
     EXPECT_EQ(count[key], k) << ms::op_token(op.kind, op.stage);
     EXPECT_EQ(residues[key], all) << ms::op_token(op.kind, op.stage);
   }
-  const auto violations = ms::validate(mt::plan_of(stages, platform, out));
+  const auto violations = mplan::validate(mt::plan_of(stages, platform, out));
   EXPECT_TRUE(violations.empty()) << "k " << k << "\n" << mt::describe(violations);
   // Dropping micro-batches never adds one in flight, and removes one wherever a stage had k + 1
   // or more (any k + 1 consecutive micro-batches include a dropped one).
@@ -78,7 +79,7 @@ void check_variant(const std::vector<ms::Stage>& stages, const madpipe::Platform
     EXPECT_GE(after[s], 1);
   }
   // Running it gives k micro-batches per (k + 1) T.
-  const ms::SimResult sim = ms::simulate(mt::plan_of(stages, platform, out));
+  const mplan::SimResult sim = mplan::simulate(mt::plan_of(stages, platform, out));
   EXPECT_NEAR(sim.steady_period_ms, out.period_ms, 1e-6 * out.period_ms);
   EXPECT_NEAR(sim.steady_normalized_ms, out.normalized_period_ms(), 1e-6 * out.period_ms);
 }
@@ -138,8 +139,8 @@ TEST(DropEveryKthPlusOne, HomogeneousPipelineNca) {
   EXPECT_EQ(ms::concurrent_activations(k2, 4), (std::vector<int>{3, 2, 2, 1}));
   const ms::Pattern k3 = ms::drop_every_kth_plus_one(*base, 3);
   EXPECT_EQ(ms::concurrent_activations(k3, 4), (std::vector<int>{3, 3, 2, 1}));
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, k2)).empty());
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, k3)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, k2)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, k3)).empty());
 }
 
 TEST(DropEveryKthPlusOne, KOneIsTheInputAndBadInputsThrow) {
@@ -190,7 +191,7 @@ TEST(Theorem16, KPeriodicPatternReachesTwoTimesOnePlusOneOverK) {
     const auto nca = ms::concurrent_activations(found->pattern, k + 1);
     EXPECT_LE(nca[0], k);
     for (int l = 1; l <= k; ++l) EXPECT_LE(nca[l], k + 1 - l) << "stage " << l;
-    const auto violations = ms::validate(mt::plan_of(stages, platform, found->pattern));
+    const auto violations = mplan::validate(mt::plan_of(stages, platform, found->pattern));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
@@ -206,7 +207,7 @@ TEST(Theorem16, OnePeriodicPatternsNeedPeriodFour) {
     ASSERT_TRUE(found.has_value());
     EXPECT_EQ(found->pattern.k, 1);
     EXPECT_NEAR(found->pattern.normalized_period_ms(), 4.0, 1e-9);
-    EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, found->pattern)).empty());
+    EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, found->pattern)).empty());
   }
 }
 
@@ -225,7 +226,7 @@ TEST(Theorem16, SmallerKCannotBeatTheBound) {
       EXPECT_LE(found->pattern.k, j);
       EXPECT_GE(found->pattern.normalized_period_ms(), 2.0 * (1.0 + 1.0 / j) - 1e-9);
       EXPECT_GT(found->pattern.normalized_period_ms(), 2.0 * (1.0 + 1.0 / k) + 1e-6);
-      EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, found->pattern)).empty());
+      EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, found->pattern)).empty());
     }
   }
 }

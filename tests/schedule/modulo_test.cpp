@@ -11,13 +11,14 @@
 #include "core/chain.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 using ms::OpKind;
 
@@ -66,7 +67,7 @@ TEST(ModuloSchedule, RandomNonContiguousAllocationsAreValid) {
       if (T < 1.3 * busiest) ++tight;
       EXPECT_EQ(pattern->k, 1);
       EXPECT_DOUBLE_EQ(pattern->period_ms, T);
-      const auto violations = ms::validate(mt::plan_of(a.stages, a.platform, *pattern), a.profile);
+      const auto violations = mplan::validate(mt::plan_of(a.stages, a.platform, *pattern), a.profile);
       EXPECT_TRUE(violations.empty()) << "trial " << trial << " T " << T << "\n"
                                       << mt::describe(violations);
     }
@@ -97,7 +98,7 @@ TEST(ModuloSchedule, PacksTheThesisNonContiguousExampleWithoutIdleTime) {
   const auto platform = mt::huge_memory_platform(2, 1e12);
   const auto pattern = ms::modulo_schedule(stages, platform, 2.0);
   ASSERT_TRUE(pattern.has_value());
-  const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern), profile);
+  const auto violations = mplan::validate(mt::plan_of(stages, platform, *pattern), profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   // F0 F1 F2 B2 B1 B0 plus four zero-length transfers.
   EXPECT_EQ(pattern->ops.size(), 10u);
@@ -114,7 +115,7 @@ TEST(ModuloSchedule, AllStagesOnOneGpu) {
   ASSERT_TRUE(pattern.has_value());
   EXPECT_EQ(pattern->ops.size(), 8u);
   for (const ms::Op& op : pattern->ops) EXPECT_FALSE(ms::is_transfer(op.kind));
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
   EXPECT_FALSE(ms::modulo_schedule(stages, platform, 0.999 * length).has_value());
 }
 
@@ -135,7 +136,7 @@ TEST(ModuloSchedule, StagesOnTheSameGpuAsTheirNeighbourNeedNoTransfer) {
     EXPECT_EQ(op.link.b, 1);
   }
   EXPECT_EQ(transfers, 4);
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *pattern), profile).empty());
 }
 
 TEST(ModuloSchedule, ZeroDurationOpsAreNotPlacedInsideBusyIntervals) {
@@ -147,7 +148,7 @@ TEST(ModuloSchedule, ZeroDurationOpsAreNotPlacedInsideBusyIntervals) {
   for (double T : {2.0, 2.5, 3.0}) {
     const auto pattern = ms::modulo_schedule(stages, platform, T);
     if (!pattern) continue;  // giving up is allowed, an invalid pattern is not
-    const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern), profile);
+    const auto violations = mplan::validate(mt::plan_of(stages, platform, *pattern), profile);
     EXPECT_TRUE(violations.empty()) << "T " << T << "\n" << mt::describe(violations);
   }
   // A period of 2 is possible: B0 right at the end of F0.

@@ -17,13 +17,14 @@
 #include "core/chain.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 using ms::OpKind;
 
@@ -160,20 +161,20 @@ TEST(OneFOneBStar, NcaOfAStageEqualsItsGroupOnHandMadeLoads) {
   EXPECT_EQ(pattern->k, 1);
   EXPECT_DOUBLE_EQ(pattern->period_ms, 4.0);
   EXPECT_EQ(ms::concurrent_activations(*pattern, 4), (std::vector<int>{2, 2, 1, 1}));
-  const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern));
+  const auto violations = mplan::validate(mt::plan_of(stages, platform, *pattern));
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
 
   // T = 3: groups 3 | 1,2 | 2 -> NCA 3,2,2,1.
   const auto tight = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(tight.has_value());
   EXPECT_EQ(ms::concurrent_activations(*tight, 4), (std::vector<int>{3, 2, 2, 1}));
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *tight)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *tight)).empty());
 
   // T = 8: one group, every stage keeps one micro-batch.
   const auto loose = ms::one_f_one_b_star(stages, platform, 8.0);
   ASSERT_TRUE(loose.has_value());
   EXPECT_EQ(ms::concurrent_activations(*loose, 4), (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *loose)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *loose)).empty());
 
   // Below the largest stage load there is no 1F1B* pattern.
   EXPECT_FALSE(ms::one_f_one_b_star(stages, platform, 2.9).has_value());
@@ -193,7 +194,7 @@ TEST(OneFOneBStar, ExplicitGroupsGiveThatNca) {
     }
     const ms::Pattern pattern = ms::one_f_one_b_star_with_groups(stages, platform, groups, 10.0);
     EXPECT_EQ(ms::concurrent_activations(pattern, 5), sg);
-    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
+    const auto violations = mplan::validate(mt::plan_of(stages, platform, pattern));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
@@ -218,7 +219,7 @@ TEST(OneFOneBStar, RandomContiguousAllocationsAreValidWithNcaEqualToGroup) {
       const auto nca = ms::concurrent_activations(*pattern, num_stages);
       for (int s = 0; s < num_stages; ++s)
         EXPECT_EQ(nca[s], groups[2 * s]) << "stage " << s << " T " << T;
-      const auto violations = ms::validate(mt::plan_of(stages, platform, *pattern));
+      const auto violations = mplan::validate(mt::plan_of(stages, platform, *pattern));
       EXPECT_TRUE(violations.empty()) << "trial " << trial << " T " << T << "\n"
                                       << mt::describe(violations);
       ++checked;
@@ -274,7 +275,7 @@ TEST(OneFOneB, StageSKeepsSMinusSMicroBatches) {
     for (std::size_t r = 0; r < resources.size(); r += 2)
       expected = std::max(expected, resources[r].load_ms() + (r > 0 ? resources[r - 1].load_ms() : 0));
     EXPECT_NEAR(pattern.period_ms, expected, 1e-9 * expected);
-    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
+    const auto violations = mplan::validate(mt::plan_of(stages, platform, pattern));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
   }
 }
@@ -286,7 +287,7 @@ TEST(OneFOneB, HomogeneousPipelineWithFreeTransfers) {
   const ms::Pattern pattern = ms::one_f_one_b(stages, platform);
   EXPECT_DOUBLE_EQ(pattern.period_ms, 3.0);
   EXPECT_EQ(ms::concurrent_activations(pattern, 4), (std::vector<int>{4, 3, 2, 1}));
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, pattern)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, pattern)).empty());
   // 1F1B*(3) coincides: each group is one stage.
   const auto star = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(star.has_value());
@@ -358,7 +359,7 @@ EnumerationResult enumerate_patterns(const Instance& inst, const std::vector<int
       }
     }
     const ms::Pattern pattern = ms::pattern_from_absolute_times(ops, T);
-    const auto violations = ms::validate(mt::plan_of(stages, platform, pattern));
+    const auto violations = mplan::validate(mt::plan_of(stages, platform, pattern));
     if (!violations.empty()) return;
     ++result.valid;
     const auto nca = ms::concurrent_activations(pattern, S);
@@ -440,7 +441,7 @@ TEST(Theorem15, OneFOneBStarMinimisesEveryStagesNcaAmongOnePeriodicPatterns) {
     const auto platform = platform_of(S);
     const auto star = ms::one_f_one_b_star(stages, platform, inst.period);
     ASSERT_TRUE(star.has_value());
-    ASSERT_TRUE(ms::validate(mt::plan_of(stages, platform, *star)).empty());
+    ASSERT_TRUE(mplan::validate(mt::plan_of(stages, platform, *star)).empty());
     const auto star_nca = ms::concurrent_activations(*star, S);
     const EnumerationResult result = enumerate_patterns(inst, star_nca, 4);
     std::ostringstream name;

@@ -8,12 +8,13 @@
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "schedule/memory.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 using ms::Op;
 using ms::OpKind;
@@ -209,7 +210,7 @@ TEST(PatternBasics, SortOpsIsDeterministic) {
 
 TEST(PatternBasics, ConcurrentActivationsOfTwoStagePipeline) {
   // Two stages on two GPUs at period 4, the pattern of PatternFromAbsoluteTimes.
-  const ms::Plan plan = mt::pipelined_plan();
+  const mplan::Plan plan = mt::pipelined_plan();
   const ms::Pattern& pattern = plan.pattern;
   // Stage 0 holds a micro-batch for 7 ms, stage 1 for 3 ms, one new micro-batch every 4 ms.
   EXPECT_EQ(ms::concurrent_activations(pattern, 2), (std::vector<int>{2, 1}));

@@ -15,14 +15,15 @@
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/simulate.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 namespace mt = madpipe::testing;
 using ms::OpKind;
 
@@ -96,7 +97,7 @@ TEST(Retime, NeverIncreasesThePeriodAndKeepsValidityAndMemory) {
   int shrunk = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    ASSERT_TRUE(ms::validate(mt::plan_of(c.stages, c.platform, c.pattern)).empty());
+    ASSERT_TRUE(mplan::validate(mt::plan_of(c.stages, c.platform, c.pattern)).empty());
     const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
     ASSERT_TRUE(retimed.has_value());
     EXPECT_EQ(retimed->k, c.pattern.k);
@@ -106,7 +107,7 @@ TEST(Retime, NeverIncreasesThePeriodAndKeepsValidityAndMemory) {
     // Never below the busiest resource's work per period.
     EXPECT_GE(retimed->period_ms,
               c.pattern.k * mt::busiest_load(c.stages, c.platform) * (1 - 1e-9));
-    const auto violations = ms::validate(mt::plan_of(c.stages, c.platform, *retimed));
+    const auto violations = mplan::validate(mt::plan_of(c.stages, c.platform, *retimed));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
     const int n = static_cast<int>(c.stages.size());
     EXPECT_EQ(ms::concurrent_activations(*retimed, n), ms::concurrent_activations(c.pattern, n));
@@ -144,7 +145,7 @@ TEST(Retime, ShrinksOneFOneBStarWithSlackToTheChainLength) {
     EXPECT_LT(retimed->period_ms, slack->period_ms);
     EXPECT_NEAR(retimed->period_ms, length, 1e-9 * length);
     EXPECT_EQ(ms::concurrent_activations(*retimed, n), std::vector<int>(n, 1));
-    EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *retimed)).empty());
+    EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *retimed)).empty());
   }
 }
 
@@ -191,21 +192,21 @@ TEST(Retime, SimulatedSteadyPeriodMatches) {
     SCOPED_TRACE(c.name);
     const auto retimed = ms::retime(c.pattern, c.stages, c.platform);
     ASSERT_TRUE(retimed.has_value());
-    const ms::Plan plan = mt::plan_of(c.stages, c.platform, *retimed);
-    ms::SimOptions timetable;  // default number of micro-batches
-    timetable.policy = ms::StartPolicy::Timetable;
-    const ms::SimResult planned = ms::simulate(plan, timetable);
+    const mplan::Plan plan = mt::plan_of(c.stages, c.platform, *retimed);
+    mplan::SimOptions timetable;  // default number of micro-batches
+    timetable.policy = mplan::StartPolicy::Timetable;
+    const mplan::SimResult planned = mplan::simulate(plan, timetable);
     EXPECT_NEAR(planned.steady_period_ms, retimed->period_ms, 1e-6 * retimed->period_ms);
     EXPECT_NEAR(planned.steady_normalized_ms, retimed->normalized_period_ms(),
                 1e-6 * retimed->period_ms);
     // ASAP keeps every op's order, so no op starts later than planned; its measured rate is at
     // least the planned one once the warm-up is over (see AsapSteadyPeriodWithDefaultMicroBatches).
-    ms::SimOptions asap;
-    asap.policy = ms::StartPolicy::Asap;
+    mplan::SimOptions asap;
+    asap.policy = mplan::StartPolicy::Asap;
     asap.micro_batches = 40 * retimed->k;
     timetable.micro_batches = asap.micro_batches;
-    const ms::SimResult eager = ms::simulate(plan, asap);
-    const ms::SimResult planned_long = ms::simulate(plan, timetable);
+    const mplan::SimResult eager = mplan::simulate(plan, asap);
+    const mplan::SimResult planned_long = mplan::simulate(plan, timetable);
     EXPECT_NEAR(planned_long.steady_period_ms, retimed->period_ms, 1e-6 * retimed->period_ms);
     EXPECT_LE(eager.steady_period_ms, retimed->period_ms * (1 + 1e-6));
     EXPECT_LE(eager.step_ms, planned_long.step_ms * (1 + 1e-9));
@@ -225,18 +226,18 @@ TEST(Retime, AsapSteadyPeriodWithDefaultMicroBatches) {
   const auto pattern = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(pattern.has_value());
   ASSERT_EQ(ms::concurrent_activations(*pattern, 3), (std::vector<int>{5, 3, 1}));
-  const ms::Plan plan = mt::plan_of(stages, platform, *pattern);
-  ASSERT_TRUE(ms::validate(plan).empty());
-  ms::SimOptions asap;
-  asap.policy = ms::StartPolicy::Asap;
+  const mplan::Plan plan = mt::plan_of(stages, platform, *pattern);
+  ASSERT_TRUE(mplan::validate(plan).empty());
+  mplan::SimOptions asap;
+  asap.policy = mplan::StartPolicy::Asap;
   // With 24 micro-batches the window starts after the warm-up and ASAP measures 3 ms.
   asap.micro_batches = 24;
-  EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
+  EXPECT_NEAR(mplan::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
   // With 12 micro-batches (4 * S, the former default) F0 of micro-batches 0..4 run back to back
   // (1 ms apart) and the window from micro-batch 3 to 9 measured (27 - 3) / 6 = 4 ms; the
   // default now covers the largest NCA.
   asap.micro_batches = 0;
-  EXPECT_NEAR(ms::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
+  EXPECT_NEAR(mplan::simulate(plan, asap).steady_period_ms, 3.0, 1e-9);
 }
 
 TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
@@ -248,9 +249,9 @@ TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
   std::vector<ms::Op> chain = ms::micro_batch_chain(stages, platform);
   for (ms::Op& op : chain) op.start_ms = 0;
   const ms::Pattern pattern = ms::pattern_from_absolute_times(chain, 1.0);
-  ASSERT_TRUE(ms::validate(mt::plan_of(stages, platform, pattern)).empty());
+  ASSERT_TRUE(mplan::validate(mt::plan_of(stages, platform, pattern)).empty());
   const auto retimed = ms::retime(pattern, stages, platform);
   ASSERT_TRUE(retimed.has_value());
   EXPECT_NEAR(retimed->period_ms, 1.0, 1e-9);
-  EXPECT_TRUE(ms::validate(mt::plan_of(stages, platform, *retimed)).empty());
+  EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *retimed)).empty());
 }

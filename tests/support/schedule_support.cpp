@@ -11,6 +11,7 @@
 #include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 ms::Stage madpipe::testing::hand_stage(int id, int gpu, double forward_ms, double backward_ms,
                                        std::int64_t output_bytes, std::int64_t stored_bytes) {
@@ -95,22 +96,22 @@ std::vector<ms::Op> madpipe::testing::asap_chain(const std::vector<ms::Stage>& s
   return chain;
 }
 
-ms::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages, const Platform& platform,
+mplan::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages, const Platform& platform,
                                    const ms::Pattern& pattern) {
-  ms::Plan plan;
+  mplan::Plan plan;
   plan.profile = "hand";
   plan.algorithm = "test";
   plan.platform = platform;
   plan.stages = stages;
   plan.pattern = pattern;
-  ms::fill_predicted(plan, 0.0);
+  mplan::fill_predicted(plan, 0.0);
   return plan;
 }
 
-ms::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<int>& first_layers,
+mplan::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<int>& first_layers,
                                       const std::vector<int>& gpus, const Platform& platform,
                                       double period_ms) {
-  ms::Plan plan;
+  mplan::Plan plan;
   plan.profile = profile.name;
   plan.platform = platform;
   plan.algorithm = "hand";
@@ -118,18 +119,18 @@ ms::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<
   const std::vector<ms::Op> chain = asap_chain(plan.stages, plan.platform);
   const double length = chain.empty() ? 0.0 : chain.back().start_ms + chain.back().duration_ms;
   plan.pattern = ms::pattern_from_absolute_times(chain, period_ms > 0 ? period_ms : length);
-  ms::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
+  mplan::fill_predicted(plan, 0.5 * plan.pattern.period_ms);
   return plan;
 }
 
 // Micro-batch 0: F0 [0,1) SA [1,1.5) F1 [1.5,2.5) B1 [2.5,4.5) SG [4.5,5) B0 [5,7), so stage 0
 // keeps two micro-batches in flight.
-ms::Plan madpipe::testing::pipelined_plan() {
+mplan::Plan madpipe::testing::pipelined_plan() {
   return chain_plan(two_layer_profile(), {0, 1}, {0, 1}, small_platform(2), 4.0);
 }
 
-ms::Plan madpipe::testing::repeated(const ms::Plan& plan, int k) {
-  ms::Plan out = plan;
+mplan::Plan madpipe::testing::repeated(const mplan::Plan& plan, int k) {
+  mplan::Plan out = plan;
   const double period = plan.pattern.period_ms;
   out.pattern.period_ms = k * period;
   out.pattern.k = k;
@@ -142,11 +143,11 @@ ms::Plan madpipe::testing::repeated(const ms::Plan& plan, int k) {
       out.pattern.ops.push_back(copy);
     }
   }
-  ms::fill_predicted(out, plan.predicted.lower_bound_period_ms);
+  mplan::fill_predicted(out, plan.predicted.lower_bound_period_ms);
   return out;
 }
 
-std::size_t madpipe::testing::find_op(const ms::Plan& plan, ms::OpKind kind, int stage,
+std::size_t madpipe::testing::find_op(const mplan::Plan& plan, ms::OpKind kind, int stage,
                                       std::size_t skip) {
   for (std::size_t i = 0; i < plan.pattern.ops.size(); ++i) {
     const ms::Op& op = plan.pattern.ops[i];
@@ -156,9 +157,9 @@ std::size_t madpipe::testing::find_op(const ms::Plan& plan, ms::OpKind kind, int
   return 0;
 }
 
-std::string madpipe::testing::describe(const std::vector<ms::Violation>& violations) {
+std::string madpipe::testing::describe(const std::vector<mplan::Violation>& violations) {
   std::ostringstream out;
-  for (const ms::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
+  for (const mplan::Violation& v : violations) out << v.field << ": " << v.problem << "\n";
   return out.str();
 }
 

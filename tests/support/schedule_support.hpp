@@ -13,9 +13,9 @@
 #include "core/profile.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/pattern.hpp"
-#include "schedule/plan.hpp"
+#include "plan/plan.hpp"
 #include "schedule/stage.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "solver/model.hpp"
 
 namespace madpipe::testing {
@@ -53,25 +53,25 @@ std::vector<schedule::Op> asap_chain(const std::vector<schedule::Stage>& stages,
                                      const Platform& platform);
 
 // Plan "hand" of `stages` running `pattern` on `platform`, predicted fields filled (bound 0).
-schedule::Plan plan_of(const std::vector<schedule::Stage>& stages, const Platform& platform,
+plan::Plan plan_of(const std::vector<schedule::Stage>& stages, const Platform& platform,
                        const schedule::Pattern& pattern);
 
 // Plan of `profile` on `gpus` repeating asap_chain() every `period_ms` (0: its length), bound T/2.
-schedule::Plan chain_plan(const Profile& profile, const std::vector<int>& first_layers,
+plan::Plan chain_plan(const Profile& profile, const std::vector<int>& first_layers,
                           const std::vector<int>& gpus, const Platform& platform, double period_ms);
 
 // chain_plan() of two_layer_profile() on small_platform(2) at period 4 (two stages, two GPUs).
-schedule::Plan pipelined_plan();
+plan::Plan pipelined_plan();
 
 // `plan` as a k-periodic pattern: each op k times, one period of `plan` apart.
-schedule::Plan repeated(const schedule::Plan& plan, int k);
+plan::Plan repeated(const plan::Plan& plan, int k);
 
 // Index in plan.pattern.ops of the op `kind` of `stage` after `skip` others; a failure if none.
-std::size_t find_op(const schedule::Plan& plan, schedule::OpKind kind, int stage,
+std::size_t find_op(const plan::Plan& plan, schedule::OpKind kind, int stage,
                     std::size_t skip = 0);
 
 // One "field: problem" line per violation.
-std::string describe(const std::vector<schedule::Violation>& violations);
+std::string describe(const std::vector<plan::Violation>& violations);
 
 // Names of the bounds, integralities and rows of `model` that `values` violates (tolerance
 // relative to each row's terms).

@@ -14,11 +14,11 @@
 #include "runtime/model.hpp"
 #include "runtime/replicas.hpp"
 #include "runtime/transport.hpp"
-#include "schedule/program.hpp"
+#include "plan/program.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
-namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 using namespace madpipe::testing;
 
@@ -90,9 +90,9 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
     first.push_back(g * layers / P);
     gpus.push_back(g);
   }
-  const ms::Plan plan = make_plan(layers, first, gpus, Schedule::OneFOneBStar, micro_batches,
+  const mplan::Plan plan = make_plan(layers, first, gpus, Schedule::OneFOneBStar, micro_batches,
                                   nullptr, true, P);
-  const ms::Program program = ms::lower(plan, micro_batches);
+  const mplan::Program program = mplan::lower(plan, micro_batches);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()), 0, groups.pipeline());
   mr::PipelineExecutor executor(pipelined, plan, layout.position, *transport,
                                 data->micro_batch(0, 0, false));

@@ -25,18 +25,20 @@
 #include "runtime/model.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/modulo.hpp"
-#include "schedule/offload_replay.hpp"
+#include "remat/offload_replay.hpp"
 #include "schedule/one_f_one_b.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/program.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/remat_sequence.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
 #include "schedule/search.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 
 namespace madpipe::testing {
 
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
+namespace mremat = madpipe::remat;
 
 inline int world_rank() {
   int rank = 0;
@@ -67,7 +69,7 @@ inline const char* schedule_name(Schedule s) {
 // GPUs (0: one per rank).
 using SequenceOf = std::function<std::string(int stage, int first, int last)>;
 
-inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
+inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
                    Schedule kind, int micro_batches, const SequenceOf& sequence_of,
                    bool expect_valid = true, int platform_gpus = 0) {
   madpipe::Profile profile;
@@ -82,7 +84,7 @@ inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, cons
     layer.output_bytes = 1000;
     profile.layers.push_back(layer);
   }
-  ms::Plan plan;
+  mplan::Plan plan;
   plan.profile = "test";
   plan.platform.gpus = platform_gpus > 0 ? platform_gpus : world_size();
   plan.platform.memory_bytes = 1LL << 40;
@@ -95,24 +97,24 @@ inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, cons
     stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
     if (stage.sequence.empty()) continue;
     stage.remat = "rotor";
-    const ms::RematChain chain = ms::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
-    ms::RematSequence sequence;
+    const mremat::RematChain chain = mremat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    mremat::RematSequence sequence;
     try {
-      sequence = ms::parse_remat_sequence(stage.sequence, chain);
+      sequence = mremat::parse_remat_sequence(stage.sequence, chain);
     } catch (const madpipe::Error&) {
       continue;  // the malformed-sequence tests want the runtime's own message
     }
     if (stage.sequence.find('O') != std::string::npos) {
       stage.offload = "host";
       plan.platform.host_bandwidth_bytes_per_ms = 1000;
-      const ms::OffloadReplay r = ms::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
+      const mremat::OffloadReplay r = mremat::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
       if (!r.valid) continue;  // the malformed-sequence tests want the runtime's own message
       stage.forward_ms = r.forward_ms;
       stage.backward_ms = r.backward_ms;
       stage.stored_bytes = r.stored_bytes;
       stage.workspace_bytes = r.peak_bytes_release_at_completion - r.stored_bytes;
     } else {
-      const ms::SequenceReplay r = ms::replay_sequence(chain, sequence);
+      const mremat::SequenceReplay r = mremat::replay_sequence(chain, sequence);
       if (!r.valid) continue;
       stage.forward_ms = r.forward_ms;
       stage.backward_ms = r.backward_ms;
@@ -138,8 +140,8 @@ inline ms::Plan make_plan(int layers, const std::vector<int>& first_layers, cons
       break;
     }
   }
-  ms::fill_predicted(plan, 0.0);
-  const auto violations = ms::validate(plan, profile);
+  mplan::fill_predicted(plan, 0.0);
+  const auto violations = mplan::validate(plan, profile);
   if (expect_valid) {
     EXPECT_TRUE(violations.empty()) << (violations.empty() ? "" : violations[0].problem);
   }
@@ -195,7 +197,7 @@ inline double relative_difference(const std::vector<torch::Tensor>& mine,
 // Runs `steps` SGD steps (lr 0.1, momentum 0.9) of `program` on `executor` and of the unsplit
 // `reference` over the same micro-batches, checking that every step's loss agrees.
 inline void train_side_by_side(runtime::PipelineExecutor& executor, runtime::ChainModel& reference,
-                               const schedule::Program& program, runtime::DataSource& data,
+                               const plan::Program& program, runtime::DataSource& data,
                                int steps, int micro_batches) {
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages()) {

@@ -19,14 +19,15 @@
 #include "schedule/gpipe.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/program.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
 #include "schedule/search.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 using namespace madpipe::testing;
 
@@ -45,9 +46,9 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
-  const ms::Plan plan = make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
-  const ms::Program program = ms::lower(plan, micro_batches);
-  EXPECT_EQ(ms::dry_run(program), "");
+  const mplan::Plan plan = make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
+  const mplan::Program program = mplan::lower(plan, micro_batches);
+  EXPECT_EQ(mplan::dry_run(program), "");
 
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
@@ -135,13 +136,13 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   mr::ChainModel second_copy = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(first_copy.layers.size());
-  const ms::Plan plan = make_plan(layers, first, gpus, schedule, 4, nullptr);
+  const mplan::Plan plan = make_plan(layers, first, gpus, schedule, 4, nullptr);
   // 2BW needs at least NCA micro-batches per update.
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
-  const ms::Program program = ms::lower(plan, generations * m);
-  EXPECT_EQ(ms::dry_run(program), "");
+  const mplan::Program program = mplan::lower(plan, generations * m);
+  EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
   auto make_sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));

@@ -11,7 +11,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/script_model.hpp"
 #include "runtime/trace_recorder.hpp"
-#include "schedule/trace.hpp"
+#include "plan/trace.hpp"
 
 using namespace madpipe::testing;
 namespace mr = madpipe::runtime;
@@ -162,14 +162,14 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     first_layers.push_back(g);
     gpus.push_back(g);
   }
-  const ms::Plan plan = make_plan(P + 1, first_layers, gpus, Schedule::OneFOneBStar,
+  const mplan::Plan plan = make_plan(P + 1, first_layers, gpus, Schedule::OneFOneBStar,
                                   micro_batches, nullptr);
   mr::ModelConfig config = small_config("mlp", P);
   auto data = data_for(config);
   mr::ChainModel model = mr::build_model(config);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data->micro_batch(0, 0, false));
-  const ms::Program program = ms::lower(plan, micro_batches);
+  const mplan::Program program = mplan::lower(plan, micro_batches);
   MPI_Barrier(MPI_COMM_WORLD);
   mr::TraceRecorder recorder(world_rank());
   recorder.record_until_step(steps);
@@ -178,7 +178,7 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     recorder.begin_step(step);
     executor.run(program, [&](int i) { return data->micro_batch(step, i, false); });
   }
-  const ms::Trace trace = recorder.gather(0, 1000 + world_rank(), 0);
+  const mplan::Trace trace = recorder.gather(0, 1000 + world_rank(), 0);
   if (world_rank() != 0) {
     EXPECT_TRUE(trace.ops.empty());
     return;
@@ -188,7 +188,7 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
   ASSERT_EQ(static_cast<int>(trace.ops.size()), 2 * stages * micro_batches * steps);
   EXPECT_EQ(static_cast<int>(trace.transfers.size()), 2 * (stages - 1) * micro_batches * steps);
   std::set<std::tuple<int, int, int, int>> seen;  // kind, stage, step, micro-batch
-  for (const ms::TraceOp& op : trace.ops) {
+  for (const mplan::TraceOp& op : trace.ops) {
     EXPECT_LE(op.start_ms, op.end_ms);
     EXPECT_EQ(op.rank, plan.stages[op.stage].gpu);
     EXPECT_GE(op.step, 1);
@@ -197,22 +197,22 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
   }
   // One rank runs one op at a time, and a micro-batch's backward follows its forward.
   for (int r = 0; r < P; ++r) {
-    std::vector<ms::TraceOp> mine;
-    for (const ms::TraceOp& op : trace.ops)
+    std::vector<mplan::TraceOp> mine;
+    for (const mplan::TraceOp& op : trace.ops)
       if (op.rank == r) mine.push_back(op);
     std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.start_ms < b.start_ms; });
     for (std::size_t k = 1; k < mine.size(); ++k) EXPECT_LE(mine[k - 1].end_ms, mine[k].start_ms);
     std::map<std::tuple<int, int, int>, double> forward_end;
-    for (const ms::TraceOp& op : mine) {
-      if (op.kind == ms::TraceOpKind::Forward)
+    for (const mplan::TraceOp& op : mine) {
+      if (op.kind == mplan::TraceOpKind::Forward)
         forward_end[{op.stage, op.step, op.micro_batch}] = op.end_ms;
       else
         EXPECT_LE(forward_end.at({op.stage, op.step, op.micro_batch}), op.start_ms);
     }
   }
-  for (const ms::TraceTransfer& t : trace.transfers) {
-    EXPECT_EQ(t.from, plan.stages[t.stage + (t.kind == ms::TraceTransferKind::Gradient ? 1 : 0)].gpu);
-    EXPECT_EQ(t.to, plan.stages[t.stage + (t.kind == ms::TraceTransferKind::Gradient ? 0 : 1)].gpu);
+  for (const mplan::TraceTransfer& t : trace.transfers) {
+    EXPECT_EQ(t.from, plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 1 : 0)].gpu);
+    EXPECT_EQ(t.to, plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 0 : 1)].gpu);
     EXPECT_GT(t.bytes, 0);
     EXPECT_LE(t.start_ms, t.end_ms);
   }

@@ -10,11 +10,11 @@
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/transport.hpp"
-#include "schedule/program.hpp"
+#include "plan/program.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
-namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 using namespace madpipe::testing;
 
@@ -35,8 +35,8 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
     first.push_back(l);
     gpus.push_back(l % world_size());
   }
-  const ms::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, nullptr);
-  const ms::Program program = ms::lower(plan, micro_batches);
+  const mplan::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, nullptr);
+  const mplan::Program program = mplan::lower(plan, micro_batches);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data->micro_batch(0, 0, false));
   executor.receive_buffers(mode, lookahead);

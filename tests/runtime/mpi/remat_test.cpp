@@ -26,19 +26,21 @@
 #include "schedule/gpipe.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
-#include "schedule/offload_replay.hpp"
+#include "remat/offload_replay.hpp"
 #include "schedule/one_f_one_b.hpp"
-#include "schedule/plan.hpp"
-#include "schedule/program.hpp"
-#include "schedule/remat_chain.hpp"
-#include "schedule/remat_sequence.hpp"
-#include "schedule/rotor.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "remat/rotor.hpp"
 #include "schedule/search.hpp"
-#include "schedule/validate.hpp"
+#include "plan/validate.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
+namespace mremat = madpipe::remat;
 
 namespace {
 
@@ -94,7 +96,7 @@ std::string offload_remat_sequence(int f, int l) {
 // (in steps of 5 bytes below the store-all peak) it still fits.
 std::string rotor_sequence(int f, int l, int salt) {
   const int n = l - f + 1;
-  ms::RematChain chain = ms::make_remat_chain(n);
+  mremat::RematChain chain = mremat::make_remat_chain(n);
   chain.first_layer = f;
   chain.a[0] = chain.abar[0] = 40;
   for (int k = 1; k <= n; ++k) {
@@ -104,17 +106,17 @@ std::string rotor_sequence(int f, int l, int salt) {
     chain.delta[k] = chain.a[k];
     chain.abar[k] = chain.a[k] + 50 + 20 * ((k + salt) % 2);
   }
-  const ms::SequenceReplay all = ms::replay_sequence(chain, ms::store_all_sequence(chain));
+  const mremat::SequenceReplay all = mremat::replay_sequence(chain, mremat::store_all_sequence(chain));
   EXPECT_TRUE(all.valid) << all.problem;
-  ms::RematResult best = ms::optimal_remat(chain, all.peak_bytes);
+  mremat::RematResult best = mremat::optimal_remat(chain, all.peak_bytes);
   EXPECT_TRUE(best.feasible);
   for (std::int64_t budget = all.peak_bytes - 5; budget > 0; budget -= 5) {
-    ms::RematResult result = ms::optimal_remat(chain, budget);
+    mremat::RematResult result = mremat::optimal_remat(chain, budget);
     if (!result.feasible) break;
     best = std::move(result);
   }
   EXPECT_TRUE(best.replay.valid) << best.replay.problem;
-  return ms::to_string(best.sequence, chain);
+  return mremat::to_string(best.sequence, chain);
 }
 
 // Forwards in a sequence beyond one per layer.
@@ -163,9 +165,9 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
-  const ms::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, sequence_of);
-  const ms::Program program = ms::lower(plan, micro_batches);
-  EXPECT_EQ(ms::dry_run(program), "");
+  const mplan::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, sequence_of);
+  const mplan::Program program = mplan::lower(plan, micro_batches);
+  EXPECT_EQ(mplan::dry_run(program), "");
   Comparison out;
   for (const ms::Stage& stage : plan.stages)
     if (recomputations(stage.sequence) > 0) ++out.recomputed_stages;
@@ -283,11 +285,11 @@ TEST(RematSequences, HandWrittenSequencesAreValidChainSequences) {
   // The runtime's rules agree with the chain model's replay on sequences without offloading.
   for (int f : {0, 3})
     for (int n = 1; n <= 4; ++n) {
-      ms::RematChain chain = ms::make_remat_chain(n);
+      mremat::RematChain chain = mremat::make_remat_chain(n);
       chain.first_layer = f;
       for (const std::string& text : {checkpoint_sequence(f, f + n - 1), checkpoints_sequence(f, f + n - 1),
                                       rotor_sequence(f, f + n - 1, n)}) {
-        const ms::SequenceReplay replay = ms::replay_sequence(chain, ms::parse_remat_sequence(text, chain));
+        const mremat::SequenceReplay replay = mremat::replay_sequence(chain, mremat::parse_remat_sequence(text, chain));
         EXPECT_TRUE(replay.valid) << text << ": " << replay.problem;
         ms::Stage stage;
         stage.id = 1;
@@ -335,8 +337,8 @@ std::vector<torch::Tensor> train_dropout(const Cut& cut, const SequenceOf& seque
   mr::SyntheticData data(6, 3, 3, 7);
   mr::ChainModel model = dropout_model();
   const int layers = static_cast<int>(model.layers.size());
-  const ms::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
-  const ms::Program program = ms::lower(plan, 4);
+  const mplan::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
+  const mplan::Program program = mplan::lower(plan, 4);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data.micro_batch(0, 0, false));
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
@@ -393,14 +395,14 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
   mr::ChainModel first_copy = mr::build_model(config);
   mr::ChainModel second_copy = mr::build_model(config);
   const int layers = static_cast<int>(first_copy.layers.size());
-  ms::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
+  mplan::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
   if (run_plain)
     for (ms::Stage& stage : plan.stages) stage.sequence.clear();
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
-  const ms::Program program = ms::lower(plan, generations * m);
-  EXPECT_EQ(ms::dry_run(program), "");
+  const mplan::Program program = mplan::lower(plan, generations * m);
+  EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
   auto make_sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -447,7 +449,7 @@ std::string executor_error(const std::function<std::string(int, int)>& sequence)
   const int layers = static_cast<int>(model.layers.size());
   const Cut cut = cuts_for(layers)[1];
   const int last_stage = static_cast<int>(cut.first.size()) - 1;
-  const ms::Plan plan =
+  const mplan::Plan plan =
       make_plan(layers, cut.first, cut.gpus, cut.schedule, 3, [&](int stage, int f, int l) {
         return stage == last_stage ? sequence(f, l) : checkpoint_sequence(f, l);
       }, /*expect_valid=*/false);

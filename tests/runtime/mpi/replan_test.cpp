@@ -16,7 +16,7 @@
 
 namespace mr = madpipe::runtime;
 namespace mt = madpipe::testing;
-namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
 
 namespace {
 
@@ -108,9 +108,9 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
   ASSERT_GE(layers, 3);
   // From: everything on the last rank but layer 0 on rank 0. To: everything on rank 0 but the
   // last layer on the last rank.
-  const ms::Plan from = mt::make_plan(layers, {0, 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
-  const ms::Plan to = mt::make_plan(layers, {0, layers - 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
-  auto owner = [](const ms::Plan& plan, int l) { return mr::rank_of_layer(plan, l); };
+  const mplan::Plan from = mt::make_plan(layers, {0, 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
+  const mplan::Plan to = mt::make_plan(layers, {0, layers - 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
+  auto owner = [](const mplan::Plan& plan, int l) { return mr::rank_of_layer(plan, l); };
   for (int l = 0; l < layers; ++l) {
     if (owner(from, l) != rank) mr::release_layers(model, l, l);
     else {

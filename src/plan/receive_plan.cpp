@@ -1,0 +1,67 @@
+#include "plan/receive_plan.hpp"
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/error.hpp"
+
+namespace madpipe::plan {
+namespace {
+
+bool is_compute(InstrKind kind) { return kind == InstrKind::Forward || kind == InstrKind::Backward; }
+
+using ComputeKey = std::tuple<bool, int, int>;  // (is backward, stage, micro-batch)
+
+}  // namespace
+
+ReceivePlan plan_receives(const std::vector<Instr>& list,
+                          const std::vector<std::int64_t>& message_bytes, bool train,
+                          int lookahead, int max_placed) {
+  ReceivePlan plan;
+  std::vector<madpipe::arena::Buffer> buffers;
+  std::map<ComputeKey, int> compute_at;  // a step runs each (F or B, stage, micro-batch) once
+  for (int k = 0; k < static_cast<int>(list.size()); ++k)
+    if (is_compute(list[k].kind))
+      compute_at.emplace(ComputeKey{list[k].kind == InstrKind::Backward, list[k].stage, list[k].micro_batch}, k);
+  auto find = [&](int from, InstrKind kind, int stage, int micro_batch) {
+    auto it = compute_at.find({kind == InstrKind::Backward, stage, micro_batch});
+    return it != compute_at.end() && it->second >= from ? it->second : -1;
+  };
+  for (int k = 0; k < static_cast<int>(list.size()); ++k) {
+    const Instr& r = list[k];
+    const bool act = r.kind == InstrKind::RecvAct;
+    if (!act && (r.kind != InstrKind::RecvGrad || !train)) continue;
+    // The activation of stage s feeds stage s + 1; a gradient of stage s's output feeds B of s.
+    const int user_stage = act ? r.stage + 1 : r.stage;
+    const int first_use = find(k, act ? InstrKind::Forward : InstrKind::Backward, user_stage,
+                               r.micro_batch);
+    const int last_use = act && train ? find(k, InstrKind::Backward, user_stage, r.micro_batch)
+                                      : first_use;
+    if (first_use < 0 || last_use < 0)
+      throw Error(ErrorKind::InvalidInput, "", "program",
+                  "the receive " + to_string(r) + " has no " + (act ? "forward" : "backward") +
+                      (act && train ? " and backward" : "") + " of stage " +
+                      std::to_string(user_stage) + " after it");
+    int post = first_use;
+    for (int seen = 0; post > 0 && seen < lookahead;)
+      if (is_compute(list[--post].kind)) ++seen;
+    const std::int64_t size = message_bytes.at(static_cast<std::size_t>(r.stage));
+    ReceiveSlot slot;
+    slot.instr = k;
+    slot.post_before = post;
+    slot.last_use = last_use;
+    slot.bytes = (size + kReceiveAlignment - 1) / kReceiveAlignment * kReceiveAlignment;
+    plan.slots.push_back(slot);
+    buffers.push_back({to_string(r), slot.bytes, post, last_use});
+  }
+  if (static_cast<int>(buffers.size()) > max_placed) {
+    for (ReceiveSlot& slot : plan.slots) slot.offset = -1;
+    return plan;
+  }
+  plan.addresses = best_greedy_address_plan(buffers);
+  for (std::size_t i = 0; i < plan.slots.size(); ++i) plan.slots[i].offset = plan.addresses.offsets[i];
+  return plan;
+}
+
+}  // namespace madpipe::plan

@@ -1,0 +1,310 @@
+#include "plan/simulate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "core/error.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+
+namespace {
+// One execution of a pattern op for one micro-batch.
+struct Instance {
+  int position = 0;     // index in the micro-batch chain
+  int micro_batch = 0;
+  int op = 0;           // index in pattern.ops
+  int resource = 0;
+  double planned = 0;   // j * period + start_ms
+  double duration = 0;
+  int resource_prev = -1;
+  int resource_next = -1;
+  int waiting = 0;      // unfinished predecessors (chain and resource)
+  bool done = false;
+  double start = 0;
+  double end = 0;
+};
+
+struct MemoryEvent {
+  double order = 0;  // ends are moved a tolerance earlier so that ends at a start go first
+  double time = 0;
+  bool is_start = false;
+  std::int64_t delta = 0;
+};
+}  // namespace
+
+[[noreturn]] static void fail(const std::string& field, const std::string& problem) {
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", field, problem);
+}
+
+static std::string resource_name(int resource, int gpus) {
+  if (resource < gpus) return "gpu " + std::to_string(resource);
+  const int link = resource - gpus;
+  return "link [" + std::to_string(link / gpus) + ", " + std::to_string(link % gpus) + "]";
+}
+
+// Long enough that the measuring window (from N/4 on) starts after the warm-up: more than the
+// largest number of micro-batches in flight on any stage.
+static int default_micro_batches(int num_stages, int max_in_flight, int k) {
+  int n = 4 * std::max(num_stages, max_in_flight);
+  n = (n + k - 1) / k * k;
+  return std::max(n, 2 * k);
+}
+
+// For each chain position and residue mod k, the index of the pattern op that runs it.
+static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
+                                              const std::vector<madpipe::schedule::Op>& chain) {
+  const auto& pattern = plan.pattern;
+  const int k = pattern.k;
+  const int gpus = plan.platform.gpus;
+  if (static_cast<std::size_t>(k) > pattern.ops.size())
+    fail("/pattern/k", "k = " + std::to_string(k) + " exceeds the number of ops (" +
+                           std::to_string(pattern.ops.size()) +
+                           "); each stage needs k F ops and k B ops");
+  std::map<std::tuple<int, int, int>, int> by_key;  // stage, kind, residue -> op
+  for (std::size_t i = 0; i < pattern.ops.size(); ++i) {
+    const madpipe::schedule::Op& op = pattern.ops[i];
+    const std::string p = "/pattern/ops/" + std::to_string(i);
+    if (!std::isfinite(op.start_ms) || !std::isfinite(op.duration_ms) || op.duration_ms < 0)
+      fail(p, "start_ms and duration_ms must be finite, duration_ms >= 0");
+    if (madpipe::schedule::is_transfer(op.kind)) {
+      if (op.link.a < 0 || op.link.a >= op.link.b || op.link.b >= gpus)
+        fail(p + "/link", "must be [a, b] with 0 <= a < b < " + std::to_string(gpus));
+    } else if (op.gpu < 0 || op.gpu >= gpus) {
+      fail(p + "/gpu", "must be in [0, " + std::to_string(gpus) + "), got " +
+                           std::to_string(op.gpu));
+    }
+    const int residue = ((op.shift % k) + k) % k;
+    const auto [it, inserted] =
+        by_key.emplace(std::make_tuple(op.stage, static_cast<int>(op.kind), residue),
+                       static_cast<int>(i));
+    if (!inserted)
+      fail(p + "/shift", madpipe::schedule::op_token(op.kind, op.stage) +
+                             " runs micro-batches i with i mod " + std::to_string(k) + " = " +
+                             std::to_string(residue) + " twice (also op " +
+                             std::to_string(it->second) + ")");
+  }
+  std::vector<std::vector<int>> table(chain.size(), std::vector<int>(k, -1));
+  for (std::size_t c = 0; c < chain.size(); ++c) {
+    for (int r = 0; r < k; ++r) {
+      const auto it = by_key.find({chain[c].stage, static_cast<int>(chain[c].kind), r});
+      if (it == by_key.end())
+        fail("/pattern", "no " + madpipe::schedule::op_token(chain[c].kind, chain[c].stage) +
+                             " op runs micro-batches i with i mod " + std::to_string(k) + " = " +
+                             std::to_string(r));
+      table[c][r] = it->second;
+    }
+  }
+  return table;
+}
+
+[[noreturn]] static void report_deadlock(const std::vector<Instance>& instances,
+                                         const std::map<int, std::vector<int>>& by_resource,
+                                         const std::vector<madpipe::schedule::Op>& ops, int gpus) {
+  std::string stuck;
+  int listed = 0, more = 0;
+  for (const auto& [r, list] : by_resource) {
+    for (int id : list) {
+      if (instances[id].done) continue;
+      if (listed == 8) {
+        ++more;
+        break;
+      }
+      const Instance& head = instances[id];
+      const auto& op = ops[head.op];
+      std::string part = resource_name(r, gpus) + " waits to run " +
+                         madpipe::schedule::op_token(op.kind, op.stage, head.micro_batch);
+      if (head.position > 0) {
+        const auto& before = ops[instances[id - 1].op];
+        part += ", which needs " +
+                madpipe::schedule::op_token(before.kind, before.stage, head.micro_batch);
+      }
+      stuck += (listed == 0 ? "" : "; ") + part;
+      ++listed;
+      break;
+    }
+  }
+  if (more > 0) stuck += "; and " + std::to_string(more) + " more";
+  fail("/pattern", "pattern deadlocks: " + stuck);
+}
+
+madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan,
+                                                         const SimOptions& options) {
+  const madpipe::schedule::Pattern& pattern = plan.pattern;
+  const int gpus = plan.platform.gpus;
+  const int num_stages = static_cast<int>(plan.stages.size());
+  if (gpus < 1) fail("/platform/gpus", "must be >= 1, got " + std::to_string(gpus));
+  if (num_stages == 0) fail("/stages", "must list at least one stage");
+  for (int s = 0; s < num_stages; ++s)
+    if (plan.stages[s].gpu < 0 || plan.stages[s].gpu >= gpus)
+      fail("/stages/" + std::to_string(s) + "/gpu",
+           "must be in [0, " + std::to_string(gpus) + "), got " +
+               std::to_string(plan.stages[s].gpu));
+  if (pattern.k < 1) fail("/pattern/k", "must be >= 1, got " + std::to_string(pattern.k));
+  if (!(std::isfinite(pattern.period_ms) && pattern.period_ms > 0))
+    fail("/pattern/period_ms", "must be a finite number > 0");
+  if (options.micro_batches < 0)
+    fail("micro_batches", "must be >= 0, got " + std::to_string(options.micro_batches));
+
+  const int k = pattern.k;
+  const double period = pattern.period_ms;
+  const std::vector<madpipe::schedule::Op> chain = micro_batch_chain(plan.stages, plan.platform);
+  const auto table = op_table(plan, chain);
+  const std::vector<int> nca = concurrent_activations(pattern, num_stages);
+  const int max_in_flight = nca.empty() ? 1 : *std::max_element(nca.begin(), nca.end());
+  const int n = options.micro_batches > 0 ? options.micro_batches
+                                          : default_micro_batches(num_stages, max_in_flight, k);
+  const int length = static_cast<int>(chain.size());
+
+  // Unroll: instance id = micro_batch * length + position.
+  std::vector<Instance> instances(static_cast<std::size_t>(n) * length);
+  double origin = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < length; ++c) {
+      Instance& x = instances[static_cast<std::size_t>(i) * length + c];
+      const int op_index = table[c][i % k];
+      const madpipe::schedule::Op& op = pattern.ops[op_index];
+      const long long j = (static_cast<long long>(i) - op.shift) / k;  // exact: same residue
+      x.position = c;
+      x.micro_batch = i;
+      x.op = op_index;
+      x.resource = resource_of(op, gpus);
+      x.planned = static_cast<double>(j) * period + op.start_ms;
+      x.duration = op.duration_ms;
+      origin = std::min(origin, x.planned);
+    }
+  }
+
+  // Each resource runs its instances in the order of their planned times. Only the resources the
+  // pattern uses are listed: there are gpus + gpus * gpus in all.
+  std::map<int, std::vector<int>> by_resource;
+  for (int id = 0; id < static_cast<int>(instances.size()); ++id)
+    by_resource[instances[id].resource].push_back(id);
+  for (auto& [resource, list] : by_resource) {
+    std::sort(list.begin(), list.end(), [&](int a, int b) {
+      const Instance& x = instances[a];
+      const Instance& y = instances[b];
+      return std::tie(x.planned, x.position, x.micro_batch) <
+             std::tie(y.planned, y.position, y.micro_batch);
+    });
+    for (std::size_t q = 0; q + 1 < list.size(); ++q) {
+      instances[list[q]].resource_next = list[q + 1];
+      instances[list[q + 1]].resource_prev = list[q];
+    }
+  }
+
+  // Event-driven pass: an instance runs once its chain predecessor and the previous instance on
+  // its resource are done; its start is the latest of their ends (and of its planned time).
+  std::vector<int> ready;
+  for (int id = 0; id < static_cast<int>(instances.size()); ++id) {
+    Instance& x = instances[id];
+    x.waiting = (x.position > 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
+    if (x.waiting == 0) ready.push_back(id);
+  }
+  const bool timetable = options.policy == StartPolicy::Timetable;
+  std::size_t finished = 0;
+  while (!ready.empty()) {
+    const int id = ready.back();
+    ready.pop_back();
+    Instance& x = instances[id];
+    double start = timetable ? x.planned - origin : 0.0;
+    if (x.position > 0) start = std::max(start, instances[id - 1].end);
+    if (x.resource_prev >= 0) start = std::max(start, instances[x.resource_prev].end);
+    x.start = start;
+    x.end = start + x.duration;
+    x.done = true;
+    ++finished;
+    if (x.position + 1 < length && --instances[id + 1].waiting == 0) ready.push_back(id + 1);
+    if (x.resource_next >= 0 && --instances[x.resource_next].waiting == 0)
+      ready.push_back(x.resource_next);
+  }
+  if (finished != instances.size()) report_deadlock(instances, by_resource, pattern.ops, gpus);
+
+  SimResult result;
+  result.micro_batches = n;
+  double first = std::numeric_limits<double>::infinity();
+  double last = -std::numeric_limits<double>::infinity();
+  for (const Instance& x : instances) {
+    first = std::min(first, x.start);
+    last = std::max(last, x.end);
+  }
+  result.step_ms = last - first;
+
+  result.ops.reserve(instances.size());
+  for (const Instance& x : instances) {
+    SimOp op;
+    op.kind = chain[x.position].kind;
+    op.stage = chain[x.position].stage;
+    op.micro_batch = x.micro_batch;
+    op.resource = x.resource;
+    op.start_ms = x.start - first;
+    op.end_ms = x.end - first;
+    result.ops.push_back(op);
+  }
+  std::stable_sort(result.ops.begin(), result.ops.end(), [&](const SimOp& a, const SimOp& b) {
+    return std::make_tuple(a.start_ms, a.resource, a.micro_batch, a.stage,
+                           static_cast<int>(a.kind)) <
+           std::make_tuple(b.start_ms, b.resource, b.micro_batch, b.stage,
+                           static_cast<int>(b.kind));
+  });
+
+  // Steady state: F of stage 0 for two micro-batches a multiple of k apart, around N/4 and 3N/4.
+  int m1 = n / 4;
+  int distance = std::max(k, (3 * n / 4 - m1) / k * k);
+  while (m1 > 0 && m1 + distance > n - 1) --m1;
+  if (m1 + distance <= n - 1) {
+    const double t1 = instances[static_cast<std::size_t>(m1) * length].start;
+    const double t2 = instances[static_cast<std::size_t>(m1 + distance) * length].start;
+    result.steady_period_ms = (t2 - t1) * k / distance;
+    result.steady_normalized_ms = result.steady_period_ms / k;
+  }
+
+  // Memory timeline: static memory, plus stored bytes from the start of F to the end of B.
+  const double eps = 1e-9 * period;
+  std::vector<std::vector<MemoryEvent>> events(gpus);
+  for (const Instance& x : instances) {
+    const madpipe::schedule::Op& op = chain[x.position];
+    if (op.kind != madpipe::schedule::OpKind::F && op.kind != madpipe::schedule::OpKind::B) continue;
+    const madpipe::schedule::Stage& stage = plan.stages[op.stage];
+    if (stage.stored_bytes == 0) continue;
+    MemoryEvent e;
+    if (op.kind == madpipe::schedule::OpKind::F) {
+      e.time = x.start - first;
+      e.order = e.time;
+      e.is_start = true;
+      e.delta = stage.stored_bytes;
+    } else {
+      e.time = x.end - first;
+      e.order = e.time - eps;
+      e.delta = -stage.stored_bytes;
+    }
+    events[stage.gpu].push_back(e);
+  }
+  result.memory.resize(gpus);
+  result.peak_memory_bytes.assign(gpus, 0);
+  for (int g = 0; g < gpus; ++g) {
+    auto& list = events[g];
+    std::sort(list.begin(), list.end(), [](const MemoryEvent& a, const MemoryEvent& b) {
+      return std::tie(a.order, a.is_start, a.time) < std::tie(b.order, b.is_start, b.time);
+    });
+    std::int64_t bytes = static_memory(plan.stages, g, plan.platform).total();
+    std::int64_t peak = bytes;
+    auto& timeline = result.memory[g];
+    timeline.push_back(MemoryPoint{0.0, bytes});
+    for (const MemoryEvent& e : list) {
+      bytes += e.delta;
+      peak = std::max(peak, bytes);
+      const double time = std::max(timeline.back().time_ms, e.time);
+      if (time == timeline.back().time_ms)
+        timeline.back().bytes = bytes;
+      else
+        timeline.push_back(MemoryPoint{time, bytes});
+    }
+    result.peak_memory_bytes[g] = peak;
+  }
+  return result;
+}
