@@ -3,7 +3,9 @@
 #include "core/error.hpp"
 #include "core/units.hpp"
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include <boost/program_options/value_semantic.hpp>
 
@@ -77,7 +79,22 @@ madpipe::Platform madpipe::cli::to_platform(const PlatformOptions& options) {
   platform.host_bandwidth_bytes_per_ms = options.host_bandwidth_bytes_per_ms;
   platform.gpus_per_node = options.gpus_per_node;
   platform.inter_node_bandwidth_bytes_per_ms = options.inter_node_bandwidth_bytes_per_ms;
+  check_platform_options(platform);
   return platform;
+}
+
+void madpipe::cli::check_platform_options(const Platform& platform) {
+  static const std::map<std::string, std::string> option_of = {
+      {"gpus", "--gpus"},
+      {"memory_bytes", "--memory"},
+      {"bandwidth_bytes_per_ms", "--bandwidth"},
+      {"weight_copies", "--weight-copies"},
+      {"host_bandwidth_bytes_per_ms", "--host-bandwidth"},
+      {"gpus_per_node", "--gpus-per-node"},
+      {"inter_node_bandwidth_bytes_per_ms", "--inter-node-bandwidth"}};
+  const std::vector<PlatformProblem> problems = platform_problems(platform);
+  if (!problems.empty())
+    throw_invalid("", option_of.at(problems.front().field), problems.front().problem);
 }
 
 // "in 2 nodes of 4" (the last node may have fewer GPUs), or "" on one node.

@@ -25,7 +25,13 @@ struct PlatformOptions {
 
 po::options_description platform_options_description(PlatformOptions& options);
 ConfigSection platform_config_section();
+// The platform of the options; throws Error{InvalidInput} naming the option of its first problem
+// (check_platform_options).
 Platform to_platform(const PlatformOptions& options);
+
+// Throws Error{InvalidInput} for the first of platform_problems(platform), naming its option
+// ("--gpus: must be at most 4096, got 5000").
+void check_platform_options(const Platform& platform);
 
 // "4 GPUs with 8.0 GiB each, links at 12.0 GB/s, C = 3"; on several nodes
 // "8 GPUs with 16.0 GiB each in 2 nodes of 4, links at 100.0 GB/s within a node and 12.0 GB/s

@@ -1,6 +1,10 @@
 #include "core/platform.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/error.hpp"
 
 int madpipe::node_of(const Platform& platform, int gpu) {
   return platform.gpus_per_node > 0 ? gpu / platform.gpus_per_node : 0;
@@ -53,4 +57,45 @@ madpipe::Platform madpipe::with_uniform_links(const Platform& platform, double b
   uniform.gpus_per_node = 0;
   uniform.inter_node_bandwidth_bytes_per_ms = 0;
   return uniform;
+}
+
+static std::string number(double x) {
+  std::ostringstream out;
+  out.precision(12);
+  out << x;
+  return out.str();
+}
+
+std::vector<madpipe::PlatformProblem> madpipe::platform_problems(const Platform& platform) {
+  std::vector<PlatformProblem> problems;
+  const auto at_least = [&](const char* field, int value, int min) {
+    if (value < min)
+      problems.push_back(
+          {field, "must be >= " + std::to_string(min) + ", got " + std::to_string(value)});
+  };
+  const auto bandwidth = [&](const char* field, double value, bool zero_allowed) {
+    if (!std::isfinite(value) || value < 0 || (!zero_allowed && value == 0))
+      problems.push_back({field, std::string("must be a finite number ") +
+                                     (zero_allowed ? ">= 0" : "> 0") + ", got " + number(value)});
+  };
+  at_least("gpus", platform.gpus, 1);
+  if (platform.gpus > kMaxGpus)
+    problems.push_back({"gpus", "must be at most " + std::to_string(kMaxGpus) + ", got " +
+                                    std::to_string(platform.gpus)});
+  if (platform.memory_bytes <= 0)
+    problems.push_back(
+        {"memory_bytes", "must be > 0, got " + std::to_string(platform.memory_bytes)});
+  bandwidth("bandwidth_bytes_per_ms", platform.bandwidth_bytes_per_ms, false);
+  at_least("weight_copies", platform.weight_copies, 1);
+  bandwidth("host_bandwidth_bytes_per_ms", platform.host_bandwidth_bytes_per_ms, true);
+  at_least("gpus_per_node", platform.gpus_per_node, 0);
+  bandwidth("inter_node_bandwidth_bytes_per_ms", platform.inter_node_bandwidth_bytes_per_ms, true);
+  return problems;
+}
+
+void madpipe::check_platform(const Platform& platform, const std::string& file,
+                             const std::string& field_prefix) {
+  const std::vector<PlatformProblem> problems = platform_problems(platform);
+  if (!problems.empty())
+    throw_invalid(file, field_prefix + problems.front().field, problems.front().problem);
 }

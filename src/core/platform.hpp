@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace madpipe {
 
@@ -25,6 +27,28 @@ inline bool operator==(const Platform& a, const Platform& b) {
          a.gpus_per_node == b.gpus_per_node &&
          a.inter_node_bandwidth_bytes_per_ms == b.inter_node_bandwidth_bytes_per_ms;
 }
+
+// The most GPUs of one platform (one pipeline). Resource ids of a pattern (a GPU, or the link
+// gpus + a * gpus + b between GPUs a and b) then fit an int with room to spare.
+inline constexpr int kMaxGpus = 4096;
+
+// One problem of a platform: `field` is the Platform member ("gpus", "memory_bytes", ...), which
+// is also its name in a plan's "platform" object.
+struct PlatformProblem {
+  std::string field;
+  std::string problem;  // "must be >= 1, got 0"
+};
+
+// Every problem of the platform, in member order; empty when it is valid: 1 <= gpus <= kMaxGpus,
+// memory > 0, a finite bandwidth > 0, weight_copies >= 1, gpus_per_node >= 0, finite host and
+// inter-node bandwidths >= 0. The one check of platforms: the planner, the validator and the
+// command line all use it.
+std::vector<PlatformProblem> platform_problems(const Platform& platform);
+
+// Throws Error{InvalidInput} for the first problem of platform_problems(), with the field
+// `field_prefix + field` (e.g. "/platform/gpus") in `file`.
+void check_platform(const Platform& platform, const std::string& file = "",
+                    const std::string& field_prefix = "");
 
 // The node of GPU `gpu`: gpu / gpus_per_node, or 0 when gpus_per_node is 0 (one node).
 int node_of(const Platform& platform, int gpu);

@@ -104,11 +104,7 @@ void madpipe::partition::estimate_step(DataParallelChoice& choice, const Platfor
 static void check_inputs(const madpipe::Profile& profile, const madpipe::Platform& platform,
                          const madpipe::partition::DataParallelOptions& options) {
   using madpipe::throw_invalid;
-  if (platform.gpus < 1)
-    throw_invalid("", "gpus", "must be >= 1, got " + std::to_string(platform.gpus));
-  if (platform.memory_bytes <= 0) throw_invalid("", "memory", "must be > 0");
-  if (!(platform.bandwidth_bytes_per_ms > 0))
-    throw_invalid("", "bandwidth", "must be a finite bandwidth > 0");
+  madpipe::check_platform(platform);
   if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
   if (profile.batch < 1)
     throw_invalid("", "/batch", "must be >= 1, got " + std::to_string(profile.batch));

@@ -99,23 +99,6 @@ double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
   return bound;
 }
 
-static void check_platform(const madpipe::Platform& platform) {
-  using madpipe::throw_invalid;
-  if (platform.gpus < 1) throw_invalid("", "gpus", "must be >= 1, got " + std::to_string(platform.gpus));
-  if (platform.gpus > 4096) throw_invalid("", "gpus", "must be <= 4096, got " + std::to_string(platform.gpus));
-  if (platform.memory_bytes <= 0) throw_invalid("", "memory", "must be > 0");
-  if (!(platform.bandwidth_bytes_per_ms > 0) || !std::isfinite(platform.bandwidth_bytes_per_ms))
-    throw_invalid("", "bandwidth", "must be a finite bandwidth > 0");
-  if (platform.weight_copies < 1)
-    throw_invalid("", "weight-copies", "must be >= 1, got " + std::to_string(platform.weight_copies));
-  if (platform.gpus_per_node < 0)
-    throw_invalid("", "gpus-per-node",
-                  "must be >= 0, got " + std::to_string(platform.gpus_per_node));
-  if (!(platform.inter_node_bandwidth_bytes_per_ms >= 0) ||
-      !std::isfinite(platform.inter_node_bandwidth_bytes_per_ms))
-    throw_invalid("", "inter-node-bandwidth", "must be a finite bandwidth >= 0");
-}
-
 static std::string seconds_text(double seconds) {
   std::ostringstream text;
   text << seconds << " s";

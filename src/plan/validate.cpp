@@ -84,33 +84,9 @@ static bool crosses_nodes(const madpipe::Platform& platform, int a, int b) {
          madpipe::node_of(platform, a) != madpipe::node_of(platform, b);
 }
 
-// Resource ids (resource_of: gpus + a * gpus + b for the link between gpus a and b) must fit an
-// int: 32768 + 32768 * 32768 does.
-static constexpr int kMaxGpus = 32768;
-
-static void check_platform(const madpipe::Platform& platform, Report& report) {
-  if (platform.gpus < 1)
-    report.add("/platform/gpus", "must be >= 1, got " + std::to_string(platform.gpus));
-  if (platform.gpus > kMaxGpus)
-    report.add("/platform/gpus", "must be at most " + std::to_string(kMaxGpus) + ", got " +
-                                     std::to_string(platform.gpus));
-  if (platform.memory_bytes <= 0)
-    report.add("/platform/memory_bytes",
-               "must be > 0, got " + std::to_string(platform.memory_bytes));
-  if (!(std::isfinite(platform.bandwidth_bytes_per_ms) && platform.bandwidth_bytes_per_ms > 0))
-    report.add("/platform/bandwidth_bytes_per_ms",
-               "must be a finite number > 0, got " + num(platform.bandwidth_bytes_per_ms));
-  if (platform.weight_copies < 1)
-    report.add("/platform/weight_copies",
-               "must be >= 1, got " + std::to_string(platform.weight_copies));
-  if (platform.gpus_per_node < 0)
-    report.add("/platform/gpus_per_node",
-               "must be >= 0, got " + std::to_string(platform.gpus_per_node));
-  if (!(std::isfinite(platform.inter_node_bandwidth_bytes_per_ms) &&
-        platform.inter_node_bandwidth_bytes_per_ms >= 0))
-    report.add(
-        "/platform/inter_node_bandwidth_bytes_per_ms",
-        "must be a finite number >= 0, got " + num(platform.inter_node_bandwidth_bytes_per_ms));
+static void check_platform_fields(const madpipe::Platform& platform, Report& report) {
+  for (const madpipe::PlatformProblem& problem : madpipe::platform_problems(platform))
+    report.add("/platform/" + problem.field, problem.problem);
 }
 
 // Stages numbered in chain order, contiguous layer ranges from layer 0, GPUs in range. Returns
@@ -632,7 +608,7 @@ static void check_predicted(const madpipe::plan::Plan& plan, bool pattern_ok, Re
 static std::vector<Violation> validate_plan(const madpipe::plan::Plan& plan,
                                             const madpipe::Profile* profile) {
   Report report;
-  check_platform(plan.platform, report);
+  check_platform_fields(plan.platform, report);
   const auto& pattern = plan.pattern;
   const bool period_ok = std::isfinite(pattern.period_ms) && pattern.period_ms > 0;
   if (!period_ok)

@@ -256,6 +256,12 @@ case_bad_options() {
   run plan --profile "$resnet" --gpus 0 --memory 8GiB --bandwidth 12GB/s
   expect_status 2
   expect_in err "madpipe: error: --gpus: must be >= 1, got 0"
+  run plan --profile "$resnet" --gpus 5000 --memory 8GiB --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: --gpus: must be at most 4096, got 5000"
+  run compare --profile "$resnet" --gpus 2 --memory 8GiB --bandwidth 12GB/s --weight-copies 0
+  expect_status 2
+  expect_in err "madpipe: error: --weight-copies: must be >= 1, got 0"
   run plan --profile "$resnet" --memory 8GiB --bandwidth 12GB/s
   expect_status 2
   expect_in err "madpipe: error: the option '--gpus' is required but missing"
