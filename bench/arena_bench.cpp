@@ -1,26 +1,27 @@
 // Static arenas against PyTorch's caching allocator (docs/planner.md, "Static memory plans"):
 // for every stage of a planned ResNet-50 and GPT-2 small pipeline, the activation and workspace
 // tensors of the stage's in-flight micro-batches (arena::stage_tensor_graph) placed by
-// first fit, by the address ILP around OLLA's pyramid, and replayed through the model of the caching allocator
-// (arena::simulate_caching_allocator). Printed as a table with ratios; nothing is asserted.
+// first fit, by the address ILP around OLLA's pyramid, and replayed through the model of the
+// caching allocator (arena::simulate_caching_allocator). Printed as a table with ratios; nothing is
+// asserted.
 //
 //   arena_bench [time limit per ILP in s, default 10]
+
+#include "arena/address_plan.hpp"
+#include "arena/caching_allocator.hpp"
+#include "arena/tensor_graph.hpp"
+#include "core/profile.hpp"
+#include "core/units.hpp"
+#include "partition/planner.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "schedule/memory.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include "core/profile.hpp"
-#include "core/units.hpp"
-#include "partition/planner.hpp"
-#include "arena/address_plan.hpp"
-#include "arena/caching_allocator.hpp"
-#include "schedule/memory.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "arena/tensor_graph.hpp"
 
 using namespace madpipe;
 
@@ -51,8 +52,9 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
   const plan::Plan& plan = result.plan;
   const std::vector<int> nca =
       schedule::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
-  std::printf("\n%s on %d GPUs (%s each), %zu stages; GiB of activations and workspaces per stage\n",
-              name.c_str(), gpus, memory.c_str(), plan.stages.size());
+  std::printf(
+      "\n%s on %d GPUs (%s each), %zu stages; GiB of activations and workspaces per stage\n",
+      name.c_str(), gpus, memory.c_str(), plan.stages.size());
   std::printf("%5s %7s %4s %7s %8s %8s %8s %8s %8s %9s %9s %8s\n", "stage", "layers", "nca",
               "tensors", "sum", "live", "greedy", "ilp", "caching", "cach/ilp", "frag", "ilp s");
   for (const schedule::Stage& stage : plan.stages) {
@@ -88,18 +90,20 @@ static void bench(const std::string& name, int gpus, const std::string& memory, 
 
 int main(int argc, char** argv) {
   const double time_limit = argc > 1 ? std::atof(argv[1]) : 10.0;
-  std::printf("sum: every tensor at its own address; live: the most bytes live at once (no plan\n"
-              "needs less); greedy: best first fit; ilp: the address ILP around the pyramid (%.0f s\n"
-              "limit); caching: "
-              "what the caching allocator model reserves; frag: its share above the live bytes\n",
-              time_limit);
+  std::printf(
+      "sum: every tensor at its own address; live: the most bytes live at once (no plan\n"
+      "needs less); greedy: best first fit; ilp: the address ILP around the pyramid (%.0f s\n"
+      "limit); caching: "
+      "what the caching allocator model reserves; frag: its share above the live bytes\n",
+      time_limit);
   Totals totals;
   bench("resnet50", 4, "16GiB", time_limit, totals);
   bench("gpt2_small", 4, "16GiB", time_limit, totals);
-  std::printf("\nall stages: live %.2f GiB, greedy %.2f, ilp %.2f, caching allocator %.2f GiB: the "
-              "arena is %.1f%% below the caching allocator (greedy %.1f%%)\n",
-              gib(totals.live), gib(totals.greedy), gib(totals.ilp), gib(totals.caching),
-              100.0 * (1 - static_cast<double>(totals.ilp) / totals.caching),
-              100.0 * (1 - static_cast<double>(totals.greedy) / totals.caching));
+  std::printf(
+      "\nall stages: live %.2f GiB, greedy %.2f, ilp %.2f, caching allocator %.2f GiB: the "
+      "arena is %.1f%% below the caching allocator (greedy %.1f%%)\n",
+      gib(totals.live), gib(totals.greedy), gib(totals.ilp), gib(totals.caching),
+      100.0 * (1 - static_cast<double>(totals.ilp) / totals.caching),
+      100.0 * (1 - static_cast<double>(totals.greedy) / totals.caching));
   return 0;
 }

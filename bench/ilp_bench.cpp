@@ -7,12 +7,6 @@
 //                              P = 4 and 8: period gained over the heuristic scheduler
 //   ilp_bench all [SECONDS]    both (default; SECONDS defaults to 60)
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
@@ -21,6 +15,12 @@
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/search.hpp"
 #include "solver/solve.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 using namespace madpipe;
 
@@ -64,32 +64,36 @@ static void full_ilp_bench(double seconds) {
       ilp.solve.time_limit_s = seconds;
       ilp.period_lower_bound_ms = partition::lower_bound_period_ms(costs, platform);
       if (warm && one_periodic.feasible)
-        ilp.warm_start = partition::ScheduledStages{one_periodic.plan.stages, one_periodic.plan.pattern};
+        ilp.warm_start =
+            partition::ScheduledStages{one_periodic.plan.stages, one_periodic.plan.pattern};
       const partition::FullIlpResult result = partition::full_ilp(costs, platform, ilp);
       const double period = result.plan ? result.plan->pattern.period_ms : 0;
-      std::printf("%-8s %-6s %10s %10s %10s %10.2f %8.1f%% %12s %10.1f %9s %12s\n",
-                  (std::to_string(static_cast<int>(gib)) + "GiB").c_str(), warm ? "warm" : "cold",
-                  ms_or_dash(madpipe.plan.predicted.period_ms, madpipe.feasible).c_str(),
-                  ms_or_dash(one_periodic.plan.predicted.period_ms, one_periodic.feasible).c_str(),
-                  ms_or_dash(period, result.plan.has_value()).c_str(), result.solve.bound,
-                  100 * result.solve.gap,
-                  result.solve.first_solution_seconds >= 0
-                      ? std::to_string(result.solve.first_solution_seconds).substr(0, 6).c_str()
-                      : "-",
-                  result.solve.seconds, std::string(solver::to_string(result.solve.status)).c_str(),
-                  result.plan && madpipe.feasible
-                      ? std::to_string(period / madpipe.plan.predicted.period_ms).substr(0, 5).c_str()
-                      : "-");
+      std::printf(
+          "%-8s %-6s %10s %10s %10s %10.2f %8.1f%% %12s %10.1f %9s %12s\n",
+          (std::to_string(static_cast<int>(gib)) + "GiB").c_str(), warm ? "warm" : "cold",
+          ms_or_dash(madpipe.plan.predicted.period_ms, madpipe.feasible).c_str(),
+          ms_or_dash(one_periodic.plan.predicted.period_ms, one_periodic.feasible).c_str(),
+          ms_or_dash(period, result.plan.has_value()).c_str(), result.solve.bound,
+          100 * result.solve.gap,
+          result.solve.first_solution_seconds >= 0
+              ? std::to_string(result.solve.first_solution_seconds).substr(0, 6).c_str()
+              : "-",
+          result.solve.seconds, std::string(solver::to_string(result.solve.status)).c_str(),
+          result.plan && madpipe.feasible
+              ? std::to_string(period / madpipe.plan.predicted.period_ms).substr(0, 5).c_str()
+              : "-");
       std::fflush(stdout);
     }
   }
 }
 
 static void stage_ilp_bench(double seconds) {
-  std::printf("\n== stage-level ILP (thesis ch. 7.2) on MadPipe's allocation, 12 GB/s, CBC, time "
-              "limit %.0f s\n", seconds);
-  std::printf("%-11s %2s %7s %7s %12s %10s %10s %9s %8s %9s\n", "profile", "P", "memory",
-              "stages", "heuristic", "heur. k=1", "ilp", "status", "solve s", "ilp/heur");
+  std::printf(
+      "\n== stage-level ILP (thesis ch. 7.2) on MadPipe's allocation, 12 GB/s, CBC, time "
+      "limit %.0f s\n",
+      seconds);
+  std::printf("%-11s %2s %7s %7s %12s %10s %10s %9s %8s %9s\n", "profile", "P", "memory", "stages",
+              "heuristic", "heur. k=1", "ilp", "status", "solve s", "ilp/heur");
   for (const std::string name : {"resnet50", "gpt2_small", "gpt2_xl16"}) {
     const Profile profile = shipped(name);
     for (int gpus : {4, 8}) {
@@ -111,13 +115,17 @@ static void stage_ilp_bench(double seconds) {
         ilp.period_upper_bound_ms = heuristic.plan.predicted.period_ms;
         if (one_periodic) ilp.warm_start = one_periodic->pattern;
         const schedule::IlpScheduleResult result = schedule::ilp_schedule(stages, platform, ilp);
-        const double best = result.pattern ? result.pattern->period_ms : heuristic.plan.predicted.period_ms;
-        std::printf("%-11s %2d %6.0fG %7zu %12.2f %10s %10s %9s %8.1f %9.4f\n", name.c_str(), gpus,
-                    gib, stages.size(), heuristic.plan.predicted.period_ms,
-                    ms_or_dash(one_periodic ? one_periodic->pattern.period_ms : 0, one_periodic.has_value()).c_str(),
-                    ms_or_dash(result.pattern ? result.pattern->period_ms : 0, result.pattern.has_value()).c_str(),
-                    std::string(solver::to_string(result.solve.status)).c_str(), result.solve.seconds,
-                    best / heuristic.plan.predicted.period_ms);
+        const double best =
+            result.pattern ? result.pattern->period_ms : heuristic.plan.predicted.period_ms;
+        std::printf(
+            "%-11s %2d %6.0fG %7zu %12.2f %10s %10s %9s %8.1f %9.4f\n", name.c_str(), gpus, gib,
+            stages.size(), heuristic.plan.predicted.period_ms,
+            ms_or_dash(one_periodic ? one_periodic->pattern.period_ms : 0, one_periodic.has_value())
+                .c_str(),
+            ms_or_dash(result.pattern ? result.pattern->period_ms : 0, result.pattern.has_value())
+                .c_str(),
+            std::string(solver::to_string(result.solve.status)).c_str(), result.solve.seconds,
+            best / heuristic.plan.predicted.period_ms);
         std::fflush(stdout);
       }
     }

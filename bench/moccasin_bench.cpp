@@ -8,17 +8,17 @@
 // lower bound's overhead, the greedy/ROTOR hint's overhead, the plan's peak over the budget and
 // the wall time of moccasin_remat().
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
-
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "remat/moccasin.hpp"
 #include "remat/remat_heuristic.hpp"
 #include "remat/stage_graph.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 using namespace madpipe;
 

@@ -8,19 +8,19 @@
 // FILTER keeps the phase cases whose label contains it ("densenet121/P2", "" for all); SECONDS
 // is the request's time limit (default: the madpipe command's, "inf" for none).
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <map>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/infeasible.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/planner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 using namespace madpipe;
 
@@ -81,7 +81,8 @@ static Platform platform_for(const Profile& profile, int gpus, double memory_fra
 
 static void bench_dp() {
   std::printf("== MadPipe first phase (contiguous bound + Algorithm 8), one core, best of 3 ==\n");
-  std::printf("memory per GPU = 40%% of the whole model's weights + activations of one micro-batch\n");
+  std::printf(
+      "memory per GPU = 40%% of the whole model's weights + activations of one micro-batch\n");
   std::printf("%-8s %4s %-14s %10s %12s %14s\n", "layers", "P", "grid t/V/m", "seconds",
               "allocations", "+8 targets (s)");
   const partition::Discretization thesis;
@@ -95,21 +96,23 @@ static void bench_dp() {
   const Profile chain67 = joined_chain(67);
   for (int gpus : {2, 4, 8, 16}) {
     std::size_t found = 0;
-    const double s = time_algorithm8(chain67, platform_for(chain67, gpus, 0.8 / gpus * 4), thesis,
-                                     &found);
+    const double s =
+        time_algorithm8(chain67, platform_for(chain67, gpus, 0.8 / gpus * 4), thesis, &found);
     std::printf("%-8d %4d %-14s %10.3f %12zu\n", 67, gpus, "101/51/11", s, found);
   }
   struct Grid {
     int t, v, m;
   };
-  for (const Grid g : {Grid{51, 26, 6}, Grid{101, 51, 11}, Grid{201, 101, 21}, Grid{401, 201, 41}}) {
+  for (const Grid g :
+       {Grid{51, 26, 6}, Grid{101, 51, 11}, Grid{201, 101, 21}, Grid{401, 201, 41}}) {
     partition::Discretization d;
     d.time_steps = g.t;
     d.delay_steps = g.v;
     d.memory_steps = g.m;
     std::size_t found = 0;
     const double s = time_algorithm8(chain67, platform_for(chain67, 8, 0.4), d, &found);
-    const std::string label = std::to_string(g.t) + "/" + std::to_string(g.v) + "/" + std::to_string(g.m);
+    const std::string label =
+        std::to_string(g.t) + "/" + std::to_string(g.v) + "/" + std::to_string(g.m);
     std::printf("%-8d %4d %-14s %10.3f %12zu\n", 67, 8, label.c_str(), s, found);
   }
 }
@@ -162,9 +165,9 @@ static void bench_compare() {
         for (double p : period) std::printf(" %10s", cell(p, "%.2f").c_str());
         std::printf(" |");
         for (std::size_t a = 1; a < period.size(); ++a)
-          std::printf(" %10s",
-                      cell(period[0] > 0 && period[a] > 0 ? period[a] / period[0] : -1, "%.3f")
-                          .c_str());
+          std::printf(
+              " %10s",
+              cell(period[0] > 0 && period[a] > 0 ? period[a] / period[0] : -1, "%.3f").c_str());
         std::printf(" | %6s %7.2f\n", cell(period[0] > 0 ? period[0] / lb : -1, "%.2f").c_str(),
                     madpipe_seconds);
       }
@@ -178,8 +181,9 @@ static void bench_compare() {
 static double memory_lower_bound(const ChainCosts& costs, const Platform& platform) {
   double largest = 0;
   for (int l = 0; l < costs.num_layers(); ++l)
-    largest = std::max(largest, static_cast<double>(platform.weight_copies * costs.weight_bytes(l, l) +
-                                                    costs.stored_bytes(l, l) + costs.workspace_bytes(l, l)));
+    largest = std::max(largest,
+                       static_cast<double>(platform.weight_copies * costs.weight_bytes(l, l) +
+                                           costs.stored_bytes(l, l) + costs.workspace_bytes(l, l)));
   const int last = costs.num_layers() - 1;
   const double spread = static_cast<double>(platform.weight_copies * costs.weight_bytes(0, last) +
                                             costs.stored_bytes(0, last)) /
@@ -192,11 +196,14 @@ static double memory_lower_bound(const ChainCosts& costs, const Platform& platfo
 static void bench_phases(const std::string& filter, double time_limit_s) {
   std::printf("== where the time of a default plan request goes (seconds, one core) ==\n");
   std::printf("time limit %g s (madpipe plan --time-limit)\n", time_limit_s);
-  std::printf("bandwidth 12GB/s, C = 3; feasible: 2x, infeasible: 0.9x the memory no plan can go below\n");
-  std::printf("(max(largest layer, (3W + one micro-batch of activations) / P)); explain = the search for the\n");
+  std::printf(
+      "bandwidth 12GB/s, C = 3; feasible: 2x, infeasible: 0.9x the memory no plan can go below\n");
+  std::printf(
+      "(max(largest layer, (3W + one micro-batch of activations) / P)); explain = the search for "
+      "the\n");
   std::printf("smallest memory that fits, which an infeasible request runs after planning\n");
-  const std::vector<std::string> phases{"contiguous-dp", "madpipe-dp", "baselines", "schedule",
-                                        "refine", "stage-ilp"};
+  const std::vector<std::string> phases{"contiguous-dp", "madpipe-dp", "baselines",
+                                        "schedule",      "refine",     "stage-ilp"};
   std::printf("%-24s %8s %-8s %9s", "case", "memory", "status", "period");
   for (const std::string& phase : phases) std::printf(" %13s", phase.c_str());
   std::printf(" %9s %9s\n", "explain", "total");
@@ -207,7 +214,8 @@ static void bench_phases(const std::string& filter, double time_limit_s) {
   std::vector<Chain> chains;
   for (const char* name : {"resnet50", "gpt2_small", "gpt2_xl16", "densenet121"})
     chains.push_back({name, shipped(name)});
-  for (int layers : {134, 200}) chains.push_back({"joined" + std::to_string(layers), joined_chain(layers)});
+  for (int layers : {134, 200})
+    chains.push_back({"joined" + std::to_string(layers), joined_chain(layers)});
   double worst_feasible = 0, worst_infeasible = 0;
   for (const Chain& chain : chains) {
     const ChainCosts costs(chain.profile);
@@ -219,8 +227,8 @@ static void bench_phases(const std::string& filter, double time_limit_s) {
         Platform platform;
         platform.gpus = gpus;
         platform.bandwidth_bytes_per_ms = parse_bandwidth("12GB/s");
-        platform.memory_bytes = static_cast<std::int64_t>(
-            (feasible ? 2.0 : 0.9) * memory_lower_bound(costs, platform));
+        platform.memory_bytes =
+            static_cast<std::int64_t>((feasible ? 2.0 : 0.9) * memory_lower_bound(costs, platform));
         const auto start = std::chrono::steady_clock::now();
         partition::PlannerOptions options;
         options.time_limit_s = time_limit_s;
@@ -237,7 +245,8 @@ static void bench_phases(const std::string& filter, double time_limit_s) {
         (feasible ? worst_feasible : worst_infeasible) =
             std::max(feasible ? worst_feasible : worst_infeasible, total);
         std::map<std::string, double> seconds;
-        for (const partition::PhaseTime& phase : result.phases) seconds[phase.phase] += phase.seconds;
+        for (const partition::PhaseTime& phase : result.phases)
+          seconds[phase.phase] += phase.seconds;
         std::printf("%-24s %8s %-8s %9s", label.c_str(),
                     format_bytes(static_cast<double>(platform.memory_bytes)).c_str(),
                     result.feasible ? "plan" : "none",
@@ -249,7 +258,8 @@ static void bench_phases(const std::string& filter, double time_limit_s) {
       }
     }
   }
-  std::printf("worst total: feasible %.3f s, infeasible %.3f s\n", worst_feasible, worst_infeasible);
+  std::printf("worst total: feasible %.3f s, infeasible %.3f s\n", worst_feasible,
+              worst_infeasible);
 }
 
 int main(int argc, char** argv) {

@@ -7,17 +7,17 @@
 //   remat_bench planner   ResNet-50 on 4 GPUs with tight memory: period with and without remat
 //   remat_bench all       everything (default)
 
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <random>
-#include <string>
-
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/planner.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/rotor.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
 
 using namespace madpipe;
 using Clock = std::chrono::steady_clock;
@@ -58,9 +58,10 @@ static void bench_dp() {
     const auto start = Clock::now();
     const remat::RematResult result = remat::optimal_remat(chain, all / 3, 500);
     const double seconds = seconds_since(start);
-    std::printf("%8d %12.3f %11.1f%% %14zu\n", stages, seconds,
-                result.feasible ? 100 * (result.replay.total_ms() / chain.sequential_ms() - 1) : -1.0,
-                result.sequence.size());
+    std::printf(
+        "%8d %12.3f %11.1f%% %14zu\n", stages, seconds,
+        result.feasible ? 100 * (result.replay.total_ms() / chain.sequential_ms() - 1) : -1.0,
+        result.sequence.size());
   }
   std::printf("\n");
 }
@@ -69,8 +70,7 @@ static void bench_overhead() {
   const Profile profile = shipped("resnet50");
   const int layers = static_cast<int>(profile.layers.size());
   const remat::RematChain chain = remat::stage_remat_chain(profile, 0, layers - 1);
-  const remat::SequenceReplay all =
-      remat::replay_sequence(chain, remat::store_all_sequence(chain));
+  const remat::SequenceReplay all = remat::replay_sequence(chain, remat::store_all_sequence(chain));
   const int sqrt_segments = static_cast<int>(std::lround(std::sqrt(layers)));
   const remat::SequenceReplay sqrt_l =
       remat::replay_sequence(chain, remat::sequential_checkpoint_sequence(chain, sqrt_segments));
@@ -79,9 +79,8 @@ static void bench_overhead() {
   std::printf("checkpointing every sqrt(L) layers (%d segments): overhead %.1f%%, peak %s\n\n",
               sqrt_segments, 100 * (sqrt_l.total_ms() / all.total_ms() - 1),
               format_bytes(sqrt_l.peak_bytes).c_str());
-  std::printf("%8s %10s | %9s %10s | %9s %10s | %9s %10s %9s | %s\n", "memory", "budget",
-              "rotor", "peak", "sqrt(L)", "peak", "best seg", "segments", "peak",
-              "rotor / best seg time");
+  std::printf("%8s %10s | %9s %10s | %9s %10s | %9s %10s %9s | %s\n", "memory", "budget", "rotor",
+              "peak", "sqrt(L)", "peak", "best seg", "segments", "peak", "rotor / best seg time");
   double ratio_sum = 0;
   int ratio_count = 0;
   for (int divisor : {2, 3, 4}) {
@@ -92,8 +91,8 @@ static void bench_overhead() {
     int best_segments = 0;
     std::int64_t best_peak = 0;
     for (int segments = 1; segments <= 2 * layers; ++segments) {
-      const remat::SequenceReplay r = remat::replay_sequence(
-          chain, remat::sequential_checkpoint_sequence(chain, segments));
+      const remat::SequenceReplay r =
+          remat::replay_sequence(chain, remat::sequential_checkpoint_sequence(chain, segments));
       if (!r.valid || r.peak_bytes > budget) continue;
       if (best_time < 0 || r.total_ms() < best_time) {
         best_time = r.total_ms();
@@ -105,20 +104,22 @@ static void bench_overhead() {
     char sqrt_text[32], best_text[32], rotor_text[32];
     std::snprintf(rotor_text, sizeof rotor_text, "%.1f%%",
                   rotor.feasible ? 100 * (rotor.replay.total_ms() / all.total_ms() - 1) : 0.0);
-    std::snprintf(sqrt_text, sizeof sqrt_text, "%.1f%%", 100 * (sqrt_l.total_ms() / all.total_ms() - 1));
+    std::snprintf(sqrt_text, sizeof sqrt_text, "%.1f%%",
+                  100 * (sqrt_l.total_ms() / all.total_ms() - 1));
     std::snprintf(best_text, sizeof best_text, "%.1f%%", 100 * (best_time / all.total_ms() - 1));
-    std::printf("%5s1/%d %10s | %9s %10s | %9s %10s | %9s %10d %9s | %s\n", "", divisor,
-                format_bytes(budget).c_str(), rotor.feasible ? rotor_text : "no fit",
-                rotor.feasible ? format_bytes(rotor.replay.peak_bytes).c_str() : "-",
-                sqrt_fits ? sqrt_text : "no fit", sqrt_fits ? format_bytes(sqrt_l.peak_bytes).c_str() : "-",
-                best_time > 0 ? best_text : "no fit", best_segments,
-                best_time > 0 ? format_bytes(best_peak).c_str() : "-",
-                rotor.feasible && best_time > 0
-                    ? (std::to_string(rotor.replay.total_ms() / best_time).substr(0, 5) + " (" +
-                       std::to_string(100 * (best_time / rotor.replay.total_ms() - 1)).substr(0, 4) +
-                       "% faster)")
-                          .c_str()
-                    : "-");
+    std::printf(
+        "%5s1/%d %10s | %9s %10s | %9s %10s | %9s %10d %9s | %s\n", "", divisor,
+        format_bytes(budget).c_str(), rotor.feasible ? rotor_text : "no fit",
+        rotor.feasible ? format_bytes(rotor.replay.peak_bytes).c_str() : "-",
+        sqrt_fits ? sqrt_text : "no fit", sqrt_fits ? format_bytes(sqrt_l.peak_bytes).c_str() : "-",
+        best_time > 0 ? best_text : "no fit", best_segments,
+        best_time > 0 ? format_bytes(best_peak).c_str() : "-",
+        rotor.feasible && best_time > 0
+            ? (std::to_string(rotor.replay.total_ms() / best_time).substr(0, 5) + " (" +
+               std::to_string(100 * (best_time / rotor.replay.total_ms() - 1)).substr(0, 4) +
+               "% faster)")
+                  .c_str()
+            : "-");
     if (rotor.feasible && best_time > 0) {
       ratio_sum += best_time / rotor.replay.total_ms() - 1;
       ++ratio_count;
@@ -130,11 +131,12 @@ static void bench_overhead() {
   // At exactly the memory sqrt(L) checkpointing needs (the thesis' comparison).
   const remat::RematResult same = remat::optimal_remat(chain, sqrt_l.peak_bytes, 500);
   if (same.feasible)
-    std::printf("at the sqrt(L) memory (%s): rotor overhead %.1f%% vs %.1f%%, rotor %.1f%% faster\n",
-                format_bytes(sqrt_l.peak_bytes).c_str(),
-                100 * (same.replay.total_ms() / all.total_ms() - 1),
-                100 * (sqrt_l.total_ms() / all.total_ms() - 1),
-                100 * (sqrt_l.total_ms() / same.replay.total_ms() - 1));
+    std::printf(
+        "at the sqrt(L) memory (%s): rotor overhead %.1f%% vs %.1f%%, rotor %.1f%% faster\n",
+        format_bytes(sqrt_l.peak_bytes).c_str(),
+        100 * (same.replay.total_ms() / all.total_ms() - 1),
+        100 * (sqrt_l.total_ms() / all.total_ms() - 1),
+        100 * (sqrt_l.total_ms() / same.replay.total_ms() - 1));
   // Smallest budget ROTOR can work with (within 1%).
   std::int64_t lo = 0, hi = all.peak_bytes;
   while (hi - lo > all.peak_bytes / 100) {
@@ -150,8 +152,8 @@ static void bench_overhead() {
 static void bench_planner() {
   const Profile profile = shipped("resnet50");
   std::printf("Planner, ResNet-50 on 4 GPUs at 12 GB/s, madpipe, heuristic scheduler\n");
-  std::printf("%8s %14s %14s %10s %12s %12s\n", "memory", "no remat", "remat", "ratio",
-              "seconds", "remat stages");
+  std::printf("%8s %14s %14s %10s %12s %12s\n", "memory", "no remat", "remat", "ratio", "seconds",
+              "remat stages");
   for (double gib : {12.0, 8.0, 6.0, 5.0, 4.5}) {
     Platform platform;
     platform.gpus = 4;
@@ -167,13 +169,18 @@ static void bench_planner() {
     int stages = 0;
     if (remat.feasible)
       for (const auto& stage : remat.plan.stages) stages += stage.remat != "none";
-    const std::string plain_text = plain.feasible ? format_ms(plain.plan.predicted.period_ms) : "no plan";
-    const std::string remat_text = remat.feasible ? format_ms(remat.plan.predicted.period_ms) : "no plan";
-    std::printf("%5.1fGiB %14s %14s %10s %12.2f %12d\n", gib, plain_text.c_str(), remat_text.c_str(),
-                plain.feasible && remat.feasible
-                    ? std::to_string(remat.plan.predicted.period_ms / plain.plan.predicted.period_ms).substr(0, 5).c_str()
-                    : "-",
-                seconds, stages);
+    const std::string plain_text =
+        plain.feasible ? format_ms(plain.plan.predicted.period_ms) : "no plan";
+    const std::string remat_text =
+        remat.feasible ? format_ms(remat.plan.predicted.period_ms) : "no plan";
+    std::printf(
+        "%5.1fGiB %14s %14s %10s %12.2f %12d\n", gib, plain_text.c_str(), remat_text.c_str(),
+        plain.feasible && remat.feasible
+            ? std::to_string(remat.plan.predicted.period_ms / plain.plan.predicted.period_ms)
+                  .substr(0, 5)
+                  .c_str()
+            : "-",
+        seconds, stages);
   }
   std::printf("\n");
 }

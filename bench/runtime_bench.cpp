@@ -2,19 +2,19 @@
 // plain LibTorch loop (forward, loss, backward, optimizer step) on the same model and data.
 // Prints samples/s of both and their ratio; run it as `mpirun -np 1 build/bench/runtime_bench`.
 
-#include <mpi.h>
-
-#include <chrono>
-#include <cstdio>
-
 #include "core/chain.hpp"
 #include "partition/planner.hpp"
+#include "plan/program.hpp"
 #include "runtime/data.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/transport.hpp"
-#include "plan/program.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include <mpi.h>
 
 using namespace madpipe;
 
@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
     plain_s += std::chrono::duration<double>(t2 - t1).count();
   }
   const double samples = (steps - 2.0) * micro_batches * 8;
-  std::printf("one rank, gpt (4 blocks, width 64, context 64), %d micro-batches of 8, CPU, 1 thread\n",
-              micro_batches);
+  std::printf(
+      "one rank, gpt (4 blocks, width 64, context 64), %d micro-batches of 8, CPU, 1 thread\n",
+      micro_batches);
   std::printf("executor: %.1f samples/s  plain loop: %.1f samples/s  overhead: %+.1f%%\n",
               samples / pipelined_s, samples / plain_s, 100.0 * (pipelined_s / plain_s - 1.0));
   MPI_Finalize();

@@ -4,19 +4,20 @@
 // run_plan does. parse_options documents boost::program_options::error and madpipe::Error;
 // anything else is a finding.
 
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include <boost/program_options/errors.hpp>
+#include "fuzz_support.hpp"
 
 #include "cli/options.hpp"
 #include "cli/plan_command.hpp"
 #include "cli/planner_options.hpp"
 #include "cli/platform_options.hpp"
 #include "core/error.hpp"
-#include "fuzz_support.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/errors.hpp>
 
 namespace cli = madpipe::cli;
 

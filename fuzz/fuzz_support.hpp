@@ -5,6 +5,8 @@
 // LLVMFuzzerTestOneInput and aborts, a crash, an ASan or UBSan report, a hang, a huge
 // allocation) is a finding libFuzzer saves as crash-*, timeout-* or oom-*.
 
+#include "core/error.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,8 +16,6 @@
 #include <string>
 
 #include <unistd.h>
-
-#include "core/error.hpp"
 
 namespace madpipe::fuzz {
 

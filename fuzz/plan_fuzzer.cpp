@@ -3,19 +3,20 @@
 // validate(plan, profile) against a shipped profile (the one the plan names when there is one),
 // and for a plan without violations the writer's round trip and the timeline of a step.
 
+#include "fuzz_support.hpp"
+
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "plan/plan.hpp"
+#include "plan/timeline.hpp"
+#include "plan/validate.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/profile.hpp"
-#include "fuzz_support.hpp"
-#include "plan/plan.hpp"
-#include "plan/timeline.hpp"
-#include "plan/validate.hpp"
 
 namespace mplan = madpipe::plan;
 
@@ -41,9 +42,8 @@ static const madpipe::Profile& profile_named(const std::string& name) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const madpipe::Profile& fallback = profiles().front();
-  const auto plan = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
-    return mplan::read_plan(path);
-  });
+  const auto plan = madpipe::fuzz::read_input(
+      data, size, ".json", [](const std::string& path) { return mplan::read_plan(path); });
   if (!plan) return 0;
   const std::vector<mplan::Violation> violations = mplan::validate(*plan);
   (void)mplan::validate(*plan, profile_named(plan->profile));

@@ -2,19 +2,19 @@
 // Accepted profiles must survive the writer's round trip unchanged and the planner's range sums
 // (ChainCosts), which rely on the reader's limits on sizes.
 
+#include "fuzz_support.hpp"
+
+#include "core/chain.hpp"
+#include "core/profile.hpp"
+
 #include <cstddef>
 #include <cstdint>
 
 #include <nlohmann/json.hpp>
 
-#include "core/chain.hpp"
-#include "core/profile.hpp"
-#include "fuzz_support.hpp"
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto profile = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
-    return madpipe::read_profile(path);
-  });
+  const auto profile = madpipe::fuzz::read_input(
+      data, size, ".json", [](const std::string& path) { return madpipe::read_profile(path); });
   if (!profile) return 0;
   madpipe::fuzz::expect_round_trip(*profile, madpipe::profile_to_json, madpipe::profile_from_json,
                                    "profile");

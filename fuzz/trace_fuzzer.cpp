@@ -2,23 +2,23 @@
 // `madpipe show --trace` does with an accepted trace (summary, timeline) and the writer's round
 // trip.
 
+#include "fuzz_support.hpp"
+
+#include "core/error.hpp"
+#include "plan/timeline.hpp"
+#include "plan/trace.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "fuzz_support.hpp"
-#include "plan/timeline.hpp"
-#include "plan/trace.hpp"
-
 namespace mplan = madpipe::plan;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto trace = madpipe::fuzz::read_input(data, size, ".json", [](const std::string& path) {
-    return mplan::read_trace(path);
-  });
+  const auto trace = madpipe::fuzz::read_input(
+      data, size, ".json", [](const std::string& path) { return mplan::read_trace(path); });
   if (!trace) return 0;
   (void)mplan::format_summary(mplan::summarize(*trace));
   try {

@@ -2,15 +2,16 @@
 // options: parse_bytes and parse_bandwidth on the input as text, then the formatters on what
 // they return.
 
+#include "fuzz_support.hpp"
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages that madpipe (planner, runtime, CLI, tests) builds against,
-# and clang for launch/sanitize.sh and launch/fuzz.sh.
+# clang for launch/sanitize.sh and launch/fuzz.sh, and clang-format for launch/format.sh.
 # Skips apt entirely when every package is already installed. Used by launch/quickstart.sh and
 # .ci/run.
 set -euo pipefail
@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   coinor-libcbc-dev libglpk-dev
   libtorch-dev libopenmpi-dev openmpi-bin
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
 )
 
 is_installed() {

@@ -1,7 +1,7 @@
 // Plans a model profile on 4 GPUs of 8 GiB linked at 12 GB/s with the installed planner library.
-#include <iostream>
-
 #include "madpipe.hpp"
+
+#include <iostream>
 
 int main(int argc, char** argv) try {
   using namespace madpipe;

@@ -1,14 +1,14 @@
 // The address ILP of address_plan.hpp (ilp_address_plan), optionally around a pyramid.
 
+#include "arena/address_plan.hpp"
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "solver/linear_expr.hpp"
+#include "solver/model.hpp"
+
 #include <algorithm>
 #include <numeric>
 #include <sstream>
-
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "arena/address_plan.hpp"
-#include "solver/linear_expr.hpp"
-#include "solver/model.hpp"
 
 namespace {
 using madpipe::arena::AddressPlan;
@@ -135,8 +135,8 @@ static std::vector<std::int64_t> pyramid_offsets(const std::vector<Buffer>& buff
   return offsets;
 }
 
-madpipe::arena::AddressPlan madpipe::arena::ilp_address_plan(
-    const std::vector<Buffer>& buffers, const AddressIlpOptions& options) {
+madpipe::arena::AddressPlan madpipe::arena::ilp_address_plan(const std::vector<Buffer>& buffers,
+                                                             const AddressIlpOptions& options) {
   AddressPlan greedy = best_greedy_address_plan(buffers);
   auto fallback = [&](const std::string& why) {
     greedy.note = why + "; greedy plan kept";

@@ -1,10 +1,10 @@
 #include "arena/address_plan.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <numeric>
-
-#include "core/error.hpp"
 
 std::vector<madpipe::arena::Buffer> madpipe::arena::buffers_of(const TensorGraph& graph) {
   check_tensor_graph(graph);
@@ -35,9 +35,12 @@ std::int64_t madpipe::arena::live_bytes_lower_bound(const std::vector<Buffer>& b
 
 const char* madpipe::arena::to_string(PlanMethod method) {
   switch (method) {
-    case PlanMethod::GreedyByStart: return "greedy-by-start";
-    case PlanMethod::GreedyLargestFirst: return "greedy-largest-first";
-    case PlanMethod::Ilp: return "ilp";
+    case PlanMethod::GreedyByStart:
+      return "greedy-by-start";
+    case PlanMethod::GreedyLargestFirst:
+      return "greedy-largest-first";
+    case PlanMethod::Ilp:
+      return "ilp";
   }
   MADPIPE_UNREACHABLE("plan method");
 }
@@ -102,9 +105,9 @@ static void finish_plan(madpipe::arena::AddressPlan& plan) {
 }
 
 // First fit in `sequence` order, the fixed buffers placed first.
-static madpipe::arena::AddressPlan first_fit(
-    const std::vector<madpipe::arena::Buffer>& buffers, const std::vector<int>& sequence,
-    const std::vector<std::int64_t>& fixed_offsets) {
+static madpipe::arena::AddressPlan first_fit(const std::vector<madpipe::arena::Buffer>& buffers,
+                                             const std::vector<int>& sequence,
+                                             const std::vector<std::int64_t>& fixed_offsets) {
   using madpipe::arena::Buffer;
   auto fixed = [&](int i) {
     return fixed_offsets.empty() ? std::int64_t{-1} : fixed_offsets[static_cast<std::size_t>(i)];
@@ -227,4 +230,3 @@ std::vector<int> madpipe::arena::pyramid_stack(const std::vector<Buffer>& buffer
     max_end = buffers[static_cast<std::size_t>(best)].last;
   }
 }
-

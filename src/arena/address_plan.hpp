@@ -1,12 +1,12 @@
 #pragma once
 
+#include "arena/tensor_graph.hpp"
+#include "solver/solve.hpp"
+
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "arena/tensor_graph.hpp"
-#include "solver/solve.hpp"
 
 namespace madpipe::arena {
 
@@ -58,9 +58,9 @@ const char* to_string(PlanMethod method);  // "greedy-by-start", "greedy-largest
 
 struct AddressPlan {
   std::vector<Buffer> buffers;
-  std::vector<std::int64_t> offsets;  // one per buffer
-  std::int64_t arena_bytes = 0;       // max of offset + size
-  std::int64_t lower_bound_bytes = 0; // live_bytes_lower_bound(buffers)
+  std::vector<std::int64_t> offsets;   // one per buffer
+  std::int64_t arena_bytes = 0;        // max of offset + size
+  std::int64_t lower_bound_bytes = 0;  // live_bytes_lower_bound(buffers)
   PlanMethod method = PlanMethod::GreedyByStart;
   // What the ILP did ("optimal", "feasible", a fallback and why); empty for a plain greedy plan.
   std::string note;

@@ -1,5 +1,7 @@
 #include "arena/caching_allocator.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -7,13 +9,11 @@
 #include <string>
 #include <tuple>
 
-#include "core/error.hpp"
-
 namespace madpipe::arena {
 namespace {
 
 constexpr std::int64_t kMinBlock = 512;
-constexpr std::int64_t kSmallSize = 1 << 20;        // requests up to this use the small pool
+constexpr std::int64_t kSmallSize = 1 << 20;  // requests up to this use the small pool
 constexpr std::int64_t kSmallSegment = 2 << 20;
 constexpr std::int64_t kMinLargeAlloc = 10 << 20;
 constexpr std::int64_t kLargeSegment = 20 << 20;
@@ -55,7 +55,8 @@ class Pool {
     it->second.in_use = false;
     // Merge with the next block, then with the previous one, within the segment.
     auto next = std::next(it);
-    if (next != blocks_.end() && !next->second.in_use && next->second.segment == it->second.segment) {
+    if (next != blocks_.end() && !next->second.in_use &&
+        next->second.segment == it->second.segment) {
       free_.erase({next->second.size, next->first});
       it->second.size += next->second.size;
       blocks_.erase(next);
@@ -81,7 +82,7 @@ class Pool {
     std::int64_t segment = 0;  // base address of its segment
   };
   bool small_;
-  std::map<std::int64_t, Block> blocks_;               // by address
+  std::map<std::int64_t, Block> blocks_;                  // by address
   std::set<std::pair<std::int64_t, std::int64_t>> free_;  // (size, address): best fit first
   std::int64_t next_address_ = 0;
   int segments_ = 0;
@@ -114,7 +115,8 @@ CachingAllocatorPeak simulate_caching_allocator(const std::vector<Buffer>& buffe
       if (size <= kSmallSize) {
         address[i] = small.allocate(size, kSmallSegment, reserved);
       } else {
-        const std::int64_t segment = size < kMinLargeAlloc ? kLargeSegment : round_up(size, kRoundLarge);
+        const std::int64_t segment =
+            size < kMinLargeAlloc ? kLargeSegment : round_up(size, kRoundLarge);
         address[i] = large.allocate(size, segment, reserved);
       }
       allocated += size;

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "arena/address_plan.hpp"
+
 #include <cstdint>
 #include <vector>
-
-#include "arena/address_plan.hpp"
 
 namespace madpipe::arena {
 

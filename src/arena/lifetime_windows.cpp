@@ -1,10 +1,10 @@
 #include "arena/lifetime_windows.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
-
-#include "core/error.hpp"
 
 // predecessors[v]: the nodes v depends on (producers of its inputs, order edges into it).
 static std::vector<std::vector<int>> predecessors_of(const madpipe::arena::TensorGraph& graph) {
@@ -20,7 +20,7 @@ static std::vector<std::vector<int>> predecessors_of(const madpipe::arena::Tenso
 }
 
 madpipe::arena::LifetimeWindows madpipe::arena::lifetime_windows(const TensorGraph& graph,
-                                                                       int horizon) {
+                                                                 int horizon) {
   check_tensor_graph(graph);
   const int n = static_cast<int>(graph.nodes.size());
   if (horizon < 0) throw_invalid("", "horizon", "must be >= 0, got " + std::to_string(horizon));
@@ -110,8 +110,8 @@ class Ancestry {
 };
 }  // namespace
 
-std::vector<std::pair<int, int>> madpipe::arena::may_coexist_pairs(
-    const TensorGraph& graph, const LifetimeWindows& windows) {
+std::vector<std::pair<int, int>> madpipe::arena::may_coexist_pairs(const TensorGraph& graph,
+                                                                   const LifetimeWindows& windows) {
   const Ancestry ancestry(graph);
   auto precedes = [&](const Tensor& a, const Tensor& b) {
     if (b.producer < 0) return false;  // b is there from the start

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "arena/tensor_graph.hpp"
+
 #include <utility>
 #include <vector>
-
-#include "arena/tensor_graph.hpp"
 
 namespace madpipe::arena {
 

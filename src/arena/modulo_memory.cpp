@@ -1,9 +1,9 @@
 #include "arena/modulo_memory.hpp"
 
-#include <algorithm>
-
-#include "core/error.hpp"
 #include "arena/tensor_graph.hpp"
+#include "core/error.hpp"
+
+#include <algorithm>
 
 static int positive_mod(long long value, long long modulus) {
   const long long r = value % modulus;
@@ -31,9 +31,13 @@ static std::vector<PeriodPart> period_parts(const madpipe::schedule::Pattern& pa
                                             int forward_nodes, int backward_nodes) {
   std::vector<const madpipe::schedule::Op*> ops;
   for (const madpipe::schedule::Op& op : pattern.ops)
-    if (op.stage == stage && (op.kind == madpipe::schedule::OpKind::F || op.kind == madpipe::schedule::OpKind::B)) ops.push_back(&op);
+    if (op.stage == stage &&
+        (op.kind == madpipe::schedule::OpKind::F || op.kind == madpipe::schedule::OpKind::B))
+      ops.push_back(&op);
   std::stable_sort(ops.begin(), ops.end(),
-                   [](const madpipe::schedule::Op* a, const madpipe::schedule::Op* b) { return a->start_ms < b->start_ms; });
+                   [](const madpipe::schedule::Op* a, const madpipe::schedule::Op* b) {
+                     return a->start_ms < b->start_ms;
+                   });
   std::vector<PeriodPart> parts;
   int offset = 0;
   for (const madpipe::schedule::Op* op : ops) {
@@ -68,8 +72,8 @@ static std::vector<FlightClass> flight_classes(const std::vector<PeriodPart>& pa
 }
 
 madpipe::arena::SteadyStateBuffers madpipe::arena::steady_state_buffers(
-    const madpipe::remat::RematChain& chain, const madpipe::remat::RematSequence& sequence, const madpipe::schedule::Pattern& pattern, int stage,
-    int periods_on_circle) {
+    const madpipe::remat::RematChain& chain, const madpipe::remat::RematSequence& sequence,
+    const madpipe::schedule::Pattern& pattern, int stage, int periods_on_circle) {
   const MicroBatchTensorGraph one = micro_batch_tensor_graph(chain, sequence);
   const int forward_nodes = one.forward_nodes;
   const int backward_nodes = static_cast<int>(one.graph.nodes.size()) - forward_nodes;
@@ -149,7 +153,7 @@ madpipe::schedule::Pattern madpipe::arena::one_f_one_b_stage_pattern(int in_flig
 }
 
 madpipe::arena::AddressPlan madpipe::arena::unroll_circular_plan(const AddressPlan& plan,
-                                                                       int timesteps, int turns) {
+                                                                 int timesteps, int turns) {
   AddressPlan unrolled = plan;
   unrolled.buffers.clear();
   unrolled.offsets.clear();

@@ -1,12 +1,12 @@
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "arena/address_plan.hpp"
-#include "schedule/pattern.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
+#include "schedule/pattern.hpp"
+
+#include <string>
+#include <vector>
 
 namespace madpipe::arena {
 
@@ -37,8 +37,10 @@ struct SteadyStateBuffers {
 // the fewest). Throws Error{InvalidInput} when the stage has no F op, an F without its B (same
 // shift modulo k), a B that does not run after its F, lifetimes spanning more than 64 periods, or
 // `periods` below the fewest or above 64.
-SteadyStateBuffers steady_state_buffers(const remat::RematChain& chain, const remat::RematSequence& sequence,
-                                        const schedule::Pattern& pattern, int stage, int periods = 0);
+SteadyStateBuffers steady_state_buffers(const remat::RematChain& chain,
+                                        const remat::RematSequence& sequence,
+                                        const schedule::Pattern& pattern, int stage,
+                                        int periods = 0);
 
 // A 1F1B steady state of stage 0 with `in_flight` micro-batches: in period j, the forward of
 // micro-batch j + in_flight - 1, then the backward of micro-batch j.

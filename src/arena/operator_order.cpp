@@ -1,16 +1,16 @@
 #include "arena/operator_order.hpp"
 
+#include "arena/lifetime_windows.hpp"
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "solver/model.hpp"
+
 #include <algorithm>
 #include <numeric>
 #include <sstream>
 
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "arena/lifetime_windows.hpp"
-#include "solver/model.hpp"
-
 std::int64_t madpipe::arena::resident_peak_bytes(const TensorGraph& graph,
-                                                    const std::vector<int>& order) {
+                                                 const std::vector<int>& order) {
   std::vector<int> step(graph.nodes.size(), 0);
   for (std::size_t i = 0; i < order.size(); ++i)
     step[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
@@ -25,8 +25,7 @@ std::int64_t madpipe::arena::resident_peak_bytes(const TensorGraph& graph,
   return *std::max_element(resident.begin(), resident.end());
 }
 
-std::string madpipe::arena::order_problem(const TensorGraph& graph,
-                                             const std::vector<int>& order) {
+std::string madpipe::arena::order_problem(const TensorGraph& graph, const std::vector<int>& order) {
   const int n = static_cast<int>(graph.nodes.size());
   if (static_cast<int>(order.size()) != n)
     return "has " + std::to_string(order.size()) + " nodes, the graph " + std::to_string(n);
@@ -53,7 +52,7 @@ std::string madpipe::arena::order_problem(const TensorGraph& graph,
 }
 
 madpipe::arena::TensorGraph madpipe::arena::reorder(const TensorGraph& graph,
-                                                          const std::vector<int>& order) {
+                                                    const std::vector<int>& order) {
   const std::string problem = order_problem(graph, order);
   if (!problem.empty()) throw_invalid("", "order", problem);
   std::vector<int> step(graph.nodes.size(), 0);
@@ -274,8 +273,7 @@ class OrderIlp {
 
 // The order ILP on the whole graph.
 static madpipe::arena::OperatorOrder order_whole_graph(
-    const madpipe::arena::TensorGraph& graph,
-    const madpipe::arena::OrderIlpOptions& options) {
+    const madpipe::arena::TensorGraph& graph, const madpipe::arena::OrderIlpOptions& options) {
   using namespace madpipe::arena;
   namespace solver = madpipe::solver;
   OperatorOrder result;
@@ -336,7 +334,8 @@ static madpipe::arena::OperatorOrder order_whole_graph(
   result.outcome = OrderOutcome::Reordered;
   result.note =
       "order ilp " + std::string(solver::to_string(solved.status)) + " (" + solved.backend;
-  if (solved.status != solver::Status::Optimal) result.note += ", gap " + madpipe::format_percent(solved.gap);
+  if (solved.status != solver::Status::Optimal)
+    result.note += ", gap " + madpipe::format_percent(solved.gap);
   result.note += peak == result.lower_bound_bytes ? ", meets the lower bound)" : ")";
   return result;
 }
@@ -345,8 +344,8 @@ static madpipe::arena::OperatorOrder order_whole_graph(
 // the same orders inside the whole graph (when begin and end are sequential cuts). Tensors made
 // before the part are its inputs; a tensor still needed after it is used by a last node,
 // "(after)", that runs after every other.
-static madpipe::arena::TensorGraph part_graph(const madpipe::arena::TensorGraph& graph,
-                                                 int begin, int end) {
+static madpipe::arena::TensorGraph part_graph(const madpipe::arena::TensorGraph& graph, int begin,
+                                              int end) {
   using namespace madpipe::arena;
   TensorGraph part;
   part.nodes.assign(graph.nodes.begin() + begin, graph.nodes.begin() + end);
@@ -383,8 +382,8 @@ static madpipe::arena::TensorGraph part_graph(const madpipe::arena::TensorGraph&
   return part;
 }
 
-madpipe::arena::OperatorOrder madpipe::arena::ilp_operator_order(
-    const TensorGraph& graph, const OrderIlpOptions& options) {
+madpipe::arena::OperatorOrder madpipe::arena::ilp_operator_order(const TensorGraph& graph,
+                                                                 const OrderIlpOptions& options) {
   check_tensor_graph(graph);
   std::vector<int> bounds = options.horizon == 0 ? sequential_cuts(graph) : std::vector<int>{};
   if (bounds.empty()) return order_whole_graph(graph, options);

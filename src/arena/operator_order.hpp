@@ -1,11 +1,11 @@
 #pragma once
 
+#include "arena/tensor_graph.hpp"
+#include "solver/solve.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "arena/tensor_graph.hpp"
-#include "solver/solve.hpp"
 
 namespace madpipe::arena {
 

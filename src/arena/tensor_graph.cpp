@@ -1,9 +1,9 @@
 #include "arena/tensor_graph.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <map>
-
-#include "core/error.hpp"
 
 void madpipe::arena::check_tensor_graph(const TensorGraph& graph) {
   const int nodes = static_cast<int>(graph.nodes.size());
@@ -58,11 +58,11 @@ madpipe::arena::TensorGraph madpipe::arena::make_tensor_graph(
 }
 
 namespace {
+using madpipe::arena::Tensor;
+using madpipe::arena::TensorNode;
 using madpipe::remat::RematChain;
 using madpipe::remat::RematOp;
 using madpipe::remat::RematOpKind;
-using madpipe::arena::Tensor;
-using madpipe::arena::TensorNode;
 
 // The nodes and tensors of one micro-batch, in sequence order, each node marked forward or
 // backward part; tensors may have 0 bytes.
@@ -97,14 +97,15 @@ class MicroBatchGraph {
           plain_[k] = add_tensor("a" + std::to_string(k), chain_.a[k]);
         }
         workspace(chain_.forward_overhead[k]);
-        if (op.kind == madpipe::remat::RematOpKind::ForwardAll && k == chain_.length()) backward_ = true;
+        if (op.kind == madpipe::remat::RematOpKind::ForwardAll && k == chain_.length())
+          backward_ = true;
         break;
       }
       case madpipe::remat::RematOpKind::Backward: {
         if (pending_gradient_ >= 0) {  // the received gradient, right before the first backward
           add_node("recv_grad", 0.0);
-          gradient_[pending_gradient_] = add_tensor("d" + std::to_string(pending_gradient_),
-                                                    chain_.delta[pending_gradient_]);
+          gradient_[pending_gradient_] =
+              add_tensor("d" + std::to_string(pending_gradient_), chain_.delta[pending_gradient_]);
           pending_gradient_ = -1;
         }
         add_node(token, chain_.backward_ms[static_cast<std::size_t>(k)]);
@@ -160,7 +161,8 @@ madpipe::arena::MicroBatchTensorGraph madpipe::arena::micro_batch_tensor_graph(
   const madpipe::remat::SequenceReplay replay = replay_sequence(chain, ops);
   if (!replay.valid) throw_invalid("", "sequence", replay.problem);
   MicroBatchGraph one(chain);
-  for (const madpipe::remat::RematOp& op : ops) one.add(op, to_string(madpipe::remat::RematSequence{op}, chain));
+  for (const madpipe::remat::RematOp& op : ops)
+    one.add(op, to_string(madpipe::remat::RematSequence{op}, chain));
   MicroBatchTensorGraph result;
   result.graph.nodes = std::move(one.nodes);
   result.graph.tensors = std::move(one.tensors);
@@ -190,8 +192,10 @@ static std::vector<int> part_ends(const madpipe::arena::TensorGraph& graph, int 
 }
 
 madpipe::arena::TensorGraph madpipe::arena::stage_tensor_graph(
-    const madpipe::remat::RematChain& chain, const madpipe::remat::RematSequence& sequence, int in_flight) {
-  if (in_flight < 1) throw_invalid("", "in_flight", "must be >= 1, got " + std::to_string(in_flight));
+    const madpipe::remat::RematChain& chain, const madpipe::remat::RematSequence& sequence,
+    int in_flight) {
+  if (in_flight < 1)
+    throw_invalid("", "in_flight", "must be >= 1, got " + std::to_string(in_flight));
   const MicroBatchTensorGraph one = micro_batch_tensor_graph(chain, sequence);
   const int size = static_cast<int>(one.graph.nodes.size());
   const int forward_count = one.forward_nodes;
@@ -207,7 +211,8 @@ madpipe::arena::TensorGraph madpipe::arena::stage_tensor_graph(
     const std::string suffix = "@m" + std::to_string(m);
     for (int i = 0; i < size; ++i) {
       const TensorNode& node = one.graph.nodes[static_cast<std::size_t>(i)];
-      graph.nodes[static_cast<std::size_t>(position(m, i))] = {node.name + suffix, node.duration_ms};
+      graph.nodes[static_cast<std::size_t>(position(m, i))] = {node.name + suffix,
+                                                               node.duration_ms};
     }
     for (const Tensor& tensor : one.graph.tensors) {
       if (tensor.size_bytes == 0) {

@@ -1,11 +1,11 @@
 #pragma once
 
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
 
 namespace madpipe::arena {
 
@@ -81,9 +81,9 @@ MicroBatchTensorGraph micro_batch_tensor_graph(const remat::RematChain& chain,
 // edges. Order: the forward parts (ops up to the loss forward) of micro-batches 0..N-1, then their
 // backward parts 0..N-1: the window of a pipelined stage in which all N micro-batches hold their
 // activations at once, the memory peak of the memory model (README.md, "Concepts"):
-// (N-1) * stored + peak. Order edges keep these parts in this order (every op of a part runs before every op of the next), so
-// that reordering the graph (operator_order.hpp) moves ops only inside a part.
-// Throws Error{InvalidInput} when the sequence is not valid for the chain (replay_sequence).
+// (N-1) * stored + peak. Order edges keep these parts in this order (every op of a part runs before
+// every op of the next), so that reordering the graph (operator_order.hpp) moves ops only inside a
+// part. Throws Error{InvalidInput} when the sequence is not valid for the chain (replay_sequence).
 TensorGraph stage_tensor_graph(const remat::RematChain& chain, const remat::RematSequence& sequence,
                                int in_flight);
 

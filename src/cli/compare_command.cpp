@@ -43,10 +43,9 @@ static std::vector<madpipe::partition::Algorithm> parse_algorithm_list(const std
 }
 
 po::options_description madpipe::cli::comparison_group(const std::string& title,
-                                                      ComparisonOptions& options) {
+                                                       ComparisonOptions& options) {
   po::options_description group(title, 100);
-  group.add_options()("profile",
-                      po::value(&options.profile_path)->value_name("FILE")->required(),
+  group.add_options()("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
                       "madpipe.profile/1 JSON file of the model's layers");
   return group;
 }
@@ -55,14 +54,14 @@ po::options_description madpipe::cli::comparison_options_description(
     const po::options_description& own, ComparisonOptions& options) {
   po::options_description planner = planner_options_description(options.planner);
   auto add_planner = planner.add_options();
-  add_planner(
-      "algorithms",
-      po::value<std::string>()
-          ->value_name("LIST")
-          ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe")
-          ->notifier(
-          [&options](const std::string& text) { options.algorithms = parse_algorithm_list(text); }),
-      "comma-separated algorithms to compare, or all (all adds ilp, the full ILP)");
+  add_planner("algorithms",
+              po::value<std::string>()
+                  ->value_name("LIST")
+                  ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe")
+                  ->notifier([&options](const std::string& text) {
+                    options.algorithms = parse_algorithm_list(text);
+                  }),
+              "comma-separated algorithms to compare, or all (all adds ilp, the full ILP)");
   po::options_description all(100);
   all.add(own).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -241,7 +240,8 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   std::vector<Row> rows;
   double seconds_left = options.planner.time_limit_s;
   for (partition::Algorithm algorithm : options.algorithms) {
-    rows.push_back(plan_one(profile, platform, options.planner, algorithm, seconds_left, options.quiet));
+    rows.push_back(
+        plan_one(profile, platform, options.planner, algorithm, seconds_left, options.quiet));
     seconds_left -= rows.back().planning_seconds;
     if (!options.quiet) {
       std::cerr << "compare: " << partition::to_string(algorithm) << ": "

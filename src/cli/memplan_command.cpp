@@ -1,19 +1,19 @@
 #include "cli/memplan_command.hpp"
 
+#include "arena/address_plan.hpp"
+#include "arena/caching_allocator.hpp"
+#include "arena/modulo_memory.hpp"
+#include "arena/operator_order.hpp"
+#include "arena/tensor_graph.hpp"
 #include "cli/platform_options.hpp"
 #include "cli/table.hpp"
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "arena/address_plan.hpp"
-#include "arena/caching_allocator.hpp"
-#include "schedule/memory.hpp"
-#include "arena/modulo_memory.hpp"
-#include "arena/operator_order.hpp"
 #include "plan/plan.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
-#include "arena/tensor_graph.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -79,8 +79,7 @@ po::options_description madpipe::cli::memplan_options_description(MemplanOptions
   add("steady-state", po::bool_switch(&options.steady_state),
       "plan the periodic steady state (1F1B, or the plan's pattern with --plan): offsets valid "
       "in every period, lifetimes may wrap around its end");
-  add("periods",
-      po::value(&options.periods)->value_name("N")->notifier(at_least(1, "--periods")),
+  add("periods", po::value(&options.periods)->value_name("N")->notifier(at_least(1, "--periods")),
       "with --steady-state: periods on the circle of the modulo plan (default: the fewest that "
       "hold the longest lifetime; more can let micro-batches never in flight together share "
       "offsets)");
@@ -115,8 +114,9 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
     choice.pattern = madpipe::arena::one_f_one_b_stage_pattern(choice.in_flight);
   } else {
     if (options.first_layer >= 0 || options.last_layer >= 0 || !options.sequence.empty())
-      throw_invalid("", "--plan", "takes the stage from the plan: drop --first, --last and "
-                                  "--remat-sequence");
+      throw_invalid("", "--plan",
+                    "takes the stage from the plan: drop --first, --last and "
+                    "--remat-sequence");
     const madpipe::plan::Plan plan = madpipe::plan::read_plan(options.plan_path);
     const int stages = static_cast<int>(plan.stages.size());
     if (options.stage < 0 || options.stage >= stages)
@@ -125,11 +125,12 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
                         std::to_string(stages - 1) + "), got " + std::to_string(options.stage));
     const madpipe::schedule::Stage& stage = plan.stages[static_cast<std::size_t>(options.stage)];
     if (stage.offload != "none")
-      throw_invalid("", "--stage", "offloading stages are not planned yet (offload " +
-                                       stage.offload + ")");
+      throw_invalid("", "--stage",
+                    "offloading stages are not planned yet (offload " + stage.offload + ")");
     if (options.steady_state && options.in_flight > 0)
-      throw_invalid("", "--in-flight", "the plan's pattern fixes the micro-batches in flight of "
-                                       "--steady-state: drop --in-flight");
+      throw_invalid("", "--in-flight",
+                    "the plan's pattern fixes the micro-batches in flight of "
+                    "--steady-state: drop --in-flight");
     const std::vector<int> nca = madpipe::schedule::concurrent_activations(plan.pattern, stages);
     choice.first = stage.first_layer;
     choice.last = stage.last_layer;
@@ -153,9 +154,9 @@ static std::string bytes(std::int64_t value) {
 
 static std::string versus(std::int64_t value, std::int64_t bound) {
   if (bound <= 0) return "";
-  return "+" + madpipe::cli::fixed(100.0 * static_cast<double>(value - bound) /
-                                       static_cast<double>(bound),
-                                   2) +
+  return "+" +
+         madpipe::cli::fixed(
+             100.0 * static_cast<double>(value - bound) / static_cast<double>(bound), 2) +
          "%";
 }
 
@@ -184,11 +185,10 @@ static Timeline window_timeline(const madpipe::cli::MemplanOptions& options,
     const OperatorOrder order = ilp_operator_order(graph, order_options);
     std::cout << "order      resident peak " << bytes(order.given_peak_bytes) << " given, "
               << bytes(order.peak_bytes) << " reordered ("
-              << madpipe::cli::fixed(100.0 * static_cast<double>(order.peak_bytes -
-                                                                 order.given_peak_bytes) /
-                                         static_cast<double>(std::max<std::int64_t>(
-                                             order.given_peak_bytes, 1)),
-                                     2)
+              << madpipe::cli::fixed(
+                     100.0 * static_cast<double>(order.peak_bytes - order.given_peak_bytes) /
+                         static_cast<double>(std::max<std::int64_t>(order.given_peak_bytes, 1)),
+                     2)
               << "%); " << order.note;
     if (order.execute_vars > 0)
       std::cout << "; " << order.execute_vars << " X + " << order.preserve_vars << " P variables, "
@@ -203,8 +203,7 @@ static Timeline window_timeline(const madpipe::cli::MemplanOptions& options,
 
 // The circle of the periodic steady state (steady and circle lines).
 static Timeline steady_timeline(const madpipe::cli::MemplanOptions& options,
-                                const StageChoice& choice,
-                                const madpipe::remat::RematChain& chain,
+                                const StageChoice& choice, const madpipe::remat::RematChain& chain,
                                 const madpipe::remat::RematSequence& sequence) {
   using namespace madpipe::arena;
   const SteadyStateBuffers steady =
@@ -237,11 +236,10 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
   const RematChain chain = stage_remat_chain(profile, choice.first, choice.last);
   const RematSequence sequence = parse_remat_sequence(choice.sequence, chain);
 
-  std::cout << "stage      layers " << choice.first << ".." << choice.last << " of "
-            << profile.name << ", " << choice.in_flight << " micro-batch"
-            << (choice.in_flight > 1 ? "es" : "") << " in flight, "
-            << (sequence.empty() ? std::string("no remat") : "sequence " + choice.sequence)
-            << '\n';
+  std::cout << "stage      layers " << choice.first << ".." << choice.last << " of " << profile.name
+            << ", " << choice.in_flight << " micro-batch" << (choice.in_flight > 1 ? "es" : "")
+            << " in flight, "
+            << (sequence.empty() ? std::string("no remat") : "sequence " + choice.sequence) << '\n';
   const Timeline timeline = options.steady_state
                                 ? steady_timeline(options, choice, chain, sequence)
                                 : window_timeline(options, chain, sequence, choice.in_flight);
@@ -254,16 +252,18 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
   const AddressPlan plan = ilp_address_plan(buffers, ilp);
 
   std::cout << '\n';
-  Table tensors{{{"tensor", Align::Left}, {"size"}, {"live from", Align::Left},
-                 {"to", Align::Left}, {"offset"}},
+  Table tensors{{{"tensor", Align::Left},
+                 {"size"},
+                 {"live from", Align::Left},
+                 {"to", Align::Left},
+                 {"offset"}},
                 {}};
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
-    tensors.rows.push_back({b.name, bytes(b.size_bytes),
-                            timeline.steps[static_cast<std::size_t>(b.first)],
-                            timeline.steps[static_cast<std::size_t>(b.last)] +
-                                (wraps(b) ? " (next turn)" : ""),
-                            bytes(plan.offsets[i])});
+    tensors.rows.push_back(
+        {b.name, bytes(b.size_bytes), timeline.steps[static_cast<std::size_t>(b.first)],
+         timeline.steps[static_cast<std::size_t>(b.last)] + (wraps(b) ? " (next turn)" : ""),
+         bytes(plan.offsets[i])});
   }
   print_table(tensors, std::cout, "  ");
 
@@ -284,7 +284,8 @@ int madpipe::cli::run_memplan(const MemplanOptions& options) {
   row("greedy largest first", largest.arena_bytes);
   row("sum of sizes", plan.sum_bytes());
   // The caching allocator replays one pass; a steady state wraps around, which it cannot.
-  const bool linear = std::none_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return wraps(b); });
+  const bool linear =
+      std::none_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return wraps(b); });
   if (linear) row("caching allocator", simulate_caching_allocator(buffers).reserved_bytes);
   row("lower bound", plan.lower_bound_bytes);
   std::cout << '\n';

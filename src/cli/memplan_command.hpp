@@ -22,7 +22,7 @@ struct MemplanOptions {
   int stage = -1;
   int in_flight = 0;  // 0: the stage's NCA with --plan, else 1
   std::string solver;
-  double time_limit_s = 10;  // per ILP solved
+  double time_limit_s = 10;     // per ILP solved
   std::string order = "given";  // "ilp": reorder ops with the operator-order ILP first
   bool pyramid = false;         // pre-place the pyramid before the address ILP
   bool steady_state = false;    // modulo plan of the periodic steady state

@@ -6,9 +6,9 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/infeasible.hpp"
-#include "schedule/memory.hpp"
 #include "plan/plan.hpp"
 #include "plan/validate.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -31,9 +31,10 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
            "write the plan (madpipe.plan/1 JSON) to FILE");
   add_plan("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  add_algorithm_option(planner, options.algorithm,
-                       "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
-                       "solver)");
+  add_algorithm_option(
+      planner, options.algorithm,
+      "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
+      "solver)");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -105,9 +106,9 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
                      {"in flight"}},
                     {}};
   // Only plans where some stage rematerializes or offloads get the column.
-  const bool saves = std::any_of(plan.stages.begin(), plan.stages.end(), [](const schedule::Stage& s) {
-    return s.remat != "none" || s.offload != "none";
-  });
+  const bool saves = std::any_of(
+      plan.stages.begin(), plan.stages.end(),
+      [](const schedule::Stage& s) { return s.remat != "none" || s.offload != "none"; });
   if (saves) stages.columns.push_back({"saves memory by", Align::Left});
   for (const schedule::Stage& stage : plan.stages) {
     stages.rows.push_back(
@@ -168,8 +169,7 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
 [[noreturn]] static void throw_infeasible(const madpipe::partition::PlanResult& result,
                                           const madpipe::Profile& profile,
                                           const madpipe::Platform& platform,
-                                          madpipe::partition::PlannerOptions options,
-                                          bool quiet) {
+                                          madpipe::partition::PlannerOptions options, bool quiet) {
   using namespace madpipe;
   if (!quiet) std::cerr << "plan: " << result.reason << "; searching for what would fit\n";
   options.time_limit_s = std::max(0.0, options.time_limit_s - result.planning_seconds);
@@ -179,7 +179,8 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
 int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const Platform platform = to_platform(options.platform);
-  partition::PlannerOptions planner = to_planner_options(options.planner, options.algorithm, platform);
+  partition::PlannerOptions planner =
+      to_planner_options(options.planner, options.algorithm, platform);
   if (!options.quiet)
     planner.progress = [](const std::string& line) { std::cerr << "plan: " << line << '\n'; };
   const partition::PlanResult result = partition::make_plan(profile, platform, planner);

@@ -38,8 +38,7 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 }),
             "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
             "heuristic, or auto (ilp when a MILP solver is built)");
-  add_group("solver",
-            po::value(&settings.milp.backend)->value_name("NAME"),
+  add_group("solver", po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",
             po::value(&settings.time_limit_s)
@@ -69,8 +68,7 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
   add_group("verbose", po::bool_switch(&settings.verbose),
             "print every planning step on stderr (DP runs, allocations scheduled, ILPs) instead "
             "of a status line every second of long requests");
-  add_group("write-mps",
-            po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
+  add_group("write-mps", po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
             "also write every ILP solved in MPS: PREFIX-schedule-N.mps, PREFIX-full.mps");
   add_group("remat",
             po::value(&settings.remat)
@@ -78,7 +76,8 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->default_value(settings.remat)
                 ->notifier([](const std::string& name) {
                   if (name != "none" && name != "rotor")
-                    throw_invalid("", "--remat", "unknown strategy '" + name + "' (valid: none, rotor)");
+                    throw_invalid("", "--remat",
+                                  "unknown strategy '" + name + "' (valid: none, rotor)");
                 }),
             "per-stage rematerialization: rotor lets a stage that does not fit recompute "
             "activations in its backward (optimal ROTOR sequences), none keeps everything");
@@ -88,7 +87,8 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 ->default_value(settings.offload)
                 ->notifier([](const std::string& name) {
                   if (name != "none" && name != "host")
-                    throw_invalid("", "--offload", "unknown strategy '" + name + "' (valid: none, host)");
+                    throw_invalid("", "--offload",
+                                  "unknown strategy '" + name + "' (valid: none, host)");
                 }),
             "per-stage offloading: host lets a stage that does not fit copy activations to host "
             "memory during its forward and back for its backward (with recomputation, thesis "
@@ -134,8 +134,9 @@ madpipe::cli::ConfigSection madpipe::cli::planner_config_section() {
   return section;
 }
 
-madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(
-    const PlannerSettings& settings, partition::Algorithm algorithm, const Platform& platform) {
+madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(const PlannerSettings& settings,
+                                                                    partition::Algorithm algorithm,
+                                                                    const Platform& platform) {
   partition::PlannerOptions options;
   options.algorithm = algorithm;
   options.discretization = settings.discretization;
@@ -164,12 +165,13 @@ std::string madpipe::cli::algorithm_names() {
 
 void madpipe::cli::add_algorithm_option(po::options_description& group,
                                         partition::Algorithm& algorithm, const char* help) {
-  group.add_options()("algorithm",
-                      po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
-                          [&algorithm](const std::string& name) {
-                            algorithm = parse_algorithm(name, "--algorithm");
-                          }),
-                      help);
+  group.add_options()(
+      "algorithm",
+      po::value<std::string>()->value_name("NAME")->default_value("madpipe")->notifier(
+          [&algorithm](const std::string& name) {
+            algorithm = parse_algorithm(name, "--algorithm");
+          }),
+      help);
 }
 
 madpipe::partition::Algorithm madpipe::cli::parse_algorithm(const std::string& name,

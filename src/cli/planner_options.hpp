@@ -17,9 +17,9 @@ struct PlannerSettings {
   std::string scheduler = "auto";
   partition::MilpSettings milp{};
   double time_limit_s = partition::kCommandTimeLimitS;  // --time-limit: the whole request
-  bool verbose = false;         // --verbose: every planning step on stderr
-  std::string remat = "none";    // --remat none|rotor
-  std::string offload = "none";  // --offload none|host
+  bool verbose = false;                                 // --verbose: every planning step on stderr
+  std::string remat = "none";                           // --remat none|rotor
+  std::string offload = "none";                         // --offload none|host
   int remat_slots = 200;
 };
 

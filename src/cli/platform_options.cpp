@@ -45,12 +45,12 @@ po::options_description madpipe::cli::platform_options_description(PlatformOptio
                 ->default_value(options.weight_copies)
                 ->notifier(at_least(1, "--weight-copies")),
             "weight-sized copies per stage (weights, gradients, optimizer...)");
-  add_group("host-bandwidth",
-            po::value<std::string>()->value_name("RATE")->notifier(
-                [&options](const std::string& text) {
-                  options.host_bandwidth_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
-                }),
-            "bandwidth of copies between a GPU and host memory, for --offload host, e.g. 12GB/s");
+  add_group(
+      "host-bandwidth",
+      po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {
+        options.host_bandwidth_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
+      }),
+      "bandwidth of copies between a GPU and host memory, for --offload host, e.g. 12GB/s");
   add_group(
       "gpus-per-node",
       po::value(&options.gpus_per_node)->value_name("N")->notifier(at_least(0, "--gpus-per-node")),

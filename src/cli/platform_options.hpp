@@ -18,8 +18,8 @@ struct PlatformOptions {
   std::int64_t memory_bytes = 0;      // from "16GiB"-style text
   double bandwidth_bytes_per_ms = 0;  // from "12GB/s"-style text
   int weight_copies = 3;
-  double host_bandwidth_bytes_per_ms = 0;  // --host-bandwidth: GPU <-> host copies; 0: none
-  int gpus_per_node = 0;                   // --gpus-per-node; 0: all GPUs in one node
+  double host_bandwidth_bytes_per_ms = 0;        // --host-bandwidth: GPU <-> host copies; 0: none
+  int gpus_per_node = 0;                         // --gpus-per-node; 0: all GPUs in one node
   double inter_node_bandwidth_bytes_per_ms = 0;  // --inter-node-bandwidth; 0: --bandwidth
 };
 

@@ -1,17 +1,17 @@
 #include "cli/profile_command.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <iostream>
-
-#include <boost/program_options/value_semantic.hpp>
-
 #include "cli/platform_options.hpp"
 #include "cli/table.hpp"
 #include "cli/train_options.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "runtime/profile_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include <boost/program_options/value_semantic.hpp>
 
 namespace {
 namespace po = boost::program_options;
@@ -31,14 +31,15 @@ po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
                   "text file or directory of text files (gpt: sets the vocabulary)")(
       "micro-batch-size",
-      po::value(&c.micro_batch_size)->default_value(c.micro_batch_size)->notifier(at_least(1, "--micro-batch-size")),
+      po::value(&c.micro_batch_size)
+          ->default_value(c.micro_batch_size)
+          ->notifier(at_least(1, "--micro-batch-size")),
       "samples per micro-batch: the batch the costs are for")(
       "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data");
   return g;
 }
 
-po::options_description profile_group(madpipe::runtime::ProfileConfig& c,
-                                       std::string& output) {
+po::options_description profile_group(madpipe::runtime::ProfileConfig& c, std::string& output) {
   po::options_description g("Profiling [profile]", 100);
   g.add_options()("torchscript", po::value(&c.torchscript)->value_name("FILE"),
                   "profile this TorchScript module instead of a built-in model")(
@@ -51,11 +52,13 @@ po::options_description profile_group(madpipe::runtime::ProfileConfig& c,
       "device", po::value(&c.device)->default_value(c.device), "cpu, cuda or cuda:N")(
       "warmup", po::value(&c.warmup)->default_value(c.warmup)->notifier(at_least(0, "--warmup")),
       "untimed runs per layer")(
-      "repeats", po::value(&c.repeats)->default_value(c.repeats)->notifier(at_least(1, "--repeats")),
+      "repeats",
+      po::value(&c.repeats)->default_value(c.repeats)->notifier(at_least(1, "--repeats")),
       "timed runs per layer (the median is kept)")(
-      "threads", po::value(&c.threads)->default_value(c.threads)->notifier(at_least(1, "--threads")),
-      "CPU threads (a training rank uses 1)")(
-      "name", po::value(&c.name), "profile name (default: the model's)")(
+      "threads",
+      po::value(&c.threads)->default_value(c.threads)->notifier(at_least(1, "--threads")),
+      "CPU threads (a training rank uses 1)")("name", po::value(&c.name),
+                                              "profile name (default: the model's)")(
       "output,o", po::value(&output)->default_value("profile.json")->value_name("FILE"),
       "where to write the profile");
   return g;
@@ -68,8 +71,14 @@ void print_measurement(const madpipe::runtime::ProfileMeasurement& m, double sec
                        const std::string& output) {
   using madpipe::cli::Align;
   madpipe::cli::Table table;
-  table.columns = {{"layer", Align::Left}, {"fwd ms"},   {"bwd ms"},   {"spread"},
-                   {"weights"},            {"output"},   {"saved"},    {"fwd ws"},
+  table.columns = {{"layer", Align::Left},
+                   {"fwd ms"},
+                   {"bwd ms"},
+                   {"spread"},
+                   {"weights"},
+                   {"output"},
+                   {"saved"},
+                   {"fwd ws"},
                    {"bwd ws"}};
   double forward = 0, backward = 0, worst = 0;
   const auto& layers = m.profile.layers;
@@ -89,9 +98,9 @@ void print_measurement(const madpipe::runtime::ProfileMeasurement& m, double sec
   }
   madpipe::cli::print_table(table, std::cout);
   std::cout << "total: forward " << madpipe::cli::fixed(forward, 3) << " ms, backward "
-            << madpipe::cli::fixed(backward, 3) << " ms per micro-batch of "
-            << m.profile.batch << " on " << m.profile.device << "; largest spread of a layer's runs "
-            << percent(worst) << " ((max - min) / median)\n";
+            << madpipe::cli::fixed(backward, 3) << " ms per micro-batch of " << m.profile.batch
+            << " on " << m.profile.device << "; largest spread of a layer's runs " << percent(worst)
+            << " ((max - min) / median)\n";
   if (!m.memory_measured)
     std::cout << "saved bytes and workspaces were not measured on this device (written as 0)\n";
   std::cout << "wrote " << output << " (" << layers.size() << " layers) in "
@@ -119,9 +128,9 @@ int madpipe::cli::profile_command(const std::vector<std::string>& args) {
   const auto started = std::chrono::steady_clock::now();
   const runtime::ProfileMeasurement measurement = runtime::run_profile(config);
   write_profile(measurement.profile, output);
-  print_measurement(measurement,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-                    output);
+  print_measurement(
+      measurement,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), output);
   return 0;
 #else
   throw Error(ErrorKind::Unsupported, "", "profile",

@@ -1,17 +1,17 @@
 #include "cli/remat_command.hpp"
 
 #include "cli/platform_options.hpp"
+#include "cli/table.hpp"
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "remat/moccasin.hpp"
+#include "remat/pofo.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_graph.hpp"
 #include "remat/remat_sequence.hpp"
-#include "remat/pofo.hpp"
 #include "remat/rotor.hpp"
 #include "remat/stage_graph.hpp"
-#include "cli/table.hpp"
 
 #include <chrono>
 #include <iostream>
@@ -46,35 +46,43 @@ po::options_description madpipe::cli::remat_options_description(RematCommandOpti
                 }),
             "memory for the stage's activations, e.g. 6GiB");
   add_group("first-layer",
-            po::value(&options.first_layer)->value_name("I")->default_value(0)->notifier(
-                at_least(0, "--first-layer")),
+            po::value(&options.first_layer)
+                ->value_name("I")
+                ->default_value(0)
+                ->notifier(at_least(0, "--first-layer")),
             "first layer of the stage");
   add_group("last-layer", po::value(&options.last_layer)->value_name("J")->default_value(-1),
             "last layer of the stage (-1: the profile's last)");
-  add_group("nca",
-            po::value(&options.nca)->value_name("N")->default_value(1)->notifier(
-                at_least(1, "--nca")),
-            "micro-batches in flight on the stage: what the forward keeps counts N times");
+  add_group(
+      "nca",
+      po::value(&options.nca)->value_name("N")->default_value(1)->notifier(at_least(1, "--nca")),
+      "micro-batches in flight on the stage: what the forward keeps counts N times");
   add_group("slots",
-            po::value(&options.slots)->value_name("N")->default_value(500)->notifier(
-                at_least(10, "--slots")),
+            po::value(&options.slots)
+                ->value_name("N")
+                ->default_value(500)
+                ->notifier(at_least(10, "--slots")),
             "memory slots of the DP (sizes round up to whole slots)");
   add_group("offload",
             po::value<std::string>()->value_name("NAME")->default_value("none")->notifier(
                 [&options](const std::string& name) {
                   if (name != "none" && name != "host")
-                    throw_invalid("", "--offload", "unknown strategy '" + name + "' (valid: none, host)");
+                    throw_invalid("", "--offload",
+                                  "unknown strategy '" + name + "' (valid: none, host)");
                   options.offload = name == "host";
                 }),
             "host: also offload activations to host memory (needs --host-bandwidth)");
-  add_group("host-bandwidth",
-            po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {
-              options.host_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
-            }),
-            "speed of GPU <-> host copies, e.g. 12GB/s");
+  add_group(
+      "host-bandwidth",
+      po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {
+        options.host_bytes_per_ms = parse_bandwidth(text, "--host-bandwidth");
+      }),
+      "speed of GPU <-> host copies, e.g. 12GB/s");
   add_group("offload-steps",
-            po::value(&options.offload_steps)->value_name("N")->default_value(50)->notifier(
-                at_least(5, "--offload-steps")),
+            po::value(&options.offload_steps)
+                ->value_name("N")
+                ->default_value(50)
+                ->notifier(at_least(5, "--offload-steps")),
             "memory steps of the offloading DP");
   add_group("graph",
             po::value(&options.graph)->value_name("KIND")->notifier([](const std::string& kind) {
@@ -84,16 +92,20 @@ po::options_description madpipe::cli::remat_options_description(RematCommandOpti
             "plan the stage's training graph: ops (layers expanded into operators) or layers "
             "(one forward and one backward node per layer)");
   add_group("max-computations",
-            po::value(&options.max_computations)->value_name("C")->default_value(2)->notifier(
-                at_least(1, "--max-computations")),
+            po::value(&options.max_computations)
+                ->value_name("C")
+                ->default_value(2)
+                ->notifier(at_least(1, "--max-computations")),
             "--graph: computations of a node at most, the first included");
   add_group("variant",
-            po::value(&options.variant)->value_name("NAME")->default_value("auto")->notifier(
-                [](const std::string& name) {
+            po::value(&options.variant)
+                ->value_name("NAME")
+                ->default_value("auto")
+                ->notifier([](const std::string& name) {
                   if (name != "auto" && name != "staged" && name != "order-free")
-                    throw_invalid("", "--variant",
-                                  "unknown variant '" + name +
-                                      "' (valid: auto, staged, order-free)");
+                    throw_invalid(
+                        "", "--variant",
+                        "unknown variant '" + name + "' (valid: auto, staged, order-free)");
                 }),
             "--graph: staged (the input order's stages), order-free, or auto (order-free up to "
             "8 nodes)");
@@ -142,7 +154,8 @@ static int run_offload(const madpipe::cli::RematCommandOptions& options,
             << fixed(100.0 * (r.total_ms / all.total_ms() - 1), 1) << "% over no remat; "
             << format_ms(r.idle_ms) << " waiting for transfers)\n"
             << "offloaded      " << bytes(r.offloaded_bytes) << " out and back\n"
-            << "memory         peak " << bytes(r.peak_bytes) << " (" << bytes(r.peak_bytes_release_at_completion)
+            << "memory         peak " << bytes(r.peak_bytes) << " ("
+            << bytes(r.peak_bytes_release_at_completion)
             << " if offloaded tensors are freed only when their copy ends), kept on the GPU from "
                "forward to backward "
             << bytes(r.stored_bytes) << '\n'
@@ -177,9 +190,9 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
   using cli::fixed;
   if (options.offload) throw_invalid("", "--offload", "is not planned with --graph");
   if (options.nca != 1) throw_invalid("", "--nca", "--graph plans one micro-batch (--nca 1)");
-  const remat::RematGraph graph =
-      options.graph == "layers" ? remat::layer_chain_graph(profile, options.first_layer, last)
-                                : remat::stage_graph(profile, options.first_layer, last);
+  const remat::RematGraph graph = options.graph == "layers"
+                                      ? remat::layer_chain_graph(profile, options.first_layer, last)
+                                      : remat::stage_graph(profile, options.first_layer, last);
   remat::MoccasinOptions moccasin;
   moccasin.max_computations = options.max_computations;
   moccasin.variant = variant_named(options.variant);
@@ -202,8 +215,7 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
                      0)
             << "% of that), at most " << options.max_computations << " computations per node, "
             << remat::to_string(remat::resolved_variant(graph, moccasin)) << " variant\n";
-  const remat::MoccasinResult result =
-      remat::moccasin_remat(graph, options.memory_bytes, moccasin);
+  const remat::MoccasinResult result = remat::moccasin_remat(graph, options.memory_bytes, moccasin);
   std::cout << "result         " << solver::to_string(result.status);
   if (result.has_plan()) std::cout << " (plan by " << result.method << ")";
   std::cout << ": " << result.note << '\n';
@@ -225,8 +237,8 @@ static int run_graph_remat(const madpipe::cli::RematCommandOptions& options,
             << "solve time     " << fixed(result.seconds, 2) << " s (MILP "
             << fixed(result.solver_seconds, 2) << " s)\n"
             << "recomputed     " << recomputed_nodes(graph, result.computations) << '\n'
-            << "sequence       "
-            << remat::to_string(graph, remat::computed_nodes(result.sequence)) << '\n';
+            << "sequence       " << remat::to_string(graph, remat::computed_nodes(result.sequence))
+            << '\n';
   return 0;
 }
 
@@ -244,17 +256,19 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
                       std::to_string(options.first_layer));
   if (!options.graph.empty()) return run_graph_remat(options, profile, last);
   const remat::RematChain chain = remat::stage_remat_chain(profile, options.first_layer, last);
-  const remat::SequenceReplay all =
-      remat::replay_sequence(chain, remat::store_all_sequence(chain));
+  const remat::SequenceReplay all = remat::replay_sequence(chain, remat::store_all_sequence(chain));
   const std::int64_t all_memory = (options.nca - 1) * all.stored_bytes + all.peak_bytes;
   std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
             << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
             << "no remat       " << format_ms(all.total_ms()) << ", needs " << bytes(all_memory)
-            << (options.nca > 1 ? " with " + std::to_string(options.nca) + " micro-batches in flight"
-                                : std::string())
+            << (options.nca > 1
+                    ? " with " + std::to_string(options.nca) + " micro-batches in flight"
+                    : std::string())
             << '\n'
             << "budget         " << bytes(options.memory_bytes) << " ("
-            << fixed(100.0 * static_cast<double>(options.memory_bytes) / static_cast<double>(all_memory), 0)
+            << fixed(100.0 * static_cast<double>(options.memory_bytes) /
+                         static_cast<double>(all_memory),
+                     0)
             << "% of that)"
             << (options.offload ? std::string() : ", " + std::to_string(options.slots) + " slots")
             << '\n';

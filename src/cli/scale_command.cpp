@@ -51,8 +51,9 @@ po::options_description madpipe::cli::scale_options_description(ScaleOptions& op
             "write the chosen pipeline's plan (madpipe.plan/1 with \"replicas\") to FILE");
   add_scale("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  add_algorithm_option(planner, options.algorithm,
-                       "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe or ilp");
+  add_algorithm_option(
+      planner, options.algorithm,
+      "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe or ilp");
   po::options_description all(100);
   all.add(scale).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -148,8 +149,7 @@ static void print_chosen(const madpipe::partition::DataParallelChoice& choice,
 
 // The chosen plan must pass the validator before it is written.
 static void check_plan(const madpipe::plan::Plan& plan, const madpipe::Profile& profile) {
-  const std::vector<madpipe::plan::Violation> violations =
-      madpipe::plan::validate(plan, profile);
+  const std::vector<madpipe::plan::Violation> violations = madpipe::plan::validate(plan, profile);
   if (violations.empty()) return;
   const madpipe::plan::Violation& first = violations.front();
   throw madpipe::Error(madpipe::ErrorKind::Internal, "", first.field,

@@ -92,14 +92,13 @@ static void print_rows(const madpipe::plan::Timeline& timeline) {
   }
 }
 
-static madpipe::plan::Timeline show_plan(const madpipe::cli::ShowOptions& options,
-                                             bool list_rows) {
+static madpipe::plan::Timeline show_plan(const madpipe::cli::ShowOptions& options, bool list_rows) {
   using namespace madpipe;
   const plan::Plan plan = plan::read_plan(options.plan_path);
   plan::throw_if_invalid(plan::validate(plan), options.plan_path);
   plan::Timeline timeline = plan::timeline_of_plan(plan, options.micro_batches);
-  const int micro_batches = static_cast<int>(std::count_if(
-      timeline.bars.begin(), timeline.bars.end(), [](const plan::TimelineBar& bar) {
+  const int micro_batches = static_cast<int>(
+      std::count_if(timeline.bars.begin(), timeline.bars.end(), [](const plan::TimelineBar& bar) {
         return bar.kind == schedule::OpKind::F && bar.stage == 0;
       }));
   std::cout << "plan       " << options.plan_path << ": " << plan.profile << ", " << plan.algorithm
@@ -113,7 +112,7 @@ static madpipe::plan::Timeline show_plan(const madpipe::cli::ShowOptions& option
 }
 
 static madpipe::plan::Timeline show_trace(const madpipe::cli::ShowOptions& options,
-                                              bool list_rows) {
+                                          bool list_rows) {
   using namespace madpipe;
   const plan::Trace trace = plan::read_trace(options.trace_path);
   plan::Timeline timeline = plan::timeline_of_trace(trace, options.steps);
@@ -145,9 +144,10 @@ int madpipe::cli::run_show(const ShowOptions& options) {
     std::cout << "SVG written to " << options.svg_path << '\n';
   }
   if (!options.chrome_path.empty()) {
-    madpipe::write_file_atomically(options.chrome_path, plan::to_chrome_trace(timelines).dump(
-                                        -1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                                        "\n");
+    madpipe::write_file_atomically(options.chrome_path,
+                                   plan::to_chrome_trace(timelines).dump(
+                                       -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                       "\n");
     std::cout << "Chrome trace written to " << options.chrome_path << '\n';
   }
   return 0;

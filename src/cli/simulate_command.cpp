@@ -52,12 +52,13 @@ po::options_description madpipe::cli::simulate_options_description(SimulateOptio
             "madpipe.plan/1 JSON file, as written by 'madpipe plan --output'");
   add_group("profile", po::value(&options.profile_path)->value_name("FILE")->required(),
             "the madpipe.profile/1 file the plan was made for");
-  add_group("micro-batches",
-            po::value(&options.micro_batches)
-                ->value_name("N")
-                ->default_value(0)
-                ->notifier(at_least(0, "--micro-batches")),
-            "micro-batches in the simulated step (0: 4 x max(stages, largest NCA), a multiple of k)");
+  add_group(
+      "micro-batches",
+      po::value(&options.micro_batches)
+          ->value_name("N")
+          ->default_value(0)
+          ->notifier(at_least(0, "--micro-batches")),
+      "micro-batches in the simulated step (0: 4 x max(stages, largest NCA), a multiple of k)");
   add_group(
       "policy",
       po::value<std::string>()

@@ -6,7 +6,6 @@
 #include "core/error.hpp"
 #include "runtime/trainer.hpp"
 
-
 static const madpipe::cli::CommandSyntax kSyntax{
     "train", "[--config FILE] [options]",
     "Trains a built-in model with pipelined model parallelism: one MPI process per pipeline\n"

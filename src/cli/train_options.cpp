@@ -1,8 +1,8 @@
 #include "cli/train_options.hpp"
 
-#include <boost/program_options/value_semantic.hpp>
-
 #include "cli/platform_options.hpp"
+
+#include <boost/program_options/value_semantic.hpp>
 
 // Option groups double as INI sections: "[training] steps = 100" is "--steps 100".
 madpipe::cli::po::options_description madpipe::cli::model_group(madpipe::runtime::TrainConfig& c) {
@@ -14,18 +14,21 @@ madpipe::cli::po::options_description madpipe::cli::model_group(madpipe::runtime
       "embedding / hidden width")(
       "heads", po::value(&c.heads)->default_value(c.heads)->notifier(at_least(1, "--heads")),
       "attention heads (gpt)")(
-      "context", po::value(&c.context)->default_value(c.context)->notifier(at_least(2, "--context")),
+      "context",
+      po::value(&c.context)->default_value(c.context)->notifier(at_least(2, "--context")),
       "characters per sample (gpt)")(
       "inputs", po::value(&c.inputs)->default_value(c.inputs)->notifier(at_least(1, "--inputs")),
       "input features (mlp)")(
-      "outputs", po::value(&c.outputs)->default_value(c.outputs)->notifier(at_least(1, "--outputs")),
+      "outputs",
+      po::value(&c.outputs)->default_value(c.outputs)->notifier(at_least(1, "--outputs")),
       "output features (mlp) or classes (cnn)")(
       "image", po::value(&c.image)->default_value(c.image)->notifier(at_least(4, "--image")),
       "image height and width (cnn)");
   return g;
 }
 
-madpipe::cli::po::options_description madpipe::cli::training_group(madpipe::runtime::TrainConfig& c) {
+madpipe::cli::po::options_description madpipe::cli::training_group(
+    madpipe::runtime::TrainConfig& c) {
   po::options_description g("Training [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
                   "text file or directory of text files (gpt)")(
@@ -33,45 +36,60 @@ madpipe::cli::po::options_description madpipe::cli::training_group(madpipe::runt
       "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
       "versions per stage, one update per micro-batches")(
       "steps", po::value(&c.steps)->default_value(c.steps)->notifier(at_least(1, "--steps")),
-      "training steps")(
-      "micro-batches",
-      po::value(&c.micro_batches)->default_value(c.micro_batches)->notifier(at_least(1, "--micro-batches")),
-      "micro-batches per step (gradients accumulate over them)")(
+      "training steps")("micro-batches",
+                        po::value(&c.micro_batches)
+                            ->default_value(c.micro_batches)
+                            ->notifier(at_least(1, "--micro-batches")),
+                        "micro-batches per step (gradients accumulate over them)")(
       "micro-batch-size",
-      po::value(&c.micro_batch_size)->default_value(c.micro_batch_size)->notifier(at_least(1, "--micro-batch-size")),
-      "samples per micro-batch")(
-      "optimizer", po::value(&c.optimizer)->default_value(c.optimizer), "adamw or sgd")(
+      po::value(&c.micro_batch_size)
+          ->default_value(c.micro_batch_size)
+          ->notifier(at_least(1, "--micro-batch-size")),
+      "samples per micro-batch")("optimizer", po::value(&c.optimizer)->default_value(c.optimizer),
+                                 "adamw or sgd")(
       "learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate), "step size")(
       "momentum", po::value(&c.momentum)->default_value(c.momentum), "sgd momentum")(
-      "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "decoupled weight decay")(
-      "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data order")(
-      "eval-every", po::value(&c.eval_every)->default_value(c.eval_every)->notifier(at_least(0, "--eval-every")),
+      "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
+      "decoupled weight decay")("seed", po::value(&c.seed)->default_value(c.seed),
+                                "initial weights and data order")(
+      "eval-every",
+      po::value(&c.eval_every)->default_value(c.eval_every)->notifier(at_least(0, "--eval-every")),
       "steps between validation losses (0: never)")(
       "eval-micro-batches",
-      po::value(&c.eval_micro_batches)->default_value(c.eval_micro_batches)->notifier(at_least(1, "--eval-micro-batches")),
+      po::value(&c.eval_micro_batches)
+          ->default_value(c.eval_micro_batches)
+          ->notifier(at_least(1, "--eval-micro-batches")),
       "micro-batches of a validation pass");
   return g;
 }
 
-madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runtime::TrainConfig& c) {
+madpipe::cli::po::options_description madpipe::cli::platform_group(
+    madpipe::runtime::TrainConfig& c) {
   po::options_description g("Platform and planner [platform] [planner]", 100);
   g.add_options()(
       "gpus", po::value(&c.gpus)->default_value(c.gpus)->notifier(at_least(1, "--gpus")),
       "ranks in all (replicas x pipeline ranks); must equal the number of MPI processes")(
-      "replicas", po::value(&c.replicas)->default_value(c.replicas)->notifier(at_least(1, "--replicas")),
+      "replicas",
+      po::value(&c.replicas)->default_value(c.replicas)->notifier(at_least(1, "--replicas")),
       "data-parallel copies of the pipeline: rank r is GPU r % (gpus / replicas) of replica "
       "r / (gpus / replicas); gradients are averaged over the replicas at every step")(
       "device", po::value(&c.device)->default_value(c.device),
       "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
-      "memory", po::value(&c.memory)->default_value(c.memory), "memory per rank the planner may use")(
-      "bandwidth", po::value(&c.bandwidth)->default_value(c.bandwidth),
-      "link bandwidth the planner assumes (within a node)")(
+      "memory", po::value(&c.memory)->default_value(c.memory),
+      "memory per rank the planner may use")("bandwidth",
+                                             po::value(&c.bandwidth)->default_value(c.bandwidth),
+                                             "link bandwidth the planner assumes (within a node)")(
       "gpus-per-node",
-      po::value(&c.gpus_per_node)->default_value(c.gpus_per_node)->notifier(at_least(0, "--gpus-per-node")),
+      po::value(&c.gpus_per_node)
+          ->default_value(c.gpus_per_node)
+          ->notifier(at_least(0, "--gpus-per-node")),
       "ranks per node (rank r on node r / N, as launch/madpipe-run places them); 0: one node")(
       "inter-node-bandwidth", po::value(&c.inter_node_bandwidth),
       "bandwidth between ranks of different nodes (default: --bandwidth)")(
-      "weight-copies", po::value(&c.weight_copies)->default_value(c.weight_copies)->notifier(at_least(1, "--weight-copies")),
+      "weight-copies",
+      po::value(&c.weight_copies)
+          ->default_value(c.weight_copies)
+          ->notifier(at_least(1, "--weight-copies")),
       "weight-sized copies per layer (AdamW: 4)")(
       "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),
       "planner: madpipe, contiguous, pipedream, 1f1b or gpipe")(
@@ -79,7 +97,9 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(madpipe::runt
       "profile", po::value(&c.profile),
       "plan from this madpipe.profile/1 file (madpipe profile) instead of measuring the model")(
       "replan-after",
-      po::value(&c.replan_after)->default_value(c.replan_after)->notifier(at_least(0, "--replan-after")),
+      po::value(&c.replan_after)
+          ->default_value(c.replan_after)
+          ->notifier(at_least(0, "--replan-after")),
       "after this step, re-plan on the stage times measured so far and switch plans (moving "
       "layers between ranks) if that is faster; 0: never (sync mode)")(
       "replan-min-gain", po::value(&c.replan_min_gain)->default_value(c.replan_min_gain),
@@ -92,10 +112,14 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
   g.add_options()("output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
                   "where plan.json, profile.json, metrics.jsonl, trace.json and checkpoints/ go")(
       "checkpoint-every",
-      po::value(&c.checkpoint_every)->default_value(c.checkpoint_every)->notifier(at_least(0, "--checkpoint-every")),
+      po::value(&c.checkpoint_every)
+          ->default_value(c.checkpoint_every)
+          ->notifier(at_least(0, "--checkpoint-every")),
       "steps between checkpoints (0: only after the last step)")(
       "trace-steps",
-      po::value(&c.trace_steps)->default_value(c.trace_steps)->notifier(at_least(0, "--trace-steps")),
+      po::value(&c.trace_steps)
+          ->default_value(c.trace_steps)
+          ->notifier(at_least(0, "--trace-steps")),
       "first steps recorded in trace.json with measured vs predicted period and memory (0: none)")(
       "transfer-timeout", po::value(&c.transfer_timeout)->default_value(c.transfer_timeout),
       "seconds a rank waits for an activation or gradient before stopping the run with an error "
@@ -105,7 +129,9 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "arena per rank at a planned offset; upfront: every receive of a step posted at its start, "
       "each its own allocation")(
       "receive-lookahead",
-      po::value(&c.receive_lookahead)->default_value(c.receive_lookahead)->notifier(at_least(0, "--receive-lookahead")),
+      po::value(&c.receive_lookahead)
+          ->default_value(c.receive_lookahead)
+          ->notifier(at_least(0, "--receive-lookahead")),
       "forwards and backwards a receive is posted ahead of the one that needs it (arena)")(
       "on-nan", po::value(&c.on_nan)->default_value(c.on_nan),
       "a NaN or Inf loss or gradient: stop (exit with the step, micro-batch and stage named) or "

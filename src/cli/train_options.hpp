@@ -1,12 +1,12 @@
 #pragma once
 
+#include "cli/options.hpp"
+#include "runtime/trainer.hpp"
+
 #include <string>
 #include <vector>
 
 #include <boost/program_options/options_description.hpp>
-
-#include "cli/options.hpp"
-#include "runtime/trainer.hpp"
 
 namespace madpipe::cli {
 

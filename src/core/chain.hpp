@@ -1,9 +1,9 @@
 #pragma once
 
+#include "core/profile.hpp"
+
 #include <cstdint>
 #include <vector>
-
-#include "core/profile.hpp"
 
 namespace madpipe {
 
@@ -23,8 +23,12 @@ class ChainCosts {
   // Largest transient workspace of any layer in the range.
   std::int64_t workspace_bytes(int first, int last) const noexcept;
   // Layer l's transient workspace during its forward, and during its backward.
-  std::int64_t forward_workspace_bytes(int layer) const noexcept { return forward_workspace_[layer]; }
-  std::int64_t backward_workspace_bytes(int layer) const noexcept { return backward_workspace_[layer]; }
+  std::int64_t forward_workspace_bytes(int layer) const noexcept {
+    return forward_workspace_[layer];
+  }
+  std::int64_t backward_workspace_bytes(int layer) const noexcept {
+    return backward_workspace_[layer];
+  }
   // a_l: output of layer l; a_{-1} is the network input.
   std::int64_t activation_bytes(int layer) const noexcept;
   double total_compute_ms() const noexcept { return compute_ms(0, num_layers() - 1); }

@@ -31,5 +31,6 @@ class Error : public std::runtime_error {
 
 }  // namespace madpipe
 
-#define MADPIPE_UNREACHABLE(msg) \
-  throw ::madpipe::Error(::madpipe::ErrorKind::Internal, "", "", std::string("unreachable: ") + (msg))
+#define MADPIPE_UNREACHABLE(msg)                                 \
+  throw ::madpipe::Error(::madpipe::ErrorKind::Internal, "", "", \
+                         std::string("unreachable: ") + (msg))

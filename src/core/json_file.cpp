@@ -1,5 +1,7 @@
 #include "core/json_file.hpp"
 
+#include "core/error.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,8 +11,6 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
 
 // nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
 static std::string strip_exception_id(const char* what) {

@@ -1,13 +1,13 @@
 #include "core/json_reader.hpp"
 
+#include "core/error.hpp"
+
 #include <climits>
 #include <cmath>
 #include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
 
 using nlohmann::json;
 

@@ -1,10 +1,10 @@
 #include "core/platform.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
-
-#include "core/error.hpp"
 
 int madpipe::node_of(const Platform& platform, int gpu) {
   return platform.gpus_per_node > 0 ? gpu / platform.gpus_per_node : 0;

@@ -204,4 +204,6 @@ std::string madpipe::format_ms(double ms) {
   return printf_string("%.2f %s", ms, "ms");
 }
 
-std::string madpipe::format_percent(double ratio) { return printf_string("%.2f%s", 100.0 * ratio, "%"); }
+std::string madpipe::format_percent(double ratio) {
+  return printf_string("%.2f%s", 100.0 * ratio, "%");
+}

@@ -8,8 +8,8 @@ bool madpipe::partition::operator==(const Allocation& a, const Allocation& b) {
   return a.first_layers == b.first_layers && a.gpus == b.gpus;
 }
 
-std::vector<madpipe::schedule::Stage> madpipe::partition::stages_of(
-    const ChainCosts& costs, const Allocation& allocation) {
+std::vector<madpipe::schedule::Stage> madpipe::partition::stages_of(const ChainCosts& costs,
+                                                                    const Allocation& allocation) {
   std::vector<schedule::Stage> stages =
       schedule::make_stages(costs, allocation.first_layers, allocation.gpus);
   for (schedule::Stage& stage : stages) {
@@ -39,8 +39,7 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const remat::RematO
   stage.sequence = remat::to_string(option.sequence, chain);
 }
 
-std::int64_t madpipe::partition::stage_buffer_bytes(const ChainCosts& costs, int first,
-                                                    int last) {
+std::int64_t madpipe::partition::stage_buffer_bytes(const ChainCosts& costs, int first, int last) {
   std::int64_t bytes = 0;
   if (first > 0) bytes += 2 * costs.activation_bytes(first - 1);
   if (last + 1 < costs.num_layers()) bytes += 2 * costs.activation_bytes(last);

@@ -1,19 +1,19 @@
 #pragma once
 
-#include <map>
-#include <utility>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "remat/rotor.hpp"
 #include "schedule/stage.hpp"
+
+#include <map>
+#include <utility>
+#include <vector>
 
 namespace madpipe::partition {
 
 // Stage boundaries and the GPU of each stage, before any schedule exists.
 struct Allocation {
-  std::vector<int> first_layers;  // ascending, starts at 0
-  std::vector<int> gpus;          // one per stage
+  std::vector<int> first_layers;   // ascending, starts at 0
+  std::vector<int> gpus;           // one per stage
   double estimated_period_ms = 0;  // what the partitioner expected
   // Rematerialization chosen for stages, by (first, last) layer: a stage whose range is not here
   // (or changed) runs plain.

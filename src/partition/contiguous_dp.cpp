@@ -24,14 +24,15 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
         if (load >= best[q][i]) break;
         const double rest = best[q - 1][j + 1];
         if (rest == kInf) continue;
-        const std::int64_t fixed = platform.weight_copies * costs.weight_bytes(i, j) +
-                                   stage_buffer_bytes(costs, i, j);
+        const std::int64_t fixed =
+            platform.weight_copies * costs.weight_bytes(i, j) + stage_buffer_bytes(costs, i, j);
         const std::int64_t memory =
             fixed + nca * costs.stored_bytes(i, j) + costs.workspace_bytes(i, j);
         int choice = -1;
         if (memory > platform.memory_bytes) {
           if (!remat || !remat->enabled() || fixed > platform.memory_bytes) continue;
-          choice = remat->fastest_fitting(i, j, nca, static_cast<double>(platform.memory_bytes - fixed));
+          choice =
+              remat->fastest_fitting(i, j, nca, static_cast<double>(platform.memory_bytes - fixed));
           if (choice < 0) continue;
           const remat::RematOption& o = remat->of(i, j)[choice];
           load = o.forward_ms + o.backward_ms;
@@ -58,7 +59,8 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
     allocation.first_layers.push_back(i);
     allocation.gpus.push_back(best_q - q);
     if (option[q][i] >= 0)
-      allocation.remat.emplace(std::make_pair(i, next[q][i] - 1), remat->of(i, next[q][i] - 1)[option[q][i]]);
+      allocation.remat.emplace(std::make_pair(i, next[q][i] - 1),
+                               remat->of(i, next[q][i] - 1)[option[q][i]]);
     i = next[q][i];
   }
   return allocation;

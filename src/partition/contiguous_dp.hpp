@@ -1,12 +1,12 @@
 #pragma once
 
-#include <functional>
-#include <optional>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
 #include "partition/stage_options.hpp"
+
+#include <functional>
+#include <optional>
 
 namespace madpipe::partition {
 

@@ -1,15 +1,15 @@
 #include "partition/data_parallel.hpp"
 
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "plan/simulate.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
-
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "plan/simulate.hpp"
 
 madpipe::Platform madpipe::partition::replica_platform(const Platform& platform, int pipeline_gpus,
                                                        bool* aligned) {

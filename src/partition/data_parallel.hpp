@@ -1,13 +1,13 @@
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 
@@ -33,7 +33,7 @@ struct DataParallelChoice {
   bool feasible = false;
   std::string reason;   // why the choice is rejected, when not feasible
   std::string warning;  // a feasible choice to look at twice (m < P: mostly fill and drain)
-  plan::Plan plan;  // one replica's pipeline, plan.replicas = D; when feasible
+  plan::Plan plan;      // one replica's pipeline, plan.replicas = D; when feasible
   std::vector<std::string> notes;  // make_plan's notes on that plan
 
   double period_ms = 0;                // normalized period of the pipeline

@@ -1,14 +1,14 @@
 #include "partition/full_ilp.hpp"
 
-#include <algorithm>
-#include <map>
-#include <numeric>
-#include <utility>
-
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <utility>
 
 namespace madpipe::partition {
 
@@ -17,7 +17,8 @@ using schedule::OpKind;
 using schedule::Stage;
 
 // One stage per layer, layer l on gpu_of_layer[l].
-static std::vector<Stage> layer_stages(const ChainCosts& costs, const std::vector<int>& gpu_of_layer) {
+static std::vector<Stage> layer_stages(const ChainCosts& costs,
+                                       const std::vector<int>& gpu_of_layer) {
   std::vector<int> first_layers(gpu_of_layer.size());
   std::iota(first_layers.begin(), first_layers.end(), 0);
   return schedule::make_stages(costs, first_layers, gpu_of_layer);
@@ -26,7 +27,8 @@ static std::vector<Stage> layer_stages(const ChainCosts& costs, const std::vecto
 ScheduledStages expand_to_layers(const ChainCosts& costs, const ScheduledStages& scheduled) {
   std::vector<int> gpu_of_layer(static_cast<std::size_t>(costs.num_layers()));
   for (const Stage& s : scheduled.stages)
-    for (int l = s.first_layer; l <= s.last_layer; ++l) gpu_of_layer[static_cast<std::size_t>(l)] = s.gpu;
+    for (int l = s.first_layer; l <= s.last_layer; ++l)
+      gpu_of_layer[static_cast<std::size_t>(l)] = s.gpu;
   ScheduledStages out;
   out.stages = layer_stages(costs, gpu_of_layer);
   out.pattern.period_ms = scheduled.pattern.period_ms;
@@ -63,8 +65,10 @@ static std::optional<ScheduledStages> merged(const ChainCosts& costs, const Plat
   for (int i = 0; i < static_cast<int>(in.stages.size()); ++i) {
     if (i == s + 1) continue;
     Stage stage = in.stages[static_cast<std::size_t>(i)];
-    const int last = i == s ? in.stages[static_cast<std::size_t>(s + 1)].last_layer : stage.last_layer;
-    stage = schedule::make_stage(costs, static_cast<int>(out.stages.size()), stage.first_layer, last, stage.gpu);
+    const int last =
+        i == s ? in.stages[static_cast<std::size_t>(s + 1)].last_layer : stage.last_layer;
+    stage = schedule::make_stage(costs, static_cast<int>(out.stages.size()), stage.first_layer,
+                                 last, stage.gpu);
     out.stages.push_back(stage);
   }
   out.pattern.period_ms = in.pattern.period_ms;
@@ -92,7 +96,8 @@ ScheduledStages merge_stages(const ChainCosts& costs, const Platform& platform,
                              ScheduledStages scheduled) {
   const double period = scheduled.pattern.period_ms;
   for (int s = 0; s + 1 < static_cast<int>(scheduled.stages.size());) {
-    if (scheduled.stages[static_cast<std::size_t>(s)].gpu != scheduled.stages[static_cast<std::size_t>(s + 1)].gpu) {
+    if (scheduled.stages[static_cast<std::size_t>(s)].gpu !=
+        scheduled.stages[static_cast<std::size_t>(s + 1)].gpu) {
       ++s;
       continue;
     }
@@ -157,7 +162,8 @@ FullIlpResult full_ilp(const ChainCosts& costs, const Platform& platform,
   result.solve = std::move(solved.solve);
   if (solved.decoded)
     result.plan = merge_stages(
-        costs, platform, ScheduledStages{std::move(solved.decoded->stages), std::move(solved.decoded->pattern)});
+        costs, platform,
+        ScheduledStages{std::move(solved.decoded->stages), std::move(solved.decoded->pattern)});
   return result;
 }
 

@@ -1,14 +1,14 @@
 #pragma once
 
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
 #include "solver/solve.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 

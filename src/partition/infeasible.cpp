@@ -1,12 +1,12 @@
 #include "partition/infeasible.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <functional>
-
 #include "core/chain.hpp"
 #include "core/units.hpp"
 #include "partition/memory_floor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
 
 constexpr double kRematHintSeconds = 2;
 
@@ -28,7 +28,8 @@ static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
                                   bool contiguous_algorithm) {
   const bool cut = floor.cut;
   std::string text = "the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
-                     (cut ? "at most " : "") + bytes(floor.bytes) + " (the fullest GPU then holds " +
+                     (cut ? "at most " : "") + bytes(floor.bytes) +
+                     " (the fullest GPU then holds " +
                      layers_of(profile, floor.binding_first, floor.binding_last) + " with " +
                      std::to_string(floor.binding_in_flight) + " micro-batch" +
                      (floor.binding_in_flight == 1 ? "" : "es") + " in flight" +
@@ -38,16 +39,17 @@ static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
   else if (contiguous_algorithm || floor.any_allocation_bytes >= floor.bytes)
     text += "; exact";
   else if (floor.any_allocation_bytes > 0)
-    text += "; exact for allocations whose GPUs each hold one range of layers, and no allocation "
-            "fits in less than " + bytes(floor.any_allocation_bytes);
+    text +=
+        "; exact for allocations whose GPUs each hold one range of layers, and no allocation "
+        "fits in less than " +
+        bytes(floor.any_allocation_bytes);
   else
     text += "; exact for allocations whose GPUs each hold one range of layers";
   return text + ")";
 }
 
 std::string madpipe::partition::explain_infeasible(const std::string& reason,
-                                                   const Profile& profile,
-                                                   const Platform& platform,
+                                                   const Profile& profile, const Platform& platform,
                                                    const PlannerOptions& options) {
   const std::string with = options.algorithm == Algorithm::MadPipe
                                ? ""
@@ -65,7 +67,8 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   const std::function<bool()> out_of_time = after(options.time_limit_s);
   // What rematerialization would gain is a hint: on long chains the exact answer needs the ROTOR
   // tables of many long stages, so it gets a few seconds at most and may come as a range.
-  const std::function<bool()> hint_out_of_time = after(std::min(options.time_limit_s, kRematHintSeconds));
+  const std::function<bool()> hint_out_of_time =
+      after(std::min(options.time_limit_s, kRematHintSeconds));
   StageOptions asked(profile, options.remat);
   const MemoryFloor floor = algorithm_memory_floor(costs, platform, options, &asked, out_of_time);
   if (!floor.fits)
@@ -80,10 +83,9 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
         algorithm_memory_floor(costs, platform, options, &remat, hint_out_of_time);
     if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
       text += "; with --remat rotor (recompute activations in the backward) it is " +
-              (with_remat.cut
-                   ? "between " + bytes(with_remat.at_least_bytes) + " and " + bytes(with_remat.bytes) +
-                         " (the search was cut short)"
-                   : bytes(with_remat.bytes));
+              (with_remat.cut ? "between " + bytes(with_remat.at_least_bytes) + " and " +
+                                    bytes(with_remat.bytes) + " (the search was cut short)"
+                              : bytes(with_remat.bytes));
   }
   // The largest layer alone: C weight copies, what one micro-batch keeps, its workspace.
   int largest = 0;

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <string>
-
 #include "core/platform.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
+
+#include <string>
 
 namespace madpipe::partition {
 

@@ -1,5 +1,7 @@
 #include "partition/madpipe_dp.hpp"
 
+#include "core/units.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,15 +10,15 @@
 #include <sstream>
 #include <tuple>
 
-#include "core/units.hpp"
-
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Open-addressing map from packed state to value: the DP visits a small part of its state space.
 class StateMemo {
  public:
-  explicit StateMemo(std::size_t capacity_hint) { rehash(std::max<std::size_t>(1024, capacity_hint)); }
+  explicit StateMemo(std::size_t capacity_hint) {
+    rehash(std::max<std::size_t>(1024, capacity_hint));
+  }
 
   const float* find(std::uint64_t key) const {
     for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
@@ -71,12 +73,12 @@ struct State {
 
 // Costs of the stage [first, last], precomputed once: the DP's inner loop only reads these.
 struct StageCost {
-  double load = 0;         // U(first, last)
-  double link_in = 0;      // C(first - 1), 0 for the first stage
-  double weights = 0;      // C * W
-  double stored = 0;       // bytes kept per micro-batch in flight
-  double buffers = 0;      // communication buffers
-  double workspace = 0;    // largest layer workspace
+  double load = 0;       // U(first, last)
+  double link_in = 0;    // C(first - 1), 0 for the first stage
+  double weights = 0;    // C * W
+  double stored = 0;     // bytes kept per micro-batch in flight
+  double buffers = 0;    // communication buffers
+  double workspace = 0;  // largest layer workspace
 };
 
 struct Choice {
@@ -336,8 +338,10 @@ madpipe::partition::DpResult madpipe::partition::madpipe_dp(
   int next_gpu = 0, special_gpu = -1;
   for (std::size_t k = 0; k < stages.size(); ++k) {
     const auto& [first, special, option] = stages[k];
-    const int last = k + 1 < stages.size() ? std::get<0>(stages[k + 1]) - 1 : costs.num_layers() - 1;
-    if (option >= 0) result.allocation.remat.emplace(std::make_pair(first, last), remat->of(first, last)[option]);
+    const int last =
+        k + 1 < stages.size() ? std::get<0>(stages[k + 1]) - 1 : costs.num_layers() - 1;
+    if (option >= 0)
+      result.allocation.remat.emplace(std::make_pair(first, last), remat->of(first, last)[option]);
     result.allocation.first_layers.push_back(first);
     if (special) {
       if (special_gpu < 0) special_gpu = next_gpu++;
@@ -411,8 +415,8 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
     tried.push_back(target);
   }
   // Candidates beyond the search path, from targets spread over [lower bound, first bound].
-  const double first_lb = std::max(costs.total_compute_ms() / platform.gpus,
-                                   costs.max_layer_compute_ms());
+  const double first_lb =
+      std::max(costs.total_compute_ms() / platform.gpus, costs.max_layer_compute_ms());
   // Only allocations that may beat the best estimate by the scheduler's measure are of use: the
   // extra runs are pruned at 1.25 times Algorithm 8's final bound.
   const double extra_bound = 1.25 * ub;
@@ -447,8 +451,9 @@ madpipe::partition::DpCandidates madpipe::partition::dp_candidates(
     bool allow_special, const std::function<void(const std::string&)>& progress,
     double upper_bound_ms, StageOptions* remat, const std::function<bool()>& out_of_time) {
   DpCandidates out;
-  for (auto& [period, allocation] : algorithm8(costs, platform, discretization, allow_special,
-                                               progress, upper_bound_ms, remat, out_of_time, &out.cut)) {
+  for (auto& [period, allocation] :
+       algorithm8(costs, platform, discretization, allow_special, progress, upper_bound_ms, remat,
+                  out_of_time, &out.cut)) {
     out.best_period_ms = std::min(out.best_period_ms, period);
     out.allocations.push_back(std::move(allocation));
   }
@@ -459,12 +464,12 @@ std::vector<madpipe::partition::Allocation> madpipe::partition::madpipe_allocati
     const ChainCosts& costs, const Platform& platform, const Discretization& discretization,
     bool allow_special, const std::function<void(const std::string&)>& progress,
     double upper_bound_ms, StageOptions* remat) {
-  return dp_candidates(costs, platform, discretization, allow_special, progress, upper_bound_ms, remat)
+  return dp_candidates(costs, platform, discretization, allow_special, progress, upper_bound_ms,
+                       remat)
       .allocations;
 }
 
-double madpipe::partition::contiguous_upper_bound(const ChainCosts& costs,
-                                                  const Platform& platform,
+double madpipe::partition::contiguous_upper_bound(const ChainCosts& costs, const Platform& platform,
                                                   const Discretization& discretization,
                                                   StageOptions* remat) {
   return dp_candidates(costs, platform, discretization, false, {}, kInf, remat).best_period_ms;

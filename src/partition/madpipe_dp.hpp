@@ -1,15 +1,15 @@
 #pragma once
 
-#include <functional>
-#include <limits>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
 #include "partition/planner.hpp"
 #include "partition/stage_options.hpp"
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 

@@ -1,11 +1,11 @@
 #include "partition/memory_floor.hpp"
 
+#include "partition/allocation.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <limits>
 #include <vector>
-
-#include "partition/allocation.hpp"
 
 namespace {
 constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
@@ -86,7 +86,8 @@ class StageMemory {
     auto need = [&](int l, std::int64_t in, std::int64_t out) {
       const std::int64_t saved = costs_.stored_bytes(l, l) - costs_.activation_bytes(l - 1);
       return in + saved + out +
-             std::max(out + in + costs_.backward_workspace_bytes(l), costs_.forward_workspace_bytes(l));
+             std::max(out + in + costs_.backward_workspace_bytes(l),
+                      costs_.forward_workspace_bytes(l));
     };
     for (int first = 0; first < L; ++first) {
       std::int64_t inner = 0;  // layers strictly between first and last
@@ -95,7 +96,8 @@ class StageMemory {
           inner = std::max(inner, need(last - 1, costs_.activation_bytes(last - 2),
                                        costs_.activation_bytes(last - 1)));
         std::int64_t bound = need(first, 0, last > first ? costs_.activation_bytes(first) : 0);
-        if (last > first) bound = std::max({bound, inner, need(last, costs_.activation_bytes(last - 1), 0)});
+        if (last > first)
+          bound = std::max({bound, inner, need(last, costs_.activation_bytes(last - 1), 0)});
         peak_lower_bound_[index(first, last)] = costs_.activation_bytes(first - 1) + bound;
       }
     }
@@ -154,7 +156,8 @@ bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlig
                     std::int64_t budget, const std::function<bool()>& may_compute,
                     std::vector<int>* first_layers, bool* unknown) {
   const int L = memory.layers();
-  std::vector<std::vector<char>> failed(P + 1, std::vector<char>(static_cast<std::size_t>(L + 1), 0));
+  std::vector<std::vector<char>> failed(P + 1,
+                                        std::vector<char>(static_cast<std::size_t>(L + 1), 0));
   std::function<bool(int, int)> cut = [&](int i, int q) {  // layers i.. in exactly q stages
     if (q == 0) return i == L;
     if (L - i < q || failed[q][i]) return false;
@@ -187,11 +190,9 @@ bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlig
 }
 }  // namespace
 
-madpipe::partition::MemoryFloor madpipe::partition::memory_floor(const ChainCosts& costs,
-                                                                 const Platform& platform,
-                                                                 const InFlight& in_flight,
-                                                                 StageOptions* remat,
-                                                                 const std::function<bool()>& out_of_time) {
+madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
+    const ChainCosts& costs, const Platform& platform, const InFlight& in_flight,
+    StageOptions* remat, const std::function<bool()>& out_of_time) {
   MemoryFloor floor;
   const int L = costs.num_layers();
   if (L == 0) return floor;
@@ -202,13 +203,14 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(const ChainCost
   // Without options the min-max is exact; with them it bounds the floor from above (plain
   // stages) and from below (each stage at its lower bound), and a bisection between the two
   // looks at the options of the stages that may fit.
-  floor.bytes = min_max_partition(L, P, in_flight,
-                                  [&](int i, int j, int nca) { return plain_memory.plain(i, j, nca); },
-                                  &first_layers);
+  floor.bytes = min_max_partition(
+      L, P, in_flight, [&](int i, int j, int nca) { return plain_memory.plain(i, j, nca); },
+      &first_layers);
   if (memory.has_options()) {
     std::vector<int> unused;
     std::int64_t lo = min_max_partition(
-        L, P, in_flight, [&](int i, int j, int nca) { return memory.lower_bound(i, j, nca); }, &unused);
+        L, P, in_flight, [&](int i, int j, int nca) { return memory.lower_bound(i, j, nca); },
+        &unused);
     std::int64_t hi = floor.bytes;  // fits
     const std::function<bool()> may_compute = [&] { return !out_of_time || !out_of_time(); };
     // To 1/1000 of the floor: the options are rounded to ROTOR slots (1/200 of a stage's peak)
@@ -255,8 +257,8 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(const ChainCost
   if (!memory.has_options()) {
     std::int64_t largest_layer = 0, everything = 0;
     for (int l = 0; l < L; ++l) {
-      largest_layer = std::max(largest_layer, plain_memory.plain(l, l, 1) -
-                                                  stage_buffer_bytes(costs, l, l));
+      largest_layer =
+          std::max(largest_layer, plain_memory.plain(l, l, 1) - stage_buffer_bytes(costs, l, l));
       everything += platform.weight_copies * costs.weight_bytes(l, l) + costs.stored_bytes(l, l);
     }
     const std::int64_t spread = (everything + platform.gpus - 1) / platform.gpus;

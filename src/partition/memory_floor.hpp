@@ -1,11 +1,11 @@
 #pragma once
 
-#include <cstdint>
-#include <functional>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/stage_options.hpp"
+
+#include <cstdint>
+#include <functional>
 
 namespace madpipe::partition {
 

@@ -1,12 +1,5 @@
 #include "partition/plan_search.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <initializer_list>
-#include <iomanip>
-#include <limits>
-#include <sstream>
-
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "partition/contiguous_dp.hpp"
@@ -19,6 +12,13 @@
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <iomanip>
+#include <limits>
+#include <sstream>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -54,8 +54,9 @@ static std::string milp_backend(const mp::MilpSettings& milp, bool required,
   if (!built.empty()) return built.front();
   if (required)
     throw Error(ErrorKind::Unsupported, "", "solver",
-                what + " needs a MILP solver, and this build has none (install coinor-libcbc-dev "
-                       "or libglpk-dev and rebuild)");
+                what +
+                    " needs a MILP solver, and this build has none (install coinor-libcbc-dev "
+                    "or libglpk-dev and rebuild)");
   return "";
 }
 
@@ -107,8 +108,8 @@ static double wall_limit(mp::PlanningContext& context) {
 
 static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candidate,
                         mp::PlanningContext& context) {
-  if (!best ||
-      candidate.pattern.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9)) {
+  if (!best || candidate.pattern.normalized_period_ms() <
+                   best->pattern.normalized_period_ms() * (1 - 1e-9)) {
     context.budget().improved(candidate.pattern.normalized_period_ms());
     best = std::move(candidate);
   }
@@ -119,8 +120,9 @@ std::optional<mp::Candidate> mp::plan_without_and_with(
     bool plain_can_fit, PlanningContext& context) {
   std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
   if (!remat.enabled()) return best;
-  context.detail(plain_can_fit ? "planning again with per-stage rematerialization"
-                               : "no plan fits without per-stage rematerialization: planning with it");
+  context.detail(plain_can_fit
+                     ? "planning again with per-stage rematerialization"
+                     : "no plan fits without per-stage rematerialization: planning with it");
   if (std::optional<Candidate> with_remat = plan(&remat))
     keep_better(best, std::move(*with_remat), context);
   context.detail("rematerialization options computed for " +
@@ -134,9 +136,9 @@ static void add_unique(std::vector<mp::Allocation>& all, const mp::Allocation& a
 
 // On a multi-node platform the DPs number GPUs without looking at nodes: each allocation is
 // also tried placed on the nodes by place_on_nodes() (first, when that moves GPUs).
-static std::vector<mp::Allocation> with_node_placements(const madpipe::ChainCosts& costs,
-                                                        const madpipe::Platform& platform,
-                                                        const std::vector<mp::Allocation>& allocations) {
+static std::vector<mp::Allocation> with_node_placements(
+    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+    const std::vector<mp::Allocation>& allocations) {
   if (madpipe::has_uniform_links(platform)) return allocations;
   std::vector<mp::Allocation> out;
   for (const mp::Allocation& allocation : allocations) {
@@ -173,16 +175,19 @@ static std::optional<mp::Candidate> schedule_allocations(
       bounded.give_up_at_ms = best->pattern.normalized_period_ms();
       bounded.out_of_time = context.out_of_time(kScheduleShare);
     }
-    std::optional<ms::ScheduledPattern> scheduled = ms::schedule_under_memory(stages, platform, bounded);
+    std::optional<ms::ScheduledPattern> scheduled =
+        ms::schedule_under_memory(stages, platform, bounded);
     std::ostringstream line;
     line << "scheduled allocation " << index + 1 << "/" << total << " (" << stages.size()
          << " stages): "
-         << (scheduled ? format_ms(scheduled->pattern.normalized_period_ms()) + " via " + scheduled->method
+         << (scheduled ? format_ms(scheduled->pattern.normalized_period_ms()) + " via " +
+                             scheduled->method
                        : std::string("no better plan (or none that fits)"));
     context.detail(line.str());
     if (scheduled)
-      keep_better(best, mp::Candidate{allocation, std::move(stages), scheduled->pattern,
-                                      scheduled->method, std::nullopt},
+      keep_better(best,
+                  mp::Candidate{allocation, std::move(stages), scheduled->pattern,
+                                scheduled->method, std::nullopt},
                   context);
   }
   return best;
@@ -190,13 +195,14 @@ static std::optional<mp::Candidate> schedule_allocations(
 
 // Algorithm 8's allocations; says when the time limit cut it.
 static mp::DpCandidates run_dp(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
-                               const mp::PlannerOptions& options, bool special, double upper_bound_ms,
-                               mp::StageOptions* remat, mp::PlanningContext& context,
-                               const std::string& what) {
+                               const mp::PlannerOptions& options, bool special,
+                               double upper_bound_ms, mp::StageOptions* remat,
+                               mp::PlanningContext& context, const std::string& what) {
   mp::DpCandidates found =
       mp::dp_candidates(costs, platform, options.discretization, special, context.detail_sink(),
                         upper_bound_ms, remat, context.out_of_time(kDpShare));
-  if (found.cut) context.budget().cut(what + " (fewer target periods, fewer candidate allocations)");
+  if (found.cut)
+    context.budget().cut(what + " (fewer target periods, fewer candidate allocations)");
   return found;
 }
 
@@ -206,10 +212,12 @@ static mp::DpCandidates run_dp(const madpipe::ChainCosts& costs, const madpipe::
 // link at the fastest bandwidth, and on the GPUs of the first node alone; placed on the nodes,
 // they are scheduled with the real links like the others. None on a platform whose links are all
 // alike.
-static std::vector<mp::Allocation> node_aware_allocations(
-    const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
-    const mp::PlannerOptions& options, std::initializer_list<bool> special_gpu,
-    mp::StageOptions* remat, mp::PlanningContext& context) {
+static std::vector<mp::Allocation> node_aware_allocations(const madpipe::ChainCosts& costs,
+                                                          const madpipe::Platform& platform,
+                                                          const mp::PlannerOptions& options,
+                                                          std::initializer_list<bool> special_gpu,
+                                                          mp::StageOptions* remat,
+                                                          mp::PlanningContext& context) {
   using namespace madpipe;
   std::vector<mp::Allocation> out;
   if (has_uniform_links(platform)) return out;
@@ -241,14 +249,15 @@ static std::vector<mp::Allocation> node_aware_allocations(
 static std::optional<mp::Allocation> sequential_allocation(const madpipe::ChainCosts& costs,
                                                            const madpipe::Platform& platform,
                                                            mp::StageOptions* remat) {
-  return mp::fixed_in_flight_partition(costs, platform, [](int) { return 1; }, remat);
+  return mp::fixed_in_flight_partition(
+      costs, platform, [](int) { return 1; }, remat);
 }
 
 static std::optional<mp::Allocation> pipedream_allocation(const madpipe::ChainCosts& costs,
                                                           const madpipe::Platform& platform,
                                                           mp::StageOptions* remat) {
-  return mp::fixed_in_flight_partition(costs, platform, [](int stages_after) { return stages_after; },
-                                       remat);
+  return mp::fixed_in_flight_partition(
+      costs, platform, [](int stages_after) { return stages_after; }, remat);
 }
 
 static std::optional<mp::Candidate> plan_contiguous(const madpipe::ChainCosts& costs,
@@ -266,7 +275,8 @@ static std::optional<mp::Candidate> plan_contiguous(const madpipe::ChainCosts& c
   for (const mp::Allocation& allocation :
        node_aware_allocations(costs, platform, options, {false}, remat, context))
     add_unique(allocations, allocation);
-  if (auto sequential = sequential_allocation(costs, platform, remat)) add_unique(allocations, *sequential);
+  if (auto sequential = sequential_allocation(costs, platform, remat))
+    add_unique(allocations, *sequential);
   ms::ScheduleSearchOptions search;
   search.families = {ms::PatternFamily::OneFOneBStar};
   search.max_k = options.max_k;
@@ -290,7 +300,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   for (const mp::Allocation& allocation : allocations) {
     if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
     std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
-    const double allocation_bound = std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
+    const double allocation_bound =
+        std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
     const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
     if (best && best->pattern.normalized_period_ms() <= allocation_bound * (1 + 1e-9)) {
       context.detail(what + "skipped, no pattern of this allocation beats " +
@@ -303,7 +314,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
       if (context.expired())
         context.budget().cut("the stage ILPs");
       else
-        context.note("ilp scheduler: time limit reached before all candidate allocations were tried");
+        context.note(
+            "ilp scheduler: time limit reached before all candidate allocations were tried");
       return;
     }
     ms::IlpScheduleOptions ilp;
@@ -325,8 +337,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     }
     context.budget().step(what.substr(0, what.size() - 2));
     const ms::IlpScheduleResult result = ms::ilp_schedule(stages, platform, ilp);
-    if (result.pattern && (!best || result.pattern->period_ms <
-                                        best->pattern.normalized_period_ms() * (1 - 1e-9))) {
+    if (result.pattern &&
+        (!best || result.pattern->period_ms < best->pattern.normalized_period_ms() * (1 - 1e-9))) {
       context.detail(what + describe_solve(result.solve) +
                      (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
                            : std::string(", the heuristic found none that fits")));
@@ -344,9 +356,10 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     }
     switch (result.solve.status) {
       case solver::Status::Infeasible:
-        context.detail(what + (best ? "no 1-periodic pattern beats " +
-                                          format_ms(best->pattern.normalized_period_ms()) + " (proven)"
-                                    : std::string("no 1-periodic pattern fits in memory (proven)")));
+        context.detail(what +
+                       (best ? "no 1-periodic pattern beats " +
+                                   format_ms(best->pattern.normalized_period_ms()) + " (proven)"
+                             : std::string("no 1-periodic pattern fits in memory (proven)")));
         break;
       case solver::Status::Timeout:
       case solver::Status::Error:
@@ -372,9 +385,9 @@ static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platfor
   refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
   refine.out_of_time = context.out_of_time(kRefineShare);
   refine.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
-  const mp::ScheduledAllocation refined = mp::refine_allocation(
-      costs, platform, {best->allocation, {best->pattern, best->method}}, refine,
-      context.detail_sink());
+  const mp::ScheduledAllocation refined =
+      mp::refine_allocation(costs, platform, {best->allocation, {best->pattern, best->method}},
+                            refine, context.detail_sink());
   if (refined.cut) context.budget().cut("the local search");
   if (refined.allocation == best->allocation) return;
   std::vector<ms::Stage> stages = mp::stages_of(costs, refined.allocation);
@@ -385,8 +398,9 @@ static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platfor
   if (auto rescheduled = ms::schedule_under_memory(stages, platform, full))
     if (rescheduled->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
       scheduled = *rescheduled;
-  keep_better(best, mp::Candidate{refined.allocation, std::move(stages), scheduled.pattern,
-                                  scheduled.method, std::nullopt},
+  keep_better(best,
+              mp::Candidate{refined.allocation, std::move(stages), scheduled.pattern,
+                            scheduled.method, std::nullopt},
               context);
 }
 
@@ -411,16 +425,20 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
       run_dp(costs, platform, options, true, contiguous.best_period_ms, remat, context,
              "MadPipe-DP")
           .allocations;
-  for (const mp::Allocation& allocation : contiguous.allocations) add_unique(allocations, allocation);
+  for (const mp::Allocation& allocation : contiguous.allocations)
+    add_unique(allocations, allocation);
   context.enter("baselines");
-  if (auto pipedream = pipedream_allocation(costs, platform, remat)) add_unique(allocations, *pipedream);
+  if (auto pipedream = pipedream_allocation(costs, platform, remat))
+    add_unique(allocations, *pipedream);
   for (const mp::Allocation& allocation :
        node_aware_allocations(costs, platform, options, {true, false}, remat, context))
     add_unique(allocations, allocation);
-  if (auto sequential = sequential_allocation(costs, platform, remat)) add_unique(allocations, *sequential);
+  if (auto sequential = sequential_allocation(costs, platform, remat))
+    add_unique(allocations, *sequential);
   ms::ScheduleSearchOptions search;
   search.max_k = options.max_k;
-  std::optional<mp::Candidate> best = schedule_allocations(costs, platform, allocations, search, context);
+  std::optional<mp::Candidate> best =
+      schedule_allocations(costs, platform, allocations, search, context);
   const double lower_bound = mp::lower_bound_period_ms(costs, platform);
   if (best && options.refine_evaluations > 0 &&
       best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
@@ -482,14 +500,17 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
   const mplan::SolverInfo info = solver_info(result.solve);
   context.detail("full ILP: " + describe_solve(result.solve) +
                  (warm && !result.warm_started ? " (the warm start could not be expressed)" : ""));
-  if (result.solve.status == solver::Status::Timeout || result.solve.status == solver::Status::Error)
+  if (result.solve.status == solver::Status::Timeout ||
+      result.solve.status == solver::Status::Error)
     context.note("full ILP: " + describe_solve(result.solve) +
                  (warm ? "; returning the warm start" : "; no plan"));
-  if (result.solve.status == solver::Status::Feasible && result.solve.gap > options.milp.relative_gap)
+  if (result.solve.status == solver::Status::Feasible &&
+      result.solve.gap > options.milp.relative_gap)
     context.note("full ILP: the time limit stopped the solver (" + describe_solve(result.solve) +
                  "): a longer --time-limit may find a shorter period, and the plan depends on the "
                  "machine's speed");
-  if (result.plan && (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
+  if (result.plan &&
+      (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
     Allocation allocation;
     for (const ms::Stage& stage : result.plan->stages) {
       allocation.first_layers.push_back(stage.first_layer);
@@ -523,15 +544,16 @@ static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCos
                                                          mp::StageOptions* remat) {
   context.enter("baselines");
   const bool gpipe = options.algorithm == mp::Algorithm::GPipe;
-  const int micro_batches = options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
+  const int micro_batches =
+      options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
   const auto allocation = mp::fixed_in_flight_partition(
       costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; },
       remat);
   if (!allocation) return std::nullopt;
   const mp::Allocation placed = mp::place_on_nodes(costs, platform, *allocation);
   std::vector<ms::Stage> stages = mp::stages_of(costs, placed);
-  ms::Pattern pattern = gpipe ? ms::gpipe(stages, platform, micro_batches)
-                              : ms::one_f_one_b(stages, platform);
+  ms::Pattern pattern =
+      gpipe ? ms::gpipe(stages, platform, micro_batches) : ms::one_f_one_b(stages, platform);
   if (!gpipe)
     if (auto tight = ms::retime(pattern, stages, platform)) pattern = *tight;
   if (!ms::fits_memory(stages, pattern, platform)) return std::nullopt;

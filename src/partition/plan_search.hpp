@@ -3,20 +3,20 @@
 // The search behind make_plan(), one function per algorithm, sharing one request's time budget.
 // Internal to the partition layer: callers use partition/planner.hpp.
 
-#include <functional>
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
 #include "partition/planner.hpp"
 #include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
-#include "schedule/pattern.hpp"
 #include "plan/plan.hpp"
+#include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 
@@ -56,8 +56,8 @@ class PlanningContext {
 // Plans with options.algorithm (not ilp), with `remat` or plainly (nullptr); nullopt when no plan
 // fits.
 std::optional<Candidate> plan_with_algorithm(const ChainCosts& costs, const Platform& platform,
-                                             const PlannerOptions& options, PlanningContext& context,
-                                             StageOptions* remat);
+                                             const PlannerOptions& options,
+                                             PlanningContext& context, StageOptions* remat);
 
 // Thesis ch. 6: the full ILP, warm-started from MadPipe's best 1-periodic plan (planned without
 // and with `remat`, the former only when `plain_can_fit`).

@@ -1,5 +1,12 @@
 #include "partition/planner.hpp"
 
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "partition/allocation.hpp"
+#include "partition/plan_search.hpp"
+#include "partition/planning_budget.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -8,13 +15,6 @@
 #include <iomanip>
 #include <limits>
 #include <sstream>
-
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "partition/allocation.hpp"
-#include "partition/plan_search.hpp"
-#include "partition/planning_budget.hpp"
 
 namespace {
 template <typename Enum>
@@ -52,7 +52,8 @@ Enum value_of(const Named<Enum> (&table)[N], const std::string& name, const std:
   for (const Named<Enum>& entry : table)
     if (lower == entry.name) return entry.value;
   std::string valid;
-  for (const Named<Enum>& entry : table) valid += std::string(valid.empty() ? "" : ", ") + entry.name;
+  for (const Named<Enum>& entry : table)
+    valid += std::string(valid.empty() ? "" : ", ") + entry.name;
   throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", what,
                        "unknown " + what + " '" + name + "' (valid: " + valid + ")");
 }
@@ -68,9 +69,9 @@ madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const st
 }
 
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
-  static const std::vector<Algorithm> algorithms{Algorithm::MadPipe, Algorithm::Contiguous,
+  static const std::vector<Algorithm> algorithms{Algorithm::MadPipe,   Algorithm::Contiguous,
                                                  Algorithm::PipeDream, Algorithm::OneFOneB,
-                                                 Algorithm::GPipe, Algorithm::Ilp};
+                                                 Algorithm::GPipe,     Algorithm::Ilp};
   return algorithms;
 }
 
@@ -82,15 +83,14 @@ madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const st
   return value_of(kSchedulerNames, name, "scheduler");
 }
 
-double madpipe::partition::lower_bound_period_ms(const Profile& profile,
-                                                 const Platform& platform) {
+double madpipe::partition::lower_bound_period_ms(const Profile& profile, const Platform& platform) {
   return lower_bound_period_ms(ChainCosts(profile), platform);
 }
 
 double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
                                                  const Platform& platform) {
-  double bound = std::max(costs.total_compute_ms() / std::max(1, platform.gpus),
-                          costs.max_layer_compute_ms());
+  double bound =
+      std::max(costs.total_compute_ms() / std::max(1, platform.gpus), costs.max_layer_compute_ms());
   // A cut pays at least the fastest link's time, whichever GPUs it links.
   if (platform.gpus > 1 && platform.bandwidth_bytes_per_ms > 0)
     for (int l = 0; l + 1 < costs.num_layers(); ++l)
@@ -123,10 +123,11 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   // the contiguous algorithms find nothing below it, the others nothing below what any allocation
   // needs.
   const MemoryFloor plain_floor = algorithm_memory_floor(costs, platform, options);
-  const bool contiguous = options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
+  const bool contiguous =
+      options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
   const bool plain_can_fit =
-      plain_floor.fits && platform.memory_bytes >= (contiguous ? plain_floor.bytes
-                                                               : plain_floor.any_allocation_bytes);
+      plain_floor.fits &&
+      platform.memory_bytes >= (contiguous ? plain_floor.bytes : plain_floor.any_allocation_bytes);
   // The full ILP plans plain stages: only its MadPipe warm start may rematerialize.
   const std::optional<Candidate> best =
       options.algorithm == Algorithm::Ilp

@@ -1,11 +1,5 @@
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <limits>
-#include <string>
-#include <vector>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
@@ -13,6 +7,12 @@
 #include "partition/planning_budget.hpp"
 #include "partition/stage_options.hpp"
 #include "plan/plan.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 
@@ -34,24 +34,24 @@ enum class Scheduler {
   Ilp,        // heuristic families, then the stage-level ILP of ch. 7.2 on the best allocations
   Heuristic,  // 1F1B*, modulo and guided-modulo families only
 };
-const char* to_string(Scheduler scheduler);               // "auto", "ilp", "heuristic"
+const char* to_string(Scheduler scheduler);                // "auto", "ilp", "heuristic"
 Scheduler scheduler_from_string(const std::string& name);  // Error lists names
 
 // The MILP solver the ILPs use.
 struct MilpSettings {
-  std::string backend;        // "cbc", "glpk"; empty: the first built
-  double time_limit_s = 60;   // per ILP solved (the stage ILPs of one plan share it), within
-                              // PlannerOptions::time_limit_s
+  std::string backend;       // "cbc", "glpk"; empty: the first built
+  double time_limit_s = 60;  // per ILP solved (the stage ILPs of one plan share it), within
+                             // PlannerOptions::time_limit_s
   double relative_gap = 1e-4;
   int threads = 1;
-  bool log = false;           // the backend's own log on stdout
+  bool log = false;  // the backend's own log on stdout
   // Non-empty: every ILP solved is also written in MPS, to PREFIX-schedule-N.mps (the stage
   // ILPs, in order) and PREFIX-full.mps (the full ILP), for solving with another solver.
   std::string mps_prefix;
 };
 
-const char* to_string(Algorithm algorithm);                     // "madpipe", "contiguous", ...
-Algorithm algorithm_from_string(const std::string& name);        // case-insensitive; Error lists names
+const char* to_string(Algorithm algorithm);                // "madpipe", "contiguous", ...
+Algorithm algorithm_from_string(const std::string& name);  // case-insensitive; Error lists names
 const std::vector<Algorithm>& all_algorithms();
 
 // Discretization of MadPipe-DP (thesis ch. 7.3.1 defaults).
@@ -71,14 +71,14 @@ inline constexpr double kCommandTimeLimitS = 10;
 struct PlannerOptions {
   Algorithm algorithm = Algorithm::MadPipe;
   Discretization discretization{};
-  int gpipe_micro_batches = 0;  // micro-batches per GPipe step; 0: number of GPUs
-  int max_k = 0;                // largest k tried for k-periodic patterns; 0: 2 * stages - 1
-                                // (one per pipeline resource)
-  int refine_evaluations = 150; // madpipe: schedules tried by the local search; 0: none
+  int gpipe_micro_batches = 0;   // micro-batches per GPipe step; 0: number of GPUs
+  int max_k = 0;                 // largest k tried for k-periodic patterns; 0: 2 * stages - 1
+                                 // (one per pipeline resource)
+  int refine_evaluations = 150;  // madpipe: schedules tried by the local search; 0: none
   Scheduler scheduler = Scheduler::Auto;
-  int ilp_allocations = 2;      // madpipe + ilp scheduler: best allocations given to the ILP
+  int ilp_allocations = 2;  // madpipe + ilp scheduler: best allocations given to the ILP
   MilpSettings milp{};
-  RematSettings remat{};        // per-stage rematerialization (ROTOR) where memory is short
+  RematSettings remat{};  // per-stage rematerialization (ROTOR) where memory is short
   // Wall-clock budget of the whole request, in seconds. Each phase (DPs, scheduling, local
   // search, ILPs, each within milp.time_limit_s) stops when it is spent; the best plan found so
   // far is returned with a note naming what was cut. The work that gives a first plan always
@@ -93,11 +93,11 @@ struct PlannerOptions {
 
 struct PlanResult {
   bool feasible = false;
-  plan::Plan plan;        // valid when feasible
-  std::string reason;         // why no plan fits, when infeasible
+  plan::Plan plan;                 // valid when feasible
+  std::string reason;              // why no plan fits, when infeasible
   std::vector<std::string> notes;  // what the user should know: solver fallbacks, limits hit
   double planning_seconds = 0;
-  std::vector<PhaseTime> phases;  // where planning_seconds went, in order of first entry
+  std::vector<PhaseTime> phases;   // where planning_seconds went, in order of first entry
   bool cut_by_time_limit = false;  // time_limit_s stopped some phase (a note says which)
 };
 

@@ -1,11 +1,11 @@
 #include "partition/planning_budget.hpp"
 
+#include "core/units.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
-
-#include "core/units.hpp"
 
 madpipe::partition::PlanningBudget::PlanningBudget(Settings settings)
     : settings_(std::move(settings)) {
@@ -60,7 +60,8 @@ void madpipe::partition::PlanningBudget::cut(const std::string& what) {
 std::vector<madpipe::partition::PhaseTime> madpipe::partition::PlanningBudget::phases() const {
   std::vector<PhaseTime> out = phases_;
   if (!phase_.empty()) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const PhaseTime& p) { return p.phase == phase_; });
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const PhaseTime& p) { return p.phase == phase_; });
     if (it == out.end()) it = out.insert(out.end(), PhaseTime{phase_, 0});
     it->seconds += now() - phase_start_;
   }
@@ -78,7 +79,7 @@ void madpipe::partition::PlanningBudget::maybe_report(bool phase_started) {
   if (!step_.empty()) line << " (" << step_ << ")";
   line << ", best "
        << (std::isfinite(best_ms_) ? format_ms(best_ms_) + " per micro-batch"
-                                    : std::string("none yet"));
+                                   : std::string("none yet"));
   if (has_limit()) line << ", " << std::max(0.0, seconds_left()) << " s left";
   settings_.progress(line.str());
 }

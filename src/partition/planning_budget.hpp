@@ -47,8 +47,12 @@ class PlanningBudget {
   double seconds_left() const;  // may be negative; infinite without a limit
   bool expired() const { return seconds_left() <= 0; }
   // Whether the request has used `share` (0..1] of its time limit: later phases keep the rest.
-  bool used(double share) const { return has_limit() && elapsed_s() >= share * settings_.time_limit_s; }
-  bool has_limit() const { return settings_.time_limit_s < std::numeric_limits<double>::infinity(); }
+  bool used(double share) const {
+    return has_limit() && elapsed_s() >= share * settings_.time_limit_s;
+  }
+  bool has_limit() const {
+    return settings_.time_limit_s < std::numeric_limits<double>::infinity();
+  }
 
   // Records that the deadline cut `what` short (once per text): PlanResult::notes.
   void cut(const std::string& what);

@@ -1,10 +1,10 @@
 #include "partition/refine.hpp"
 
+#include "core/units.hpp"
+
 #include <algorithm>
 #include <set>
 #include <sstream>
-
-#include "core/units.hpp"
 
 using madpipe::partition::Allocation;
 
@@ -144,8 +144,8 @@ madpipe::partition::ScheduledAllocation madpipe::partition::refine_allocation(
       if (progress) {
         std::ostringstream line;
         line << "refine: " << format_ms(scheduled->pattern.normalized_period_ms()) << " with "
-             << candidate.gpus.size() << " stages via " << scheduled->method << " ("
-             << evaluations << " schedules tried)";
+             << candidate.gpus.size() << " stages via " << scheduled->method << " (" << evaluations
+             << " schedules tried)";
         progress(line.str());
       }
       break;

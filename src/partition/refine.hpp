@@ -1,13 +1,13 @@
 #pragma once
 
-#include <functional>
-#include <optional>
-#include <string>
-
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
 #include "schedule/search.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
 
 namespace madpipe::partition {
 

@@ -1,12 +1,12 @@
 #include "partition/replan.hpp"
 
-#include <cmath>
-#include <cstdio>
-#include <sstream>
-
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "schedule/search.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
 
 namespace {
 double ratio(double measured, int count, double planned) {
@@ -27,9 +27,9 @@ std::vector<madpipe::partition::StageRatio> madpipe::partition::stage_ratios(
   check_sizes(plan, measured);
   std::vector<StageRatio> ratios;
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
-    ratios.push_back({ratio(measured[s].forward_ms, measured[s].forwards, plan.stages[s].forward_ms),
-                      ratio(measured[s].backward_ms, measured[s].backwards,
-                            plan.stages[s].backward_ms)});
+    ratios.push_back(
+        {ratio(measured[s].forward_ms, measured[s].forwards, plan.stages[s].forward_ms),
+         ratio(measured[s].backward_ms, measured[s].backwards, plan.stages[s].backward_ms)});
   return ratios;
 }
 
@@ -52,8 +52,8 @@ madpipe::Profile madpipe::partition::corrected_profile(const Profile& profile,
 }
 
 madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
-    const Profile& profile, const plan::Plan& current,
-    const std::vector<MeasuredStage>& measured, const PlannerOptions& options, double min_gain) {
+    const Profile& profile, const plan::Plan& current, const std::vector<MeasuredStage>& measured,
+    const PlannerOptions& options, double min_gain) {
   ReplanOutcome outcome;
   outcome.plan = current;
   // The running allocation as it really runs: its stages (with their sequences) at measured times.
@@ -69,9 +69,9 @@ madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
   const PlanResult result =
       make_plan(corrected_profile(profile, current, measured), current.platform, options);
   if (result.feasible) outcome.new_period_ms = result.plan.predicted.period_ms;
-  const bool better = result.feasible && (std::isinf(outcome.current_period_ms) ||
-                                          outcome.new_period_ms <
-                                              outcome.current_period_ms * (1.0 - min_gain));
+  const bool better =
+      result.feasible && (std::isinf(outcome.current_period_ms) ||
+                          outcome.new_period_ms < outcome.current_period_ms * (1.0 - min_gain));
   std::ostringstream reason;
   reason << "on the measured costs the running plan takes "
          << (std::isinf(outcome.current_period_ms) ? std::string("(no pattern fits)")
@@ -99,8 +99,9 @@ std::string madpipe::partition::format_measurements(const plan::Plan& plan,
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
     const schedule::Stage& st = plan.stages[s];
     char line[200];
-    std::snprintf(line, sizeof line, "%5zu  %3d..%-3d %4d  %9.3f %9.3f  x%-7.2f     %9.3f %9.3f  x%.2f\n",
-                  s, st.first_layer, st.last_layer, st.gpu, st.forward_ms, measured[s].forward_ms,
+    std::snprintf(line, sizeof line,
+                  "%5zu  %3d..%-3d %4d  %9.3f %9.3f  x%-7.2f     %9.3f %9.3f  x%.2f\n", s,
+                  st.first_layer, st.last_layer, st.gpu, st.forward_ms, measured[s].forward_ms,
                   ratios[s].forward, st.backward_ms, measured[s].backward_ms, ratios[s].backward);
     out << line;
   }

@@ -1,12 +1,12 @@
 #pragma once
 
-#include <limits>
-#include <string>
-#include <vector>
-
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
+
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace madpipe::partition {
 
@@ -15,7 +15,7 @@ namespace madpipe::partition {
 struct MeasuredStage {
   double forward_ms = 0;
   double backward_ms = 0;
-  int forwards = 0;   // forwards measured; 0: nothing measured, the plan's times are kept
+  int forwards = 0;  // forwards measured; 0: nothing measured, the plan's times are kept
   int backwards = 0;
 };
 
@@ -40,8 +40,8 @@ struct ReplanOutcome {
   double current_period_ms = std::numeric_limits<double>::infinity();
   // The best plan for the corrected profile; infinity when none fits.
   double new_period_ms = std::numeric_limits<double>::infinity();
-  plan::Plan plan;  // the plan to continue with: the new one, or `current` unchanged
-  std::string reason;   // one line: what was compared and what was decided
+  plan::Plan plan;     // the plan to continue with: the new one, or `current` unchanged
+  std::string reason;  // one line: what was compared and what was decided
 };
 
 // Plans the corrected profile again and keeps the new plan when its predicted period is at least
@@ -51,7 +51,6 @@ ReplanOutcome replan_from_measurements(const Profile& profile, const plan::Plan&
                                        const PlannerOptions& options, double min_gain);
 
 // A table of each stage's planned and measured times and their ratio, for progress output.
-std::string format_measurements(const plan::Plan& plan,
-                                const std::vector<MeasuredStage>& measured);
+std::string format_measurements(const plan::Plan& plan, const std::vector<MeasuredStage>& measured);
 
 }  // namespace madpipe::partition

@@ -14,7 +14,7 @@ madpipe::partition::StageOptions::StageOptions(const Profile& profile, RematSett
     : profile_(profile), settings_(settings) {}
 
 const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions::of(int first,
-                                                                                       int last) {
+                                                                                     int last) {
   static const std::vector<remat::RematOption> kNone;
   if (!enabled()) return kNone;
   const auto key = std::make_pair(first, last);
@@ -31,9 +31,9 @@ const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions
       const std::int64_t budget = plain.peak_bytes * b / settings_.offload_budgets;
       const remat::OffloadResult result =
           settings_.rotor ? remat::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
-                                                            settings_.offload_steps)
+                                                         settings_.offload_steps)
                           : remat::optimal_offload_only(chain, budget, settings_.host_bytes_per_ms,
-                                                           settings_.offload_steps);
+                                                        settings_.offload_steps);
       if (!result.feasible) continue;
       remat::RematOption option;
       option.forward_ms = result.replay.forward_ms;
@@ -81,7 +81,8 @@ std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, 
   if (it == least_.end()) {
     const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
     std::optional<remat::RematOption> least = remat::least_memory_option(chain, settings_.slots);
-    if (least && !beats_plain(*least, remat::replay_sequence(chain, remat::store_all_sequence(chain))))
+    if (least &&
+        !beats_plain(*least, remat::replay_sequence(chain, remat::store_all_sequence(chain))))
       least.reset();
     it = least_.emplace(key, std::move(least)).first;
   }

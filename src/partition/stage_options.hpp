@@ -1,13 +1,13 @@
 #pragma once
 
+#include "core/profile.hpp"
+#include "remat/rotor.hpp"
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <utility>
 #include <vector>
-
-#include "core/profile.hpp"
-#include "remat/rotor.hpp"
 
 namespace madpipe::partition {
 
@@ -19,8 +19,8 @@ struct RematSettings {
   int threshold_steps = 24;   // values of the memory left free at the loss (pipelined variant)
   bool host_offload = false;  // offloading with recomputation (pofo), needs host_bytes_per_ms
   double host_bytes_per_ms = 0;
-  int offload_steps = 50;     // discretization of the offloading DP
-  int offload_budgets = 8;    // budgets (fractions of the store-all peak) it is solved for
+  int offload_steps = 50;   // discretization of the offloading DP
+  int offload_budgets = 8;  // budgets (fractions of the store-all peak) it is solved for
 };
 
 // The ways to run a stage [first, last] that keep less memory than the plain one, computed once

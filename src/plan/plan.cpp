@@ -1,5 +1,10 @@
 #include "plan/plan.hpp"
 
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "core/json_reader.hpp"
+#include "schedule/memory.hpp"
+
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -12,11 +17,6 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/json_file.hpp"
-#include "core/json_reader.hpp"
-#include "schedule/memory.hpp"
 
 using nlohmann::json;
 using nlohmann::ordered_json;
@@ -348,7 +348,7 @@ static madpipe::plan::SolverInfo read_solver(const JsonReader& reader, const jso
 }
 
 madpipe::plan::Plan madpipe::plan::plan_from_json(const nlohmann::json& j,
-                                                          const std::string& file) {
+                                                  const std::string& file) {
   const JsonReader reader{file, plan_style()};
   reader.require_document(j);
   const std::string format = reader.string_member(j, "", "format");

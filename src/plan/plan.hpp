@@ -1,5 +1,9 @@
 #pragma once
 
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
@@ -7,10 +11,6 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
-
-#include "core/platform.hpp"
-#include "schedule/pattern.hpp"
-#include "schedule/stage.hpp"
 
 namespace madpipe::plan {
 

@@ -1,5 +1,7 @@
 #include "plan/program.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <array>
 #include <map>
@@ -7,8 +9,6 @@
 #include <set>
 #include <sstream>
 #include <tuple>
-
-#include "core/error.hpp"
 
 namespace {
 struct InstrName {
@@ -98,8 +98,8 @@ madpipe::plan::Program madpipe::plan::lower(const Plan& plan, int micro_batches)
     for (int i = residue(op.shift, k); i < micro_batches; i += k) {
       const int period = (i - op.shift) / k;
       planned[op.gpu].push_back({period * pattern.period_ms + op.start_ms,
-                                 position[{static_cast<int>(op.kind), op.stage}], op.kind,
-                                 op.stage, i});
+                                 position[{static_cast<int>(op.kind), op.stage}], op.kind, op.stage,
+                                 i});
     }
   }
   Program program;
@@ -157,11 +157,11 @@ std::string madpipe::plan::dry_run(const Program& program) {
       while (pc[g] < program.per_gpu[g].size()) {
         const Instr& instr = program.per_gpu[g][pc[g]];
         if (instr.kind == InstrKind::SendAct || instr.kind == InstrKind::SendGrad) {
-          in_flight.insert({instr.kind == InstrKind::SendGrad, instr.stage, instr.micro_batch, g,
-                            instr.peer});
+          in_flight.insert(
+              {instr.kind == InstrKind::SendGrad, instr.stage, instr.micro_batch, g, instr.peer});
         } else if (instr.kind == InstrKind::RecvAct || instr.kind == InstrKind::RecvGrad) {
-          auto it = in_flight.find({instr.kind == InstrKind::RecvGrad, instr.stage,
-                                    instr.micro_batch, instr.peer, g});
+          auto it = in_flight.find(
+              {instr.kind == InstrKind::RecvGrad, instr.stage, instr.micro_batch, instr.peer, g});
           if (it == in_flight.end()) break;
           in_flight.erase(it);
         }

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "plan/plan.hpp"
+
 #include <string>
 #include <vector>
-
-#include "plan/plan.hpp"
 
 namespace madpipe::plan {
 

@@ -1,29 +1,32 @@
 #include "plan/receive_plan.hpp"
 
+#include "core/error.hpp"
+
 #include <map>
 #include <string>
 #include <tuple>
 
-#include "core/error.hpp"
-
 namespace madpipe::plan {
 namespace {
 
-bool is_compute(InstrKind kind) { return kind == InstrKind::Forward || kind == InstrKind::Backward; }
+bool is_compute(InstrKind kind) {
+  return kind == InstrKind::Forward || kind == InstrKind::Backward;
+}
 
 using ComputeKey = std::tuple<bool, int, int>;  // (is backward, stage, micro-batch)
 
 }  // namespace
 
 ReceivePlan plan_receives(const std::vector<Instr>& list,
-                          const std::vector<std::int64_t>& message_bytes, bool train,
-                          int lookahead, int max_placed) {
+                          const std::vector<std::int64_t>& message_bytes, bool train, int lookahead,
+                          int max_placed) {
   ReceivePlan plan;
   std::vector<madpipe::arena::Buffer> buffers;
   std::map<ComputeKey, int> compute_at;  // a step runs each (F or B, stage, micro-batch) once
   for (int k = 0; k < static_cast<int>(list.size()); ++k)
     if (is_compute(list[k].kind))
-      compute_at.emplace(ComputeKey{list[k].kind == InstrKind::Backward, list[k].stage, list[k].micro_batch}, k);
+      compute_at.emplace(
+          ComputeKey{list[k].kind == InstrKind::Backward, list[k].stage, list[k].micro_batch}, k);
   auto find = [&](int from, InstrKind kind, int stage, int micro_batch) {
     auto it = compute_at.find({kind == InstrKind::Backward, stage, micro_batch});
     return it != compute_at.end() && it->second >= from ? it->second : -1;
@@ -34,10 +37,10 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     if (!act && (r.kind != InstrKind::RecvGrad || !train)) continue;
     // The activation of stage s feeds stage s + 1; a gradient of stage s's output feeds B of s.
     const int user_stage = act ? r.stage + 1 : r.stage;
-    const int first_use = find(k, act ? InstrKind::Forward : InstrKind::Backward, user_stage,
-                               r.micro_batch);
-    const int last_use = act && train ? find(k, InstrKind::Backward, user_stage, r.micro_batch)
-                                      : first_use;
+    const int first_use =
+        find(k, act ? InstrKind::Forward : InstrKind::Backward, user_stage, r.micro_batch);
+    const int last_use =
+        act && train ? find(k, InstrKind::Backward, user_stage, r.micro_batch) : first_use;
     if (first_use < 0 || last_use < 0)
       throw Error(ErrorKind::InvalidInput, "", "program",
                   "the receive " + to_string(r) + " has no " + (act ? "forward" : "backward") +
@@ -60,7 +63,8 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     return plan;
   }
   plan.addresses = best_greedy_address_plan(buffers);
-  for (std::size_t i = 0; i < plan.slots.size(); ++i) plan.slots[i].offset = plan.addresses.offsets[i];
+  for (std::size_t i = 0; i < plan.slots.size(); ++i)
+    plan.slots[i].offset = plan.addresses.offsets[i];
   return plan;
 }
 

@@ -1,10 +1,10 @@
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "arena/address_plan.hpp"
 #include "plan/program.hpp"
+
+#include <cstdint>
+#include <vector>
 
 namespace madpipe::plan {
 
@@ -16,9 +16,9 @@ namespace madpipe::plan {
 // backward of its micro-batch in training (autograd keeps a stage's input), the forward in
 // validation, the backward for a gradient.
 struct ReceiveSlot {
-  int instr = -1;      // index of the RecvAct / RecvGrad instruction in the rank's list
-  int post_before = 0; // posted just before the instruction of this index runs
-  int last_use = 0;    // index of the instruction after which the buffer is free
+  int instr = -1;       // index of the RecvAct / RecvGrad instruction in the rank's list
+  int post_before = 0;  // posted just before the instruction of this index runs
+  int last_use = 0;     // index of the instruction after which the buffer is free
   std::int64_t offset = 0;
   std::int64_t bytes = 0;  // the message, rounded up to the arena's alignment
 };

@@ -1,5 +1,9 @@
 #include "plan/simulate.hpp"
 
+#include "core/error.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,22 +12,18 @@
 #include <tuple>
 #include <utility>
 
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-
 namespace {
 // One execution of a pattern op for one micro-batch.
 struct Instance {
-  int position = 0;     // index in the micro-batch chain
+  int position = 0;  // index in the micro-batch chain
   int micro_batch = 0;
-  int op = 0;           // index in pattern.ops
+  int op = 0;  // index in pattern.ops
   int resource = 0;
-  double planned = 0;   // j * period + start_ms
+  double planned = 0;  // j * period + start_ms
   double duration = 0;
   int resource_prev = -1;
   int resource_next = -1;
-  int waiting = 0;      // unfinished predecessors (chain and resource)
+  int waiting = 0;  // unfinished predecessors (chain and resource)
   bool done = false;
   double start = 0;
   double end = 0;
@@ -75,13 +75,12 @@ static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
       if (op.link.a < 0 || op.link.a >= op.link.b || op.link.b >= gpus)
         fail(p + "/link", "must be [a, b] with 0 <= a < b < " + std::to_string(gpus));
     } else if (op.gpu < 0 || op.gpu >= gpus) {
-      fail(p + "/gpu", "must be in [0, " + std::to_string(gpus) + "), got " +
-                           std::to_string(op.gpu));
+      fail(p + "/gpu",
+           "must be in [0, " + std::to_string(gpus) + "), got " + std::to_string(op.gpu));
     }
     const int residue = ((op.shift % k) + k) % k;
-    const auto [it, inserted] =
-        by_key.emplace(std::make_tuple(op.stage, static_cast<int>(op.kind), residue),
-                       static_cast<int>(i));
+    const auto [it, inserted] = by_key.emplace(
+        std::make_tuple(op.stage, static_cast<int>(op.kind), residue), static_cast<int>(i));
     if (!inserted)
       fail(p + "/shift", madpipe::schedule::op_token(op.kind, op.stage) +
                              " runs micro-batches i with i mod " + std::to_string(k) + " = " +
@@ -132,8 +131,7 @@ static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
   fail("/pattern", "pattern deadlocks: " + stuck);
 }
 
-madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan,
-                                                         const SimOptions& options) {
+madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOptions& options) {
   const madpipe::schedule::Pattern& pattern = plan.pattern;
   const int gpus = plan.platform.gpus;
   const int num_stages = static_cast<int>(plan.stages.size());
@@ -141,9 +139,9 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan,
   if (num_stages == 0) fail("/stages", "must list at least one stage");
   for (int s = 0; s < num_stages; ++s)
     if (plan.stages[s].gpu < 0 || plan.stages[s].gpu >= gpus)
-      fail("/stages/" + std::to_string(s) + "/gpu",
-           "must be in [0, " + std::to_string(gpus) + "), got " +
-               std::to_string(plan.stages[s].gpu));
+      fail("/stages/" + std::to_string(s) + "/gpu", "must be in [0, " + std::to_string(gpus) +
+                                                        "), got " +
+                                                        std::to_string(plan.stages[s].gpu));
   if (pattern.k < 1) fail("/pattern/k", "must be >= 1, got " + std::to_string(pattern.k));
   if (!(std::isfinite(pattern.period_ms) && pattern.period_ms > 0))
     fail("/pattern/period_ms", "must be a finite number > 0");
@@ -247,9 +245,9 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan,
   }
   std::stable_sort(result.ops.begin(), result.ops.end(), [&](const SimOp& a, const SimOp& b) {
     return std::make_tuple(a.start_ms, a.resource, a.micro_batch, a.stage,
-                           static_cast<int>(a.kind)) <
-           std::make_tuple(b.start_ms, b.resource, b.micro_batch, b.stage,
-                           static_cast<int>(b.kind));
+                           static_cast<int>(a.kind)) < std::make_tuple(b.start_ms, b.resource,
+                                                                       b.micro_batch, b.stage,
+                                                                       static_cast<int>(b.kind));
   });
 
   // Steady state: F of stage 0 for two micro-batches a multiple of k apart, around N/4 and 3N/4.
@@ -268,7 +266,8 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan,
   std::vector<std::vector<MemoryEvent>> events(gpus);
   for (const Instance& x : instances) {
     const madpipe::schedule::Op& op = chain[x.position];
-    if (op.kind != madpipe::schedule::OpKind::F && op.kind != madpipe::schedule::OpKind::B) continue;
+    if (op.kind != madpipe::schedule::OpKind::F && op.kind != madpipe::schedule::OpKind::B)
+      continue;
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
     if (stage.stored_bytes == 0) continue;
     MemoryEvent e;

@@ -1,10 +1,10 @@
 #pragma once
 
+#include "plan/plan.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "plan/plan.hpp"
 
 namespace madpipe::plan {
 
@@ -34,10 +34,10 @@ struct MemoryPoint {
 
 struct SimResult {
   int micro_batches = 0;
-  double step_ms = 0;              // first start to last end, warm-up and drain included
-  double steady_period_ms = 0;     // pattern period measured in the steady state (per k micro-batches)
-  double steady_normalized_ms = 0;  // steady_period_ms / k
-  std::vector<SimOp> ops;           // in start order
+  double step_ms = 0;           // first start to last end, warm-up and drain included
+  double steady_period_ms = 0;  // pattern period measured in the steady state (per k micro-batches)
+  double steady_normalized_ms = 0;               // steady_period_ms / k
+  std::vector<SimOp> ops;                        // in start order
   std::vector<std::vector<MemoryPoint>> memory;  // per GPU timeline
   std::vector<std::int64_t> peak_memory_bytes;   // per GPU
 };

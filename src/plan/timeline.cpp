@@ -1,5 +1,9 @@
 #include "plan/timeline.hpp"
 
+#include "core/units.hpp"
+#include "plan/simulate.hpp"
+#include "schedule/memory.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,10 +13,6 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
-
-#include "core/units.hpp"
-#include "schedule/memory.hpp"
-#include "plan/simulate.hpp"
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -54,7 +54,7 @@ static int default_micro_batches(const mplan::Plan& plan) {
 // time so that the step starts at 0; F of stage 0 for micro-batch 0 (period j0, start s0 in the
 // period) pins the shift: pattern time j0 * T + s0 is simulated time t0.
 static std::vector<mplan::TimelineMarker> period_markers(const mplan::Plan& plan,
-                                                      const mplan::SimResult& sim) {
+                                                         const mplan::SimResult& sim) {
   const double period = plan.pattern.period_ms;
   const int k = plan.pattern.k;
   const ms::Op* first_forward = nullptr;
@@ -155,14 +155,17 @@ mplan::Timeline mplan::timeline_of_trace(const Trace& trace, int max_steps) {
   std::map<int, double> step_starts;
   for (const TraceOp& op : trace.ops) {
     if (!steps.count(op.step)) continue;
-    const madpipe::schedule::OpKind kind = op.kind == TraceOpKind::Forward ? madpipe::schedule::OpKind::F : madpipe::schedule::OpKind::B;
+    const madpipe::schedule::OpKind kind = op.kind == TraceOpKind::Forward
+                                               ? madpipe::schedule::OpKind::F
+                                               : madpipe::schedule::OpKind::B;
     timeline.bars.push_back({op.rank, op_token(kind, op.stage, op.micro_batch), kind, op.stage,
                              op.micro_batch, op.step, op.start_ms, op.end_ms});
   }
   for (const TraceTransfer& transfer : trace.transfers) {
     if (!steps.count(transfer.step)) continue;
-    const madpipe::schedule::OpKind kind =
-        transfer.kind == TraceTransferKind::Activation ? madpipe::schedule::OpKind::SendAct : madpipe::schedule::OpKind::SendGrad;
+    const madpipe::schedule::OpKind kind = transfer.kind == TraceTransferKind::Activation
+                                               ? madpipe::schedule::OpKind::SendAct
+                                               : madpipe::schedule::OpKind::SendGrad;
     timeline.bars.push_back({link_rows.at({transfer.from, transfer.to}),
                              op_token(kind, transfer.stage, transfer.micro_batch), kind,
                              transfer.stage, transfer.micro_batch, transfer.step, transfer.start_ms,

@@ -1,13 +1,13 @@
 #pragma once
 
+#include "plan/plan.hpp"
+#include "plan/trace.hpp"
+#include "schedule/pattern.hpp"
+
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
-
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "plan/trace.hpp"
 
 namespace madpipe::plan {
 

@@ -1,8 +1,7 @@
 // SVG rendering of timelines (declared in timeline.hpp).
 
-#include "plan/timeline.hpp"
-
 #include "core/svg.hpp"
+#include "plan/timeline.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -96,15 +95,16 @@ class SvgWriter {
   // The title, the row names and the rows' background.
   void draw_frame(const mplan::Timeline& timeline, double top) {
     out_ += "<text x=\"" + num(kLeft) + "\" y=\"" + num(top + 16) +
-            "\" font-size=\"14\" font-weight=\"bold\">" + madpipe::svg::escape(timeline.title) + "</text>\n";
+            "\" font-size=\"14\" font-weight=\"bold\">" + madpipe::svg::escape(timeline.title) +
+            "</text>\n";
     const double rows_top = top + kTitleHeight + kMarkerLabelHeight;
     for (std::size_t row = 0; row < timeline.rows.size(); ++row) {
       const double y = rows_top + static_cast<double>(row) * (kRowHeight + kRowGap);
       out_ += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" + num(kPlotWidth) +
               "\" height=\"" + num(kRowHeight) + "\" fill=\"#f3f3f3\"/>\n";
       out_ += "<text x=\"" + num(kLeft - 8) + "\" y=\"" + num(y + 14) +
-              "\" font-size=\"12\" text-anchor=\"end\">" + madpipe::svg::escape(timeline.rows[row]) +
-              "</text>\n";
+              "\" font-size=\"12\" text-anchor=\"end\">" +
+              madpipe::svg::escape(timeline.rows[row]) + "</text>\n";
     }
   }
 
@@ -164,8 +164,8 @@ class SvgWriter {
     const Rgb colour = shade(bar.stage, is_light_shade(bar.kind));
     out_ += "<rect x=\"" + num(left) + "\" y=\"" + num(y + 1) + "\" width=\"" + num(width) +
             "\" height=\"" + num(kRowHeight - 2) + "\" fill=\"" + hex(colour) +
-            "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + madpipe::svg::escape(bar.label) + ": " +
-            format("%.3f", bar.start_ms) + " to " + format("%.3f", bar.end_ms) +
+            "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + madpipe::svg::escape(bar.label) +
+            ": " + format("%.3f", bar.start_ms) + " to " + format("%.3f", bar.end_ms) +
             " ms</title></rect>\n";
     const std::string number = std::to_string(bar.micro_batch);
     if (width < kCharWidth * static_cast<double>(number.size()) + 4) return;
@@ -186,7 +186,8 @@ class SvgWriter {
       if (px - last_label < kMinMarkerLabelGap || px + 2 + label_width > kWidth) continue;
       last_label = px;
       out_ += "<text x=\"" + num(px + 2) + "\" y=\"" + num(rows_top - 5) +
-              "\" font-size=\"10\" fill=\"#303030\">" + madpipe::svg::escape(marker.label) + "</text>\n";
+              "\" font-size=\"10\" fill=\"#303030\">" + madpipe::svg::escape(marker.label) +
+              "</text>\n";
     }
   }
 

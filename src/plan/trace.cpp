@@ -1,5 +1,10 @@
 #include "plan/trace.hpp"
 
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "core/json_reader.hpp"
+#include "core/units.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -17,11 +22,6 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/json_file.hpp"
-#include "core/json_reader.hpp"
-#include "core/units.hpp"
 
 using nlohmann::json;
 using nlohmann::ordered_json;
@@ -355,7 +355,7 @@ static std::pair<double, double> interval(const JsonReader& reader, const json& 
 }
 
 static mplan::TraceOpKind op_kind(const JsonReader& reader, const json& object,
-                               const std::string& pointer) {
+                                  const std::string& pointer) {
   const std::string kind = reader.string_member(object, pointer, "kind");
   if (kind == "F") return mplan::TraceOpKind::Forward;
   if (kind == "B") return mplan::TraceOpKind::Backward;
@@ -363,7 +363,7 @@ static mplan::TraceOpKind op_kind(const JsonReader& reader, const json& object,
 }
 
 static mplan::TraceTransferKind transfer_kind(const JsonReader& reader, const json& object,
-                                           const std::string& pointer) {
+                                              const std::string& pointer) {
   const std::string kind = reader.string_member(object, pointer, "kind");
   if (kind == "activation") return mplan::TraceTransferKind::Activation;
   if (kind == "gradient") return mplan::TraceTransferKind::Gradient;
@@ -371,8 +371,8 @@ static mplan::TraceTransferKind transfer_kind(const JsonReader& reader, const js
               "unknown transfer kind '" + kind + "' (valid: activation, gradient)");
 }
 
-static mplan::TraceOp read_op(const JsonReader& reader, const json& value, const std::string& pointer,
-                           const mplan::Trace& trace) {
+static mplan::TraceOp read_op(const JsonReader& reader, const json& value,
+                              const std::string& pointer, const mplan::Trace& trace) {
   const json& o = reader.object_value(value, pointer);
   mplan::TraceOp op;
   op.rank = rank_member(reader, o, pointer, "rank", trace.ranks);
@@ -385,7 +385,7 @@ static mplan::TraceOp read_op(const JsonReader& reader, const json& value, const
 }
 
 static mplan::TraceTransfer read_transfer(const JsonReader& reader, const json& value,
-                                       const std::string& pointer, const mplan::Trace& trace) {
+                                          const std::string& pointer, const mplan::Trace& trace) {
   const json& o = reader.object_value(value, pointer);
   mplan::TraceTransfer transfer;
   transfer.kind = transfer_kind(reader, o, pointer);
@@ -401,7 +401,7 @@ static mplan::TraceTransfer read_transfer(const JsonReader& reader, const json& 
 
 // One entry per rank, in rank order.
 static mplan::TraceRankMemory read_memory(const JsonReader& reader, const json& value,
-                                       const std::string& pointer, int index) {
+                                          const std::string& pointer, int index) {
   const json& o = reader.object_value(value, pointer);
   mplan::TraceRankMemory memory;
   memory.rank = static_cast<int>(reader.integer_value(

@@ -1,12 +1,12 @@
 #pragma once
 
+#include "plan/plan.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
-
-#include "plan/plan.hpp"
 
 namespace madpipe::plan {
 
@@ -82,10 +82,10 @@ Trace read_trace(const std::string& path);
 // the drain excluded), as time per micro-batch; the median over stages and steps (the first
 // step, which warms up allocators, left out when there are others).
 struct TraceSummary {
-  double measured_period_ms = 0;   // 0 when too few micro-batches per step to tell
+  double measured_period_ms = 0;  // 0 when too few micro-batches per step to tell
   double predicted_period_ms = 0;
-  double period_ratio = 0;         // measured / predicted (0 when either is 0)
-  double step_ms = 0;              // median step time: first op start to last op end of a step
+  double period_ratio = 0;  // measured / predicted (0 when either is 0)
+  double step_ms = 0;       // median step time: first op start to last op end of a step
   std::vector<std::int64_t> peak_bytes;       // per rank
   std::vector<std::int64_t> predicted_bytes;  // per rank
   std::vector<double> memory_ratio;           // per rank, measured / predicted

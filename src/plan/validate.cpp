@@ -1,5 +1,12 @@
 #include "plan/validate.hpp"
 
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "remat/offload_replay.hpp"
+#include "remat/remat_sequence.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,13 +15,6 @@
 #include <sstream>
 #include <tuple>
 #include <utility>
-
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "remat/offload_replay.hpp"
-#include "remat/remat_sequence.hpp"
 
 namespace {
 using madpipe::plan::Violation;
@@ -32,7 +32,7 @@ using OpKey = std::tuple<int, int, int>;  // stage, kind, residue
 
 // What the later checks may rely on for one op.
 struct OpStatus {
-  bool timed = false;   // names a stage; finite start in [0, period), finite duration in [0, period]
+  bool timed = false;  // names a stage; finite start in [0, period), finite duration in [0, period]
   bool placed = false;  // runs on the right gpu or link
 };
 }  // namespace
@@ -107,16 +107,14 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
                                 std::to_string(stage.id));
     const std::int64_t expected_first = s == 0 ? 0 : std::int64_t{stages[s - 1].last_layer} + 1;
     if (stage.first_layer != expected_first)
-      report.add(p + "/first_layer",
-                 (s == 0 ? std::string("the first stage must start at layer 0")
-                         : "must be " + std::to_string(expected_first) +
-                               " (the layer after the last layer of stage " +
-                               std::to_string(s - 1) + ")") +
-                     ", got " + std::to_string(stage.first_layer));
+      report.add(p + "/first_layer", (s == 0 ? std::string("the first stage must start at layer 0")
+                                             : "must be " + std::to_string(expected_first) +
+                                                   " (the layer after the last layer of stage " +
+                                                   std::to_string(s - 1) + ")") +
+                                         ", got " + std::to_string(stage.first_layer));
     if (stage.last_layer < stage.first_layer)
-      report.add(p + "/last_layer", "must be >= first_layer (" +
-                                        std::to_string(stage.first_layer) + "), got " +
-                                        std::to_string(stage.last_layer));
+      report.add(p + "/last_layer", "must be >= first_layer (" + std::to_string(stage.first_layer) +
+                                        "), got " + std::to_string(stage.last_layer));
     if (stage.gpu < 0 || stage.gpu >= plan.platform.gpus) {
       report.add(p + "/gpu", "must be in [0, " + std::to_string(plan.platform.gpus) + "), got " +
                                  std::to_string(stage.gpu));
@@ -129,16 +127,16 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
       report.add(p + "/" + key, "must be a finite number >= 0, got " + num(value));
       sound = false;
     }
-    const std::pair<const char*, std::int64_t> sizes[] = {{"weight_bytes", stage.weight_bytes},
-                                                          {"stored_bytes", stage.stored_bytes},
-                                                          {"output_bytes", stage.output_bytes},
-                                                          {"workspace_bytes", stage.workspace_bytes}};
+    const std::pair<const char*, std::int64_t> sizes[] = {
+        {"weight_bytes", stage.weight_bytes},
+        {"stored_bytes", stage.stored_bytes},
+        {"output_bytes", stage.output_bytes},
+        {"workspace_bytes", stage.workspace_bytes}};
     for (const auto& [key, value] : sizes)
       if (value < 0) report.add(p + "/" + key, "must be >= 0, got " + std::to_string(value));
   }
   return sound;
 }
-
 
 // A stage's strategies and sequence agree, and its effective costs are the replay of its sequence.
 // An offloading stage: its memory is the replay's with memory freed when a copy completes, and
@@ -194,7 +192,8 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
     report.add(p + "/sequence", "must be absent when remat and offload are both \"none\"");
     return;
   }
-  const madpipe::remat::RematChain chain = madpipe::remat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+  const madpipe::remat::RematChain chain =
+      madpipe::remat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
   madpipe::remat::RematSequence sequence;
   try {
     sequence = parse_remat_sequence(stage.sequence, chain);
@@ -202,9 +201,11 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
     report.add(p + "/sequence", e.problem());
     return;
   }
-  const bool offloads = std::any_of(sequence.begin(), sequence.end(), [](const madpipe::remat::RematOp& op) {
-    return op.kind == madpipe::remat::RematOpKind::Offload || op.kind == madpipe::remat::RematOpKind::Prefetch;
-  });
+  const bool offloads =
+      std::any_of(sequence.begin(), sequence.end(), [](const madpipe::remat::RematOp& op) {
+        return op.kind == madpipe::remat::RematOpKind::Offload ||
+               op.kind == madpipe::remat::RematOpKind::Prefetch;
+      });
   if (offloads && stage.offload != "host")
     report.add(p + "/offload/strategy", "must be \"host\": the sequence offloads");
   if (offloads) {
@@ -228,14 +229,13 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
   check("stored_bytes", static_cast<double>(stage.stored_bytes),
         static_cast<double>(replay.stored_bytes));
   if (stage.workspace_bytes < replay.transient_bytes())
-    report.add(p + "/workspace_bytes",
-               "must cover the sequence's transient memory (" +
-                   std::to_string(replay.transient_bytes()) + "), got " +
-                   std::to_string(stage.workspace_bytes));
+    report.add(p + "/workspace_bytes", "must cover the sequence's transient memory (" +
+                                           std::to_string(replay.transient_bytes()) + "), got " +
+                                           std::to_string(stage.workspace_bytes));
 }
 
-static void check_against_profile(const madpipe::plan::Plan& plan,
-                                  const madpipe::Profile& profile, Report& report) {
+static void check_against_profile(const madpipe::plan::Plan& plan, const madpipe::Profile& profile,
+                                  Report& report) {
   const int num_layers = static_cast<int>(profile.layers.size());
   if (plan.stages.empty()) return;
   const int last = plan.stages.back().last_layer;
@@ -301,8 +301,7 @@ static bool crosses_gpus(const std::vector<madpipe::schedule::Stage>& stages, in
 }
 
 // Per-op checks. Fills `status` and `by_key` (ops that name a stage, by stage, kind and residue).
-static void check_ops(const madpipe::plan::Plan& plan, bool timing,
-                      std::vector<OpStatus>& status,
+static void check_ops(const madpipe::plan::Plan& plan, bool timing, std::vector<OpStatus>& status,
                       std::map<OpKey, std::vector<std::size_t>>& by_key, Report& report) {
   using madpipe::schedule::OpKind;
   const auto& stages = plan.stages;
@@ -316,10 +315,9 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing,
     bool timed = true;
     bool placed = true;
     if (!std::isfinite(op.start_ms) || op.start_ms < 0 || (timing && op.start_ms >= period)) {
-      report.add(p + "/start_ms",
-                 (timing ? "must lie in [0, period_ms) = [0, " + num(period) + ")"
-                         : std::string("must be a finite number >= 0")) +
-                     ", got " + num(op.start_ms));
+      report.add(p + "/start_ms", (timing ? "must lie in [0, period_ms) = [0, " + num(period) + ")"
+                                          : std::string("must be a finite number >= 0")) +
+                                      ", got " + num(op.start_ms));
       timed = false;
     }
     if (!std::isfinite(op.duration_ms) || op.duration_ms < 0) {
@@ -352,10 +350,10 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing,
       const int b = std::max(stage.gpu, stages[op.stage + 1].gpu);
       if (op.link.a != a || op.link.b != b) {
         report.add(p + "/link", "must be [" + std::to_string(a) + ", " + std::to_string(b) +
-                                    "] (the gpus of stages " + std::to_string(op.stage) +
-                                    " and " + std::to_string(op.stage + 1) + "), got [" +
-                                    std::to_string(op.link.a) + ", " +
-                                    std::to_string(op.link.b) + "]");
+                                    "] (the gpus of stages " + std::to_string(op.stage) + " and " +
+                                    std::to_string(op.stage + 1) + "), got [" +
+                                    std::to_string(op.link.a) + ", " + std::to_string(op.link.b) +
+                                    "]");
         placed = false;
       }
       const int to = stages[op.stage + 1].gpu;
@@ -366,8 +364,7 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing,
     } else {
       if (op.gpu != stage.gpu) {
         report.add(p + "/gpu", "must be the gpu of " + stage_text + " (" +
-                                   std::to_string(stage.gpu) + "), got " +
-                                   std::to_string(op.gpu));
+                                   std::to_string(stage.gpu) + "), got " + std::to_string(op.gpu));
         placed = false;
       }
       const bool forward = op.kind == madpipe::schedule::OpKind::F;
@@ -397,7 +394,9 @@ static void check_coverage(const madpipe::plan::Plan& plan,
   const int num_stages = static_cast<int>(plan.stages.size());
   const std::string mod = " for micro-batches i with i mod " + std::to_string(k) + " = ";
   for (int s = 0; s < num_stages; ++s) {
-    for (madpipe::schedule::OpKind kind : {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B, madpipe::schedule::OpKind::SendAct, madpipe::schedule::OpKind::SendGrad}) {
+    for (madpipe::schedule::OpKind kind :
+         {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B,
+          madpipe::schedule::OpKind::SendAct, madpipe::schedule::OpKind::SendGrad}) {
       if (madpipe::schedule::is_transfer(kind) && !crosses_gpus(plan.stages, s)) continue;
       const std::string name = madpipe::schedule::op_token(kind, s);
       const int kind_id = static_cast<int>(kind);
@@ -431,8 +430,8 @@ static void check_coverage(const madpipe::plan::Plan& plan,
 }
 
 // Start of an arc of the circle of length `period` lying strictly inside another arc.
-static bool starts_inside(double start, double duration, double other_start,
-                          double other_duration, double period, double eps) {
+static bool starts_inside(double start, double duration, double other_start, double other_duration,
+                          double period, double eps) {
   double delta = std::fmod(start - other_start, period);
   if (delta < 0) delta += period;
   if (delta >= period) delta -= period;
@@ -440,8 +439,7 @@ static bool starts_inside(double start, double duration, double other_start,
   return duration > eps || delta > eps;
 }
 
-static void check_overlaps(const madpipe::plan::Plan& plan,
-                           const std::vector<OpStatus>& status,
+static void check_overlaps(const madpipe::plan::Plan& plan, const std::vector<OpStatus>& status,
                            Report& report) {
   const auto& ops = plan.pattern.ops;
   const double period = plan.pattern.period_ms;
@@ -475,8 +473,7 @@ static void check_overlaps(const madpipe::plan::Plan& plan,
 // For each residue r, a micro-batch i = r (mod k) goes through the chain; each op must start
 // after the end of its predecessor. Pairs with a missing or ambiguous op are skipped (the
 // coverage checks report those).
-static void check_dependencies(const madpipe::plan::Plan& plan,
-                               const std::vector<OpStatus>& status,
+static void check_dependencies(const madpipe::plan::Plan& plan, const std::vector<OpStatus>& status,
                                const std::map<OpKey, std::vector<std::size_t>>& by_key,
                                Report& report) {
   const auto chain = madpipe::schedule::micro_batch_chain(plan.stages, plan.platform);
@@ -513,10 +510,8 @@ static void check_dependencies(const madpipe::plan::Plan& plan,
         const madpipe::schedule::Op& before = ops[index[c - 1]];
         report.add(op_ptr(index[c]) + "/start_ms",
                    madpipe::schedule::op_token(op.kind, op.stage, static_cast<int>(i)) +
-                       " starts at " +
-                       num(start) + " before " +
-                       madpipe::schedule::op_token(before.kind, before.stage,
-                                                   static_cast<int>(i)) +
+                       " starts at " + num(start) + " before " +
+                       madpipe::schedule::op_token(before.kind, before.stage, static_cast<int>(i)) +
                        ", which it depends on, ends at " + num(previous_end) +
                        " (absolute times of micro-batch " + std::to_string(i) + ")");
       }
@@ -526,12 +521,12 @@ static void check_dependencies(const madpipe::plan::Plan& plan,
 }
 
 // Every stage has exactly one timed F and one timed B per residue: what evaluate_memory needs.
-static bool complete_pattern(const madpipe::plan::Plan& plan,
-                             const std::vector<OpStatus>& status,
+static bool complete_pattern(const madpipe::plan::Plan& plan, const std::vector<OpStatus>& status,
                              const std::map<OpKey, std::vector<std::size_t>>& by_key) {
   using madpipe::schedule::OpKind;
   for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s)
-    for (madpipe::schedule::OpKind kind : {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B})
+    for (madpipe::schedule::OpKind kind :
+         {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B})
       for (int r = 0; r < plan.pattern.k; ++r) {
         const auto it = by_key.find({s, static_cast<int>(kind), r});
         if (it == by_key.end() || it->second.size() != 1 || !status[it->second[0]].timed)
@@ -568,8 +563,8 @@ static void check_predicted(const madpipe::plan::Plan& plan, bool pattern_ok, Re
                      std::to_string(memory[g]));
     }
   }
-  const bool period_sane = std::isfinite(plan.pattern.period_ms) && plan.pattern.period_ms > 0 &&
-                           plan.pattern.k >= 1;
+  const bool period_sane =
+      std::isfinite(plan.pattern.period_ms) && plan.pattern.period_ms > 0 && plan.pattern.k >= 1;
   if (!std::isfinite(predicted.period_ms) || predicted.period_ms <= 0) {
     report.add("/predicted/period_ms",
                "must be a finite number > 0, got " + num(predicted.period_ms));
@@ -592,9 +587,9 @@ static void check_predicted(const madpipe::plan::Plan& plan, bool pattern_ok, Re
                "must be a finite number >= 0, got " + num(bound));
   } else if (std::isfinite(predicted.period_ms) &&
              bound > predicted.period_ms * (1 + kCostTolerance)) {
-    report.add("/predicted/lower_bound_period_ms",
-               "must not exceed the predicted period_ms (" + num(predicted.period_ms) +
-                   "), got " + num(bound));
+    report.add("/predicted/lower_bound_period_ms", "must not exceed the predicted period_ms (" +
+                                                       num(predicted.period_ms) + "), got " +
+                                                       num(bound));
   }
   if (plan.solver) {
     const std::string& status = plan.solver->status;
@@ -640,12 +635,12 @@ std::vector<madpipe::plan::Violation> madpipe::plan::validate(const Plan& plan) 
 }
 
 std::vector<madpipe::plan::Violation> madpipe::plan::validate(const Plan& plan,
-                                                                      const Profile& profile) {
+                                                              const Profile& profile) {
   return validate_plan(plan, &profile);
 }
 
 void madpipe::plan::throw_if_invalid(const std::vector<Violation>& violations,
-                                         const std::string& file) {
+                                     const std::string& file) {
   if (violations.empty()) return;
   std::string list;
   for (const Violation& v : violations) {
@@ -653,7 +648,7 @@ void madpipe::plan::throw_if_invalid(const std::vector<Violation>& violations,
     list += v.field.empty() ? v.problem : v.field + ": " + v.problem;
   }
   const std::size_t n = violations.size();
-  throw Error(ErrorKind::InvalidInput, file, violations.front().field,
-              "invalid plan: " + std::to_string(n) + (n == 1 ? " violation: " : " violations: ") +
-                  list);
+  throw Error(
+      ErrorKind::InvalidInput, file, violations.front().field,
+      "invalid plan: " + std::to_string(n) + (n == 1 ? " violation: " : " violations: ") + list);
 }

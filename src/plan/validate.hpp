@@ -1,10 +1,10 @@
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "core/profile.hpp"
 #include "plan/plan.hpp"
+
+#include <string>
+#include <vector>
 
 namespace madpipe::plan {
 

@@ -1,15 +1,15 @@
 #include "remat/moccasin.hpp"
 
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "remat/moccasin_milp.hpp"
+#include "remat/remat_heuristic.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cmath>
 #include <sstream>
-
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "remat/moccasin_milp.hpp"
-#include "remat/remat_heuristic.hpp"
 
 const char* madpipe::remat::to_string(MoccasinVariant variant) {
   switch (variant) {
@@ -31,7 +31,7 @@ int madpipe::remat::staged_event(int rank, int stage) {
 int madpipe::remat::staged_event_count(int nodes) { return nodes * (nodes + 1) / 2; }
 
 std::string madpipe::remat::infeasible_budget_reason(const RematGraph& graph,
-                                                        std::int64_t budget_bytes) {
+                                                     std::int64_t budget_bytes) {
   for (int v = 0; v < graph.size(); ++v) {
     const RematNode& node = graph.nodes[static_cast<std::size_t>(v)];
     std::int64_t needed = node.size_bytes;
@@ -48,8 +48,8 @@ std::string madpipe::remat::infeasible_budget_reason(const RematGraph& graph,
   return "";
 }
 
-madpipe::remat::MoccasinVariant madpipe::remat::resolved_variant(
-    const RematGraph& graph, const MoccasinOptions& options) {
+madpipe::remat::MoccasinVariant madpipe::remat::resolved_variant(const RematGraph& graph,
+                                                                 const MoccasinOptions& options) {
   if (options.variant != MoccasinVariant::Auto) return options.variant;
   return graph.size() <= options.order_free_max_nodes ? MoccasinVariant::OrderFree
                                                       : MoccasinVariant::Staged;
@@ -79,9 +79,11 @@ static int max_computations_within(const madpipe::remat::RematGraph& graph, doub
   return extra < 1e6 ? graph.size() + static_cast<int>(std::max(0.0, extra)) : 0;
 }
 
-static std::unique_ptr<madpipe::remat::RematMilp> make_milp(
-    const madpipe::remat::RematGraph& graph, std::int64_t budget_bytes, int max_computations,
-    madpipe::remat::MoccasinVariant variant, const std::vector<int>& hint) {
+static std::unique_ptr<madpipe::remat::RematMilp> make_milp(const madpipe::remat::RematGraph& graph,
+                                                            std::int64_t budget_bytes,
+                                                            int max_computations,
+                                                            madpipe::remat::MoccasinVariant variant,
+                                                            const std::vector<int>& hint) {
   using madpipe::remat::MoccasinVariant;
   if (variant == MoccasinVariant::OrderFree) {
     double hint_ms = 0;
@@ -95,10 +97,10 @@ static std::unique_ptr<madpipe::remat::RematMilp> make_milp(
 }
 
 madpipe::solver::Model madpipe::remat::moccasin_model(const RematGraph& graph,
-                                                         std::int64_t budget_bytes,
-                                                         const MoccasinOptions& options,
-                                                         MoccasinVariant variant,
-                                                         const std::vector<int>& hint) {
+                                                      std::int64_t budget_bytes,
+                                                      const MoccasinOptions& options,
+                                                      MoccasinVariant variant,
+                                                      const std::vector<int>& hint) {
   check_remat_graph(graph);
   check_options(options, budget_bytes);
   const std::unique_ptr<RematMilp> milp =
@@ -174,8 +176,9 @@ static void adopt(MoccasinResult& result, CheckedPlan plan, const std::string& m
   result.peak_bytes = plan.replay.peak_bytes;
 }
 
-madpipe::remat::MoccasinResult madpipe::remat::moccasin_remat(
-    const RematGraph& graph, std::int64_t budget_bytes, const MoccasinOptions& options) {
+madpipe::remat::MoccasinResult madpipe::remat::moccasin_remat(const RematGraph& graph,
+                                                              std::int64_t budget_bytes,
+                                                              const MoccasinOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   check_remat_graph(graph);
   check_options(options, budget_bytes);
@@ -235,7 +238,8 @@ madpipe::remat::MoccasinResult madpipe::remat::moccasin_remat(
   if (std::isfinite(solved.bound)) result.bound_ms = std::max(result.bound_ms, solved.bound);
   std::string outcome = "milp " + std::string(solver::to_string(solved.status)) + " (" +
                         solved.backend + ", " + to_string(result.variant);
-  if (solved.status == solver::Status::Feasible) outcome += ", gap " + madpipe::format_percent(solved.gap);
+  if (solved.status == solver::Status::Feasible)
+    outcome += ", gap " + madpipe::format_percent(solved.gap);
   if (has_hint && !run.started_from_hint) outcome += ", the hint did not fit the variant";
   outcome += ")";
   if (!solved.message.empty()) outcome += ": " + solved.message;

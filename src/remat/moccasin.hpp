@@ -1,11 +1,11 @@
 #pragma once
 
+#include "remat/remat_graph.hpp"
+#include "solver/solve.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "remat/remat_graph.hpp"
-#include "solver/solve.hpp"
 
 namespace madpipe::remat {
 
@@ -36,7 +36,7 @@ struct MoccasinOptions {
   int max_computations = 2;  // C: computations of a node at most, the first included (>= 1)
   MoccasinVariant variant = MoccasinVariant::Auto;
   int order_free_max_nodes = 8;  // Auto solves OrderFree up to this many nodes, else Staged
-  std::string backend;            // "cbc", "glpk"; empty: the first built
+  std::string backend;           // "cbc", "glpk"; empty: the first built
   solver::SolveOptions solve{10.0, 1e-4, 1, false};
 };
 
@@ -73,10 +73,11 @@ struct MoccasinResult {
 // Solves the graph for the budget: the pre-check; the input order without recomputation when it
 // fits; else best_remat_hint() (ROTOR on a training chain, the greedy otherwise), then the
 // variant's MILP with the hint as MIP start. OrderFree first solves Staged (much faster) and starts
-// from its plan when it beats the hint; the time limit applies to each solve. Every plan, the solver's and the hint, is replayed
-// by simulate_remat() and kept only when valid, within the budget and the caps. On a timeout
-// without a solution, a solver error, an invalid decode or no backend built, the hint is kept
-// (status Feasible) with a note. Throws Error{InvalidInput} for an invalid graph or options.
+// from its plan when it beats the hint; the time limit applies to each solve. Every plan, the
+// solver's and the hint, is replayed by simulate_remat() and kept only when valid, within the
+// budget and the caps. On a timeout without a solution, a solver error, an invalid decode or no
+// backend built, the hint is kept (status Feasible) with a note. Throws Error{InvalidInput} for an
+// invalid graph or options.
 MoccasinResult moccasin_remat(const RematGraph& graph, std::int64_t budget_bytes,
                               const MoccasinOptions& options);
 

@@ -1,11 +1,11 @@
 #pragma once
 
+#include "remat/remat_graph.hpp"
+#include "solver/model.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include "remat/remat_graph.hpp"
-#include "solver/model.hpp"
 
 namespace madpipe::remat {
 

@@ -1,12 +1,12 @@
 #include "remat/offload_replay.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <vector>
-
-#include "core/error.hpp"
 
 namespace {
 using madpipe::remat::OffloadReplay;
@@ -394,8 +394,9 @@ OffloadReplay Replayer::run() {
 }
 }  // namespace
 
-madpipe::remat::OffloadReplay madpipe::remat::replay_offload_sequence(
-    const RematChain& chain, const RematSequence& sequence, std::int64_t budget_bytes,
-    double host_bytes_per_ms) {
+madpipe::remat::OffloadReplay madpipe::remat::replay_offload_sequence(const RematChain& chain,
+                                                                      const RematSequence& sequence,
+                                                                      std::int64_t budget_bytes,
+                                                                      double host_bytes_per_ms) {
   return Replayer(chain, sequence, budget_bytes, host_bytes_per_ms).run();
 }

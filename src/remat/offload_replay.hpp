@@ -1,10 +1,10 @@
 #pragma once
 
-#include <cstdint>
-#include <string>
-
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
+
+#include <cstdint>
+#include <string>
 
 namespace madpipe::remat {
 

@@ -1,5 +1,7 @@
 #include "remat/pofo.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -7,8 +9,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "core/error.hpp"
 
 // The pofo dynamic program (thesis ch. 4, digest notes/seeds-remat-offload.md §4).
 //
@@ -469,7 +469,7 @@ RematSequence PofoSolver::sequence(double& time_ms) {
 }
 
 madpipe::remat::OffloadResult solve(const RematChain& chain, std::int64_t budget_bytes,
-                                       double host_bytes_per_ms, int steps, bool remat) {
+                                    double host_bytes_per_ms, int steps, bool remat) {
   if (steps < 1 || steps > 10000)
     throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "steps",
                          "must be in 1..10000, got " + std::to_string(steps));
@@ -489,7 +489,7 @@ madpipe::remat::OffloadResult solve(const RematChain& chain, std::int64_t budget
   double best = kInfinity;
   result.sequence = solver.sequence(best);
   result.replay = madpipe::remat::replay_offload_sequence(chain, result.sequence, budget_bytes,
-                                                             host_bytes_per_ms);
+                                                          host_bytes_per_ms);
   if (!result.replay.valid)
     throw madpipe::Error(madpipe::ErrorKind::Internal, "", "",
                          "pofo produced an invalid sequence: " + result.replay.problem);
@@ -500,15 +500,15 @@ madpipe::remat::OffloadResult solve(const RematChain& chain, std::int64_t budget
 }  // namespace
 
 madpipe::remat::OffloadResult madpipe::remat::optimal_offload_remat(const RematChain& chain,
-                                                                          std::int64_t budget_bytes,
-                                                                          double host_bytes_per_ms,
-                                                                          int steps) {
+                                                                    std::int64_t budget_bytes,
+                                                                    double host_bytes_per_ms,
+                                                                    int steps) {
   return solve(chain, budget_bytes, host_bytes_per_ms, steps, true);
 }
 
 madpipe::remat::OffloadResult madpipe::remat::optimal_offload_only(const RematChain& chain,
-                                                                         std::int64_t budget_bytes,
-                                                                         double host_bytes_per_ms,
-                                                                         int steps) {
+                                                                   std::int64_t budget_bytes,
+                                                                   double host_bytes_per_ms,
+                                                                   int steps) {
   return solve(chain, budget_bytes, host_bytes_per_ms, steps, false);
 }

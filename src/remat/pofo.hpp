@@ -1,10 +1,10 @@
 #pragma once
 
-#include <cstdint>
-
 #include "remat/offload_replay.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
+
+#include <cstdint>
 
 namespace madpipe::remat {
 

@@ -21,8 +21,8 @@ madpipe::remat::RematChain madpipe::remat::make_remat_chain(int stages) {
   return chain;
 }
 
-madpipe::remat::RematChain madpipe::remat::stage_remat_chain(const Profile& profile,
-                                                                   int first, int last) {
+madpipe::remat::RematChain madpipe::remat::stage_remat_chain(const Profile& profile, int first,
+                                                             int last) {
   const int layers = static_cast<int>(profile.layers.size());
   if (first < 0 || last < first || last >= layers)
     throw Error(ErrorKind::InvalidInput, "", "layers",

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "core/profile.hpp"
+
 #include <cstdint>
 #include <vector>
-
-#include "core/profile.hpp"
 
 namespace madpipe::remat {
 
@@ -15,9 +15,9 @@ namespace madpipe::remat {
 //   delta[k] gradient of a[k], input of B_k and output of B_{k+1}
 //   o_f[k], o_b[k]  transient overheads of F_k and B_k beyond their inputs and outputs
 struct RematChain {
-  int first_layer = 0;  // profile index of stage 1, for printing sequences
-  std::vector<double> forward_ms, backward_ms;             // [1..n+1]
-  std::vector<std::int64_t> a, abar, delta;                // [0..n+1]
+  int first_layer = 0;                          // profile index of stage 1, for printing sequences
+  std::vector<double> forward_ms, backward_ms;  // [1..n+1]
+  std::vector<std::int64_t> a, abar, delta;     // [0..n+1]
   std::vector<std::int64_t> forward_overhead, backward_overhead;  // [1..n+1]
 
   // Stages including the loss: n + 1.

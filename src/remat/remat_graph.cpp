@@ -1,11 +1,11 @@
 #include "remat/remat_graph.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <unordered_map>
-
-#include "core/error.hpp"
 
 static std::string node_field(int v, const char* key) {
   return "/nodes/" + std::to_string(v) + "/" + key;
@@ -63,7 +63,7 @@ static std::string quoted(const madpipe::remat::RematGraph& graph, int v) {
 }
 
 madpipe::remat::GraphReplay madpipe::remat::simulate_remat(const RematGraph& graph,
-                                                                 const GraphSequence& sequence) {
+                                                           const GraphSequence& sequence) {
   GraphReplay replay;
   const std::size_t n = graph.nodes.size();
   replay.computations.assign(n, 0);
@@ -112,8 +112,8 @@ madpipe::remat::GraphReplay madpipe::remat::simulate_remat(const RematGraph& gra
   return replay;
 }
 
-madpipe::remat::GraphSequence madpipe::remat::with_earliest_frees(
-    const RematGraph& graph, const std::vector<int>& nodes) {
+madpipe::remat::GraphSequence madpipe::remat::with_earliest_frees(const RematGraph& graph,
+                                                                  const std::vector<int>& nodes) {
   GraphSequence sequence(nodes.size());
   // last_use[p]: the last step reading the output computed at step p before its node runs again.
   std::vector<std::size_t> last_use(nodes.size());

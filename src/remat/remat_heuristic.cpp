@@ -1,11 +1,11 @@
 #include "remat/remat_heuristic.hpp"
 
+#include "core/error.hpp"
+#include "remat/rotor.hpp"
+
 #include <algorithm>
 #include <random>
 #include <tuple>
-
-#include "core/error.hpp"
-#include "remat/rotor.hpp"
 
 using madpipe::remat::RematGraph;
 
@@ -93,7 +93,7 @@ std::optional<madpipe::remat::TrainingChain> madpipe::remat::as_training_chain(
 }
 
 madpipe::remat::RematChain madpipe::remat::rotor_chain_of(const RematGraph& graph,
-                                                                const TrainingChain& chain) {
+                                                          const TrainingChain& chain) {
   const int length = static_cast<int>(chain.backward.size());
   RematChain rotor = make_remat_chain(length - 1);
   auto node = [&](int v) -> const RematNode& { return graph.nodes[static_cast<std::size_t>(v)]; };
@@ -112,8 +112,8 @@ madpipe::remat::RematChain madpipe::remat::rotor_chain_of(const RematGraph& grap
 }
 
 std::vector<int> madpipe::remat::rotor_remat_nodes(const RematGraph& graph,
-                                                      const TrainingChain& chain,
-                                                      std::int64_t budget_bytes) {
+                                                   const TrainingChain& chain,
+                                                   std::int64_t budget_bytes) {
   const RematResult result = optimal_remat(rotor_chain_of(graph, chain), budget_bytes);
   if (!result.feasible) return {};
   std::vector<int> nodes = {chain.forward[0]};
@@ -278,9 +278,8 @@ class Greedy {
 }  // namespace
 
 std::vector<int> madpipe::remat::greedy_remat_nodes(const RematGraph& graph,
-                                                       std::int64_t budget_bytes,
-                                                       int max_computations, EvictionRule rule,
-                                                       unsigned seed) {
+                                                    std::int64_t budget_bytes, int max_computations,
+                                                    EvictionRule rule, unsigned seed) {
   return Greedy(graph, budget_bytes, max_computations, rule, seed).run();
 }
 
@@ -327,8 +326,8 @@ static std::vector<int> without_needless_recomputations(const madpipe::remat::Re
 }
 
 madpipe::remat::RematHint madpipe::remat::best_remat_hint(const RematGraph& graph,
-                                                                std::int64_t budget_bytes,
-                                                                int max_computations) {
+                                                          std::int64_t budget_bytes,
+                                                          int max_computations) {
   RematHint best;
   auto consider = [&](const std::vector<int>& found, const std::string& method) {
     if (found.empty()) return;

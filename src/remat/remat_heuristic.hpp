@@ -1,12 +1,12 @@
 #pragma once
 
+#include "remat/remat_chain.hpp"
+#include "remat/remat_graph.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "remat/remat_chain.hpp"
-#include "remat/remat_graph.hpp"
 
 namespace madpipe::remat {
 

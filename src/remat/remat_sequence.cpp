@@ -1,9 +1,9 @@
 #include "remat/remat_sequence.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <sstream>
-
-#include "core/error.hpp"
 
 namespace {
 using madpipe::remat::RematChain;
@@ -16,9 +16,9 @@ struct Token {
   const char* suffix;
 };
 constexpr Token kTokens[] = {
-    {RematOpKind::ForwardAll, "F", "all"},     {RematOpKind::ForwardCheckpoint, "F", "ck"},
-    {RematOpKind::ForwardNone, "F", "none"},   {RematOpKind::Backward, "B", ""},
-    {RematOpKind::Offload, "O", ""},           {RematOpKind::Prefetch, "P", ""},
+    {RematOpKind::ForwardAll, "F", "all"},   {RematOpKind::ForwardCheckpoint, "F", "ck"},
+    {RematOpKind::ForwardNone, "F", "none"}, {RematOpKind::Backward, "B", ""},
+    {RematOpKind::Offload, "O", ""},         {RematOpKind::Prefetch, "P", ""},
 };
 
 std::string token_of(const RematOp& op, const RematChain& chain) {
@@ -37,7 +37,8 @@ RematOp parse_token(const std::string& text, const RematChain& chain) {
   if (text == "dLoss") return {RematOpKind::Backward, loss};
   for (const Token& token : kTokens) {
     const std::string prefix = token.prefix, suffix = token.suffix;
-    if (text.size() <= prefix.size() + suffix.size() || text.compare(0, prefix.size(), prefix) != 0 ||
+    if (text.size() <= prefix.size() + suffix.size() ||
+        text.compare(0, prefix.size(), prefix) != 0 ||
         text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     const std::string digits =
@@ -47,9 +48,9 @@ RematOp parse_token(const std::string& text, const RematChain& chain) {
     const int stage = std::stoi(digits) - chain.first_layer + 1;
     if (stage < 1 || stage >= loss)
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "sequence",
-                           "op '" + text + "' names layer " + digits + ", outside the stage's layers " +
-                               std::to_string(chain.first_layer) + ".." +
-                               std::to_string(chain.first_layer + loss - 2));
+                           "op '" + text + "' names layer " + digits +
+                               ", outside the stage's layers " + std::to_string(chain.first_layer) +
+                               ".." + std::to_string(chain.first_layer + loss - 2));
     return {token.kind, stage};
   }
   throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "sequence",
@@ -69,7 +70,7 @@ std::string madpipe::remat::to_string(const RematSequence& sequence, const Remat
 }
 
 madpipe::remat::RematSequence madpipe::remat::parse_remat_sequence(const std::string& text,
-                                                                         const RematChain& chain) {
+                                                                   const RematChain& chain) {
   RematSequence sequence;
   std::istringstream in(text);
   std::string token;
@@ -129,8 +130,8 @@ class ReplayMemory {
 };
 }  // namespace
 
-madpipe::remat::SequenceReplay madpipe::remat::replay_sequence(
-    const RematChain& chain, const RematSequence& sequence) {
+madpipe::remat::SequenceReplay madpipe::remat::replay_sequence(const RematChain& chain,
+                                                               const RematSequence& sequence) {
   SequenceReplay replay;
   ReplayMemory memory(chain);
   const int n = chain.length();
@@ -138,8 +139,8 @@ madpipe::remat::SequenceReplay madpipe::remat::replay_sequence(
   bool backward_phase = false;
   auto fail = [&](std::size_t index, const std::string& problem) {
     replay.valid = false;
-    replay.problem = "op " + std::to_string(index + 1) + " (" +
-                     token_of(sequence[index], chain) + "): " + problem;
+    replay.problem = "op " + std::to_string(index + 1) + " (" + token_of(sequence[index], chain) +
+                     "): " + problem;
     return replay;
   };
   for (std::size_t i = 0; i < sequence.size(); ++i) {

@@ -1,10 +1,10 @@
 #pragma once
 
+#include "remat/remat_chain.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "remat/remat_chain.hpp"
 
 namespace madpipe::remat {
 
@@ -42,9 +42,9 @@ RematSequence store_all_sequence(const RematChain& chain);
 // What replaying a sequence on a chain gives, with exact byte sizes (no offloading).
 struct SequenceReplay {
   bool valid = false;
-  std::string problem;  // first violation when !valid, naming the op
-  double forward_ms = 0;   // ops up to and including the loss forward
-  double backward_ms = 0;  // the ops after it: backwards and recomputations
+  std::string problem;            // first violation when !valid, naming the op
+  double forward_ms = 0;          // ops up to and including the loss forward
+  double backward_ms = 0;         // the ops after it: backwards and recomputations
   std::int64_t stored_bytes = 0;  // held at the end of the loss forward (a[0] included)
   std::int64_t peak_bytes = 0;    // largest memory during any op, a[0] and overheads included
 

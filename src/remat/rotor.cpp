@@ -1,16 +1,17 @@
 #include "remat/rotor.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
 
-#include "core/error.hpp"
-
 using madpipe::remat::RematOpKind;
 
-madpipe::remat::RotorTable::RotorTable(const RematChain& chain, std::int64_t slot_bytes,
-                                          int slots)
-    : chain_(chain), slot_bytes_(std::max<std::int64_t>(1, slot_bytes)), slots_(slots),
+madpipe::remat::RotorTable::RotorTable(const RematChain& chain, std::int64_t slot_bytes, int slots)
+    : chain_(chain),
+      slot_bytes_(std::max<std::int64_t>(1, slot_bytes)),
+      slots_(slots),
       n_(chain.length()) {
   if (slots < 0 || n_ < 1 || n_ > 32000)
     throw Error(ErrorKind::Internal, "", "", "RotorTable: bad chain length or slot count");
@@ -57,8 +58,8 @@ void madpipe::remat::RotorTable::compute(int m, int s, int t) {
   int choice = -2;
   const double forward = chain_.forward_ms[s];
   if (s == t) {
-    const int need = t == n_ ? std::max(chain_limit_[cell(s, t)], threshold_)
-                             : chain_limit_[cell(s, t)];
+    const int need =
+        t == n_ ? std::max(chain_limit_[cell(s, t)], threshold_) : chain_limit_[cell(s, t)];
     if (m >= need) {
       best = forward + chain_.backward_ms[s];
       choice = -1;
@@ -94,7 +95,8 @@ void madpipe::remat::RotorTable::compute(int m, int s, int t) {
   }
   // Round up so that a stored value is never below the true sum.
   float stored = static_cast<float>(best);
-  if (static_cast<double>(stored) < best) stored = std::nextafter(stored, static_cast<float>(kInfinity));
+  if (static_cast<double>(stored) < best)
+    stored = std::nextafter(stored, static_cast<float>(kInfinity));
   values_[index] = stored;
   choice_[index] = static_cast<std::int16_t>(choice);
 }
@@ -119,7 +121,8 @@ madpipe::remat::RematSequence madpipe::remat::RotorTable::sequence(int memory) c
 
 void madpipe::remat::RotorTable::append_sequence(int s, int t, int m, RematSequence& out) const {
   const int choice = choice_[static_cast<std::size_t>(m) * cells_ + cell(s, t)];
-  if (choice == -2) throw Error(ErrorKind::Internal, "", "", "ROTOR reconstruction hit an infeasible cell");
+  if (choice == -2)
+    throw Error(ErrorKind::Internal, "", "", "ROTOR reconstruction hit an infeasible cell");
   if (s == t) {
     out.push_back({RematOpKind::ForwardAll, s});
     out.push_back({RematOpKind::Backward, s});
@@ -141,7 +144,7 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 madpipe::remat::RematResult replayed(const madpipe::remat::RematChain& chain,
-                                        madpipe::remat::RematSequence sequence) {
+                                     madpipe::remat::RematSequence sequence) {
   madpipe::remat::RematResult result;
   result.replay = madpipe::remat::replay_sequence(chain, sequence);
   if (!result.replay.valid)
@@ -159,7 +162,8 @@ std::vector<int> threshold_grid(int slots, int steps) {
     return grid;
   }
   for (int i = 0; i < steps; ++i) {
-    const int tau = steps == 1 ? 0 : static_cast<int>(static_cast<long long>(i) * slots / (steps - 1));
+    const int tau =
+        steps == 1 ? 0 : static_cast<int>(static_cast<long long>(i) * slots / (steps - 1));
     if (grid.empty() || grid.back() != tau) grid.push_back(tau);
   }
   return grid;
@@ -167,8 +171,7 @@ std::vector<int> threshold_grid(int slots, int steps) {
 }  // namespace
 
 madpipe::remat::RematResult madpipe::remat::optimal_remat(const RematChain& chain,
-                                                                std::int64_t budget_bytes,
-                                                                int slots) {
+                                                          std::int64_t budget_bytes, int slots) {
   const std::int64_t memory = budget_bytes - chain.a[0];
   if (memory < 0 || slots < 1) return {};
   const RotorTable table(chain, std::max<std::int64_t>(1, ceil_div(memory, slots)), slots);
@@ -207,8 +210,7 @@ madpipe::remat::RematResult madpipe::remat::optimal_pipelined_remat(
   return result;
 }
 
-static bool dominates(const madpipe::remat::RematOption& a,
-                      const madpipe::remat::RematOption& b) {
+static bool dominates(const madpipe::remat::RematOption& a, const madpipe::remat::RematOption& b) {
   return a.total_ms() <= b.total_ms() && a.stored_bytes <= b.stored_bytes &&
          a.transient_bytes <= b.transient_bytes;
 }
@@ -244,8 +246,9 @@ RematOption option_of(const madpipe::remat::RematResult& result) {
 }
 }  // namespace
 
-std::vector<madpipe::remat::RematOption> madpipe::remat::remat_options(
-    const RematChain& chain, int slots, int threshold_steps) {
+std::vector<madpipe::remat::RematOption> madpipe::remat::remat_options(const RematChain& chain,
+                                                                       int slots,
+                                                                       int threshold_steps) {
   std::vector<RematOption> options;
   const RematResult store_all = replayed(chain, store_all_sequence(chain));
   options.push_back(option_of(store_all));
@@ -289,18 +292,22 @@ madpipe::remat::RematSequence madpipe::remat::sequential_checkpoint_sequence(
   const int n = chain.length();  // the loss is the last stage of the last segment
   segments = std::max(1, std::min(segments, n));
   std::vector<int> starts;
-  for (int i = 0; i < segments; ++i) starts.push_back(1 + static_cast<int>(static_cast<long long>(i) * n / segments));
+  for (int i = 0; i < segments; ++i)
+    starts.push_back(1 + static_cast<int>(static_cast<long long>(i) * n / segments));
   starts.push_back(n + 1);
   RematSequence sequence;
   for (int i = 0; i + 1 < segments; ++i) {
     sequence.push_back({RematOpKind::ForwardCheckpoint, starts[i]});
-    for (int k = starts[i] + 1; k < starts[i + 1]; ++k) sequence.push_back({RematOpKind::ForwardNone, k});
+    for (int k = starts[i] + 1; k < starts[i + 1]; ++k)
+      sequence.push_back({RematOpKind::ForwardNone, k});
   }
   for (int k = starts[segments - 1]; k <= n; ++k) sequence.push_back({RematOpKind::ForwardAll, k});
   for (int k = n; k >= starts[segments - 1]; --k) sequence.push_back({RematOpKind::Backward, k});
   for (int i = segments - 2; i >= 0; --i) {
-    for (int k = starts[i]; k < starts[i + 1]; ++k) sequence.push_back({RematOpKind::ForwardAll, k});
-    for (int k = starts[i + 1] - 1; k >= starts[i]; --k) sequence.push_back({RematOpKind::Backward, k});
+    for (int k = starts[i]; k < starts[i + 1]; ++k)
+      sequence.push_back({RematOpKind::ForwardAll, k});
+    for (int k = starts[i + 1] - 1; k >= starts[i]; --k)
+      sequence.push_back({RematOpKind::Backward, k});
   }
   return sequence;
 }

@@ -1,12 +1,12 @@
 #pragma once
 
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <vector>
-
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
 
 namespace madpipe::remat {
 
@@ -38,7 +38,9 @@ class RotorTable {
 
  private:
   std::size_t cell(int s, int t) const noexcept;
-  float& value(int m, int s, int t) { return values_[static_cast<std::size_t>(m) * cells_ + cell(s, t)]; }
+  float& value(int m, int s, int t) {
+    return values_[static_cast<std::size_t>(m) * cells_ + cell(s, t)];
+  }
   float value(int m, int s, int t) const {
     return values_[static_cast<std::size_t>(m) * cells_ + cell(s, t)];
   }
@@ -52,8 +54,8 @@ class RotorTable {
   int threshold_ = 0;
   std::size_t cells_;
   std::vector<int> a_, abar_, delta_, overhead_f_, overhead_b_;
-  std::vector<int> chain_limit_;  // m_all(s, t), per cell
-  std::vector<float> values_;     // [m][cell]
+  std::vector<int> chain_limit_;      // m_all(s, t), per cell
+  std::vector<float> values_;         // [m][cell]
   std::vector<std::int16_t> choice_;  // [m][cell]: -1 F^all first, s' >= s leaf, -2 none
 };
 
@@ -82,7 +84,7 @@ RematSequence sequential_checkpoint_sequence(const RematChain& chain, int segmen
 // One way to run a pipeline stage: its effective times and memory (exact replay).
 struct RematOption {
   double forward_ms = 0;
-  double backward_ms = 0;  // recomputations included
+  double backward_ms = 0;            // recomputations included
   std::int64_t stored_bytes = 0;     // per micro-batch in flight
   std::int64_t transient_bytes = 0;  // above stored, during its own ops
   RematSequence sequence;

@@ -1,12 +1,12 @@
 #include "remat/stage_graph.hpp"
 
+#include "core/error.hpp"
+
 #include <cctype>
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
-
-#include "core/error.hpp"
 
 static constexpr int kLayerInput = -1;  // in OpSpec::inputs: the layer's input
 
@@ -226,8 +226,8 @@ static std::vector<OpSpec> generic_ops(const Layer& layer) {
           {"", 0.5, 1, {0}, Reads::InputsAndOutput}};
 }
 
-madpipe::remat::RematGraph madpipe::remat::layer_chain_graph(const Profile& profile,
-                                                                   int first, int last) {
+madpipe::remat::RematGraph madpipe::remat::layer_chain_graph(const Profile& profile, int first,
+                                                             int last) {
   StageGraphBuilder builder(profile, first, last);
   for (int l = first; l <= last; ++l) {
     const Layer& layer = profile.layers[static_cast<std::size_t>(l)];
@@ -238,7 +238,7 @@ madpipe::remat::RematGraph madpipe::remat::layer_chain_graph(const Profile& prof
 }
 
 madpipe::remat::RematGraph madpipe::remat::stage_graph(const Profile& profile, int first,
-                                                             int last) {
+                                                       int last) {
   StageGraphBuilder builder(profile, first, last);
   for (int l = first; l <= last; ++l) {
     const Layer& layer = profile.layers[static_cast<std::size_t>(l)];

@@ -1,13 +1,13 @@
 #include "runtime/checkpoint.hpp"
 
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <regex>
-
-#include "core/error.hpp"
-#include "core/json_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -71,10 +71,12 @@ void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
   try {
     archive.save_to(tmp.string());
   } catch (const c10::Error& e) {
-    throw Error(ErrorKind::Io, tmp.string(), "", std::string("cannot write checkpoint: ") + e.what_without_backtrace());
+    throw Error(ErrorKind::Io, tmp.string(), "",
+                std::string("cannot write checkpoint: ") + e.what_without_backtrace());
   }
   const std::string sum = checksum_of(tmp);
-  if (sum.empty()) throw Error(ErrorKind::Io, tmp.string(), "", "cannot read back the checkpoint just written");
+  if (sum.empty())
+    throw Error(ErrorKind::Io, tmp.string(), "", "cannot read back the checkpoint just written");
   fs::rename(tmp, target);
   write_file_atomically(sum_file(target).string(), sum + "\n");
 }
@@ -101,7 +103,8 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
   try {
     archive.load_from(file.string());
   } catch (const c10::Error& e) {
-    throw Error(ErrorKind::Io, file.string(), "", std::string("cannot read checkpoint: ") + e.what_without_backtrace());
+    throw Error(ErrorKind::Io, file.string(), "",
+                std::string("cannot read checkpoint: ") + e.what_without_backtrace());
   }
   torch::Tensor count;
   archive.read("parameters", count);
@@ -126,8 +129,10 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
 }
 
 void madpipe::runtime::mark_complete(const std::string& dir, int step) {
-  write_file_atomically((checkpoint_dir(dir, step) / "complete").string(), std::to_string(step) + "\n");
-  write_file_atomically((fs::path(dir) / "checkpoints" / "latest").string(), std::to_string(step) + "\n");
+  write_file_atomically((checkpoint_dir(dir, step) / "complete").string(),
+                        std::to_string(step) + "\n");
+  write_file_atomically((fs::path(dir) / "checkpoints" / "latest").string(),
+                        std::to_string(step) + "\n");
 }
 
 std::vector<int> madpipe::runtime::complete_checkpoints(const std::string& dir) {

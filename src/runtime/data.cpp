@@ -1,13 +1,13 @@
 #include "runtime/data.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
-
-#include "core/error.hpp"
 
 namespace fs = std::filesystem;
 
@@ -130,8 +130,7 @@ madpipe::runtime::SyntheticImages::SyntheticImages(int image, int classes, int m
     for (int c = 0; c < classes; ++c) w[i][c] = normal(rng);
 }
 
-madpipe::runtime::Batch madpipe::runtime::SyntheticImages::micro_batch(std::int64_t step,
-                                                                       int index,
+madpipe::runtime::Batch madpipe::runtime::SyntheticImages::micro_batch(std::int64_t step, int index,
                                                                        bool validation) const {
   std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -1,14 +1,14 @@
 #pragma once
 
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
-
-#include "runtime/model.hpp"
-#include "runtime/trainer.hpp"
 
 namespace madpipe::runtime {
 

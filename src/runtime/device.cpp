@@ -5,7 +5,8 @@
 torch::Device madpipe::runtime::device_of(const std::string& name, int local_rank) {
   if (name == "cuda" && torch::cuda::is_available()) {
     const int count = static_cast<int>(torch::cuda::device_count());
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank < 0 ? 0 : local_rank % count));
+    return torch::Device(torch::kCUDA,
+                         static_cast<c10::DeviceIndex>(local_rank < 0 ? 0 : local_rank % count));
   }
   try {
     const torch::Device device(name);

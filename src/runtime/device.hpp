@@ -1,11 +1,11 @@
 #pragma once
 
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+
 #include <string>
 
 #include <torch/torch.h>
-
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
 
 namespace madpipe::runtime {
 

@@ -1,10 +1,10 @@
 #include "runtime/executor.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <map>
-
-#include "core/error.hpp"
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
@@ -12,7 +12,8 @@ using madpipe::plan::TraceOpKind;
 using madpipe::plan::TraceTransferKind;
 
 static double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 static std::int64_t bytes_of(const torch::Tensor& t) {
@@ -20,7 +21,7 @@ static std::int64_t bytes_of(const torch::Tensor& t) {
 }
 
 madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel& model,
-                                                                    const Batch& sample) {
+                                                                     const Batch& sample) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> buffers, saved;
   for (const auto& layer : model.layers)
@@ -40,18 +41,17 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
   return outputs;
 }
 
-madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
-                                                     const plan::Plan& plan, int rank,
-                                                     Transport& transport, const Batch& sample)
+madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const plan::Plan& plan,
+                                                     int rank, Transport& transport,
+                                                     const Batch& sample)
     : PipelineExecutor(model, plan, rank, transport, probe_layer_outputs(model, sample)) {}
 
-madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
-                                                     const plan::Plan& plan, int rank,
-                                                     Transport& transport,
+madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const plan::Plan& plan,
+                                                     int rank, Transport& transport,
                                                      const LayerOutputs& outputs)
     : model_(model), plan_(plan), rank_(rank), transport_(transport) {
-  if (plan.stages.empty() || plan.stages.back().last_layer + 1 !=
-                                 static_cast<int>(model.layers.size()))
+  if (plan.stages.empty() ||
+      plan.stages.back().last_layer + 1 != static_cast<int>(model.layers.size()))
     throw Error(ErrorKind::InvalidInput, "", "/stages",
                 "the plan covers " +
                     std::to_string(plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1) +
@@ -62,8 +62,7 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model,
                     std::to_string(model.layers.size()));
   // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
   for (const schedule::Stage& stage : plan.stages) {
-    sequences_.push_back(stage.sequence.empty() ? nullptr
-                                                : std::make_unique<StageSequence>(stage));
+    sequences_.push_back(stage.sequence.empty() ? nullptr : std::make_unique<StageSequence>(stage));
     output_shapes_.push_back(outputs.shapes[stage.last_layer]);
     output_dtypes_.push_back(outputs.dtypes[stage.last_layer]);
   }
@@ -83,7 +82,7 @@ std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
 }
 
 std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage,
-                                                                               int copy) const {
+                                                                                int copy) const {
   const ChainModel& model = copy == 1 && second_ ? *second_ : model_;
   return model.parameters(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
 }
@@ -124,9 +123,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   auto gpu_of = [&](int s) { return plan_.stages[s].gpu; };
   auto post_receive = [&](const Instr& instr, torch::Tensor buffer) {
     const bool act = instr.kind == InstrKind::RecvAct;
-    transport_.post_recv(instr.peer,
-                         {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
-                         std::move(buffer));
+    transport_.post_recv(
+        instr.peer,
+        {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
+        std::move(buffer));
   };
   // Receives are posted ahead of their use (Arena) or all at the start of the step (Upfront):
   // either way data lands while earlier instructions compute.
@@ -135,7 +135,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   if (receives_ == Receives::Arena) {
     receives = &receive_plan(list, train);
     if (receives->placed() && (!arena_.defined() || arena_.numel() < receives->arena_bytes()))
-      arena_ = torch::empty({receives->arena_bytes()}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+      arena_ = torch::empty({receives->arena_bytes()},
+                            torch::TensorOptions().dtype(torch::kUInt8).device(device_));
     for (int j = 0; j < static_cast<int>(receives->slots.size()); ++j) {
       post_before[receives->slots[j].post_before].push_back(j);
       free_after[receives->slots[j].last_use].push_back(j);
@@ -157,19 +158,21 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     const plan::ReceiveSlot& slot = receives->slots[j];
     if (slot.offset >= 0)
       for (const auto& [other, placed] : live)
-        if (slot.offset < placed->offset + placed->bytes && placed->offset < slot.offset + slot.bytes)
+        if (slot.offset < placed->offset + placed->bytes &&
+            placed->offset < slot.offset + slot.bytes)
           throw Error(ErrorKind::Internal, "", "receive arena",
-                      "the buffer of " + plan::to_string(list[slot.instr]) + " overlaps the live buffer of " +
-                          plan::to_string(list[placed->instr]));
+                      "the buffer of " + plan::to_string(list[slot.instr]) +
+                          " overlaps the live buffer of " + plan::to_string(list[placed->instr]));
     live.emplace(j, &slot);
     live_bytes += slot.bytes;
     use.peak_live_bytes = std::max(use.peak_live_bytes, live_bytes);
-    if (slot.offset >= 0) use.high_water_bytes = std::max(use.high_water_bytes, slot.offset + slot.bytes);
+    if (slot.offset >= 0)
+      use.high_water_bytes = std::max(use.high_water_bytes, slot.offset + slot.bytes);
     post_receive(list[slot.instr], receive_buffer(list[slot.instr].stage, slot.offset));
   };
   struct Slot {
-    torch::Tensor input;   // leaf whose gradient goes to the previous stage
-    torch::Tensor output;  // stage output (or the scaled loss on the last stage)
+    torch::Tensor input;               // leaf whose gradient goes to the previous stage
+    torch::Tensor output;              // stage output (or the scaled loss on the last stage)
     std::unique_ptr<SequenceRun> run;  // a stage with a sequence: what its forward part kept
   };
   std::map<std::pair<int, int>, Slot> slots;              // (stage, micro-batch)
@@ -198,7 +201,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           handover.erase({s - 1, i});
         } else {
           input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
-          if (trace) trace->received(TraceTransferKind::Activation, s - 1, i, gpu_of(s - 1), trace->now_ms());
+          if (trace)
+            trace->received(TraceTransferKind::Activation, s - 1, i, gpu_of(s - 1),
+                            trace->now_ms());
         }
         const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
@@ -218,9 +223,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (train && sequences_[s]) {
           // A recomputation in the backward part uses this micro-batch's weight copy (kept in the
           // run), whatever copy_of would say then.
-          slot.run = sequences_[s]->forward(model_of(copy), input, s > 0,
-                                            last ? StageSequence::LossFn(scaled_loss)
-                                                 : StageSequence::LossFn());
+          slot.run = sequences_[s]->forward(
+              model_of(copy), input, s > 0,
+              last ? StageSequence::LossFn(scaled_loss) : StageSequence::LossFn());
           slot.output = slot.run->output;
         } else {
           if (s > 0 && train) input = input.detach().requires_grad_(true);
@@ -240,8 +245,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           handover[{s, i}] = slot.output.detach();
         }
         if (s == 0 && !last) batches.erase(i);
-        if (train) slots[{s, i}] = std::move(slot);
-        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_) slots[{s, i}] = Slot{{}, slot.output, nullptr};
+        if (train)
+          slots[{s, i}] = std::move(slot);
+        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_)
+          slots[{s, i}] = Slot{{}, slot.output, nullptr};
         break;
       }
       case InstrKind::SendAct: {
@@ -264,7 +271,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           grads.erase({s, i});
         } else if (!last) {
           grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
-          if (trace) trace->received(TraceTransferKind::Gradient, s, i, gpu_of(s + 1), trace->now_ms());
+          if (trace)
+            trace->received(TraceTransferKind::Gradient, s, i, gpu_of(s + 1), trace->now_ms());
         }
         const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
@@ -317,7 +325,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
 
 void madpipe::runtime::PipelineExecutor::receive_buffers(Receives mode, int lookahead) {
   if (lookahead < 0)
-    throw Error(ErrorKind::InvalidInput, "", "receive-lookahead", "must be >= 0, got " + std::to_string(lookahead));
+    throw Error(ErrorKind::InvalidInput, "", "receive-lookahead",
+                "must be >= 0, got " + std::to_string(lookahead));
   receives_ = mode;
   lookahead_ = lookahead;
   receive_plans_.clear();
@@ -333,7 +342,8 @@ const madpipe::plan::ReceivePlan& madpipe::runtime::PipelineExecutor::receive_pl
     for (std::int64_t d : output_shapes_[s]) numel *= d;
     message_bytes.push_back(numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[s])));
   }
-  receive_plans_.push_back({list, train, plan::plan_receives(list, message_bytes, train, lookahead_)});
+  receive_plans_.push_back(
+      {list, train, plan::plan_receives(list, message_bytes, train, lookahead_)});
   return receive_plans_.back().plan;
 }
 
@@ -343,7 +353,8 @@ torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(int stage, std:
   if (offset < 0) return torch::empty(output_shapes_[stage], options);
   std::int64_t numel = 1;
   for (std::int64_t d : output_shapes_[stage]) numel *= d;
-  const std::int64_t bytes = numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[stage]));
+  const std::int64_t bytes =
+      numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[stage]));
   return arena_.narrow(0, offset, bytes).view(output_dtypes_[stage]).view(output_shapes_[stage]);
 }
 

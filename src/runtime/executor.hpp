@@ -1,20 +1,20 @@
 #pragma once
 
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/receive_plan.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/stage_sequence.hpp"
+#include "runtime/trace_recorder.hpp"
+#include "runtime/transport.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include <torch/torch.h>
-
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/stage_sequence.hpp"
-#include "runtime/trace_recorder.hpp"
-#include "runtime/transport.hpp"
-#include "plan/plan.hpp"
-#include "plan/program.hpp"
-#include "plan/receive_plan.hpp"
 
 namespace madpipe::runtime {
 
@@ -140,7 +140,7 @@ class PipelineExecutor {
     plan::ReceivePlan plan;
   };
   std::vector<PlannedReceives> receive_plans_;  // one per program run so far
-  torch::Tensor arena_;                          // bytes on device_
+  torch::Tensor arena_;                         // bytes on device_
   ArenaUse arena_use_;
 };
 

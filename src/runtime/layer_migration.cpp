@@ -1,11 +1,11 @@
 #include "runtime/layer_migration.hpp"
 
+#include "core/error.hpp"
+
 #include <cstdint>
 #include <sstream>
 
 #include <mpi.h>
-
-#include "core/error.hpp"
 
 namespace {
 // MPI counts are ints: large layers go in pieces.
@@ -40,7 +40,8 @@ std::string pack_layer(torch::nn::Module& layer, madpipe::runtime::ParamStates& 
   std::vector<torch::Tensor> state_tensors;
   for (const torch::Tensor& p : parameters) {
     auto it = states.find(madpipe::runtime::param_key(p));
-    const std::vector<torch::Tensor> state = it == states.end() ? std::vector<torch::Tensor>{} : it->second;
+    const std::vector<torch::Tensor> state =
+        it == states.end() ? std::vector<torch::Tensor>{} : it->second;
     counts.push_back(static_cast<std::int64_t>(state.size()));
     for (const torch::Tensor& t : state) state_tensors.push_back(t.cpu());
     if (it != states.end()) states.erase(it);
@@ -122,7 +123,7 @@ void madpipe::runtime::migrate_layers(ChainModel& model, const plan::Plan& from,
 }
 
 void madpipe::runtime::release_other_layers(ChainModel& model, const madpipe::plan::Plan& plan,
-                          int rank) {
+                                            int rank) {
   for (const auto& stage : plan.stages)
     if (stage.gpu != rank) release_layers(model, stage.first_layer, stage.last_layer);
 }

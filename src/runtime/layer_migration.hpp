@@ -1,10 +1,10 @@
 #pragma once
 
-#include <mpi.h>
-
+#include "plan/plan.hpp"
 #include "runtime/model.hpp"
 #include "runtime/optimizer.hpp"
-#include "plan/plan.hpp"
+
+#include <mpi.h>
 
 namespace madpipe::runtime {
 
@@ -14,8 +14,8 @@ namespace madpipe::runtime {
 // `states`, the optimizer state of its parameters. The old rank then releases the layer's
 // tensors; the new rank's parameters are the same tensor objects as before, now holding the
 // values. Point-to-point messages on a private communicator, layer by layer in chain order.
-void migrate_layers(ChainModel& model, const plan::Plan& from, const plan::Plan& to,
-                    int rank, ParamStates& states, MPI_Comm pipeline = MPI_COMM_WORLD);
+void migrate_layers(ChainModel& model, const plan::Plan& from, const plan::Plan& to, int rank,
+                    ParamStates& states, MPI_Comm pipeline = MPI_COMM_WORLD);
 
 // The rank of the stage that holds `layer` in `plan`; throws Error{Internal} when none does.
 int rank_of_layer(const plan::Plan& plan, int layer);

@@ -1,12 +1,11 @@
 #include "runtime/memory_meter.hpp"
 
-#include <sys/resource.h>
-
 #include <atomic>
 #include <cstring>
 #include <mutex>
 
 #include <c10/core/CPUAllocator.h>
+#include <sys/resource.h>
 
 #ifdef MADPIPE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -19,7 +18,8 @@ std::atomic<bool> g_cpu_installed{false};
 
 void raise_peak(std::int64_t level) {
   std::int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
-  while (level > peak && !g_cpu_peak.compare_exchange_weak(peak, level, std::memory_order_relaxed)) {
+  while (level > peak &&
+         !g_cpu_peak.compare_exchange_weak(peak, level, std::memory_order_relaxed)) {
   }
 }
 

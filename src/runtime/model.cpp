@@ -1,8 +1,8 @@
 #include "runtime/model.hpp"
 
-#include <cmath>
-
 #include "core/error.hpp"
+
+#include <cmath>
 
 namespace {
 // Token and position embeddings: [B, T] token ids -> [B, T, C].
@@ -74,9 +74,9 @@ TORCH_MODULE(Dense);
 // 3x3 convolution, batch norm and ReLU: [B, 3, H, W] images -> [B, C, H, W].
 struct StemImpl : torch::nn::Module {
   explicit StemImpl(int channels)
-      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, channels, 3)
-                                                            .padding(1)
-                                                            .bias(false)))),
+      : conv(register_module(
+            "conv",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(3, channels, 3).padding(1).bias(false)))),
         bn(register_module("bn", torch::nn::BatchNorm2d(channels))) {}
   torch::Tensor forward(const torch::Tensor& x) { return torch::relu(bn(conv(x))); }
   torch::nn::Conv2d conv;
@@ -88,14 +88,14 @@ TORCH_MODULE(Stem);
 // doubles the channels, with a 1x1 convolution on the shortcut.
 struct ResidualImpl : torch::nn::Module {
   ResidualImpl(int in, int out, int stride)
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3)
-                                                              .stride(stride)
-                                                              .padding(1)
-                                                              .bias(false)))),
+      : conv1(register_module(
+            "conv1",
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3)
-                                                              .padding(1)
-                                                              .bias(false)))),
+        conv2(register_module(
+            "conv2",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
     if (stride != 1 || in != out)
       shortcut = register_module(

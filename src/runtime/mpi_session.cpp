@@ -1,12 +1,12 @@
 #include "runtime/mpi_session.hpp"
 
-#include <mpi.h>
+#include "core/error.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
-#include "core/error.hpp"
+#include <mpi.h>
 
 madpipe::runtime::MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
@@ -63,7 +63,8 @@ std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values)
   return out;
 }
 
-std::string madpipe::runtime::computed_on_rank0(int rank, const std::function<std::string()>& produce) {
+std::string madpipe::runtime::computed_on_rank0(int rank,
+                                                const std::function<std::string()>& produce) {
   std::string text, failure;
   if (rank == 0) {
     try {

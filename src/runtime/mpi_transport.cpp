@@ -1,4 +1,6 @@
-#include <mpi.h>
+#include "core/error.hpp"
+#include "runtime/mpi_session.hpp"
+#include "runtime/transport.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -8,9 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.hpp"
-#include "runtime/mpi_session.hpp"
-#include "runtime/transport.hpp"
+#include <mpi.h>
 
 namespace {
 class MpiTransport final : public madpipe::runtime::Transport {
@@ -40,8 +40,8 @@ class MpiTransport final : public madpipe::runtime::Transport {
                  const torch::Tensor& tensor) override {
     Pending pending;
     pending.host = to_host(tensor);
-    MPI_Isend(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key),
-              comm_, &pending.request);
+    MPI_Isend(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key), comm_,
+              &pending.request);
     sends_.push_back(std::move(pending));
   }
 
@@ -54,18 +54,18 @@ class MpiTransport final : public madpipe::runtime::Transport {
       pending.host = buffer.device().is_cpu() ? torch::empty(buffer.sizes(), buffer.options())
                                               : torch::empty_like(buffer, torch::kCPU).pin_memory();
     }
-    MPI_Irecv(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key),
-              comm_, &pending.request);
-    const auto id = std::make_tuple(peer, static_cast<int>(key.direction), key.stage,
-                                    key.micro_batch);
+    MPI_Irecv(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key), comm_,
+              &pending.request);
+    const auto id =
+        std::make_tuple(peer, static_cast<int>(key.direction), key.stage, key.micro_batch);
     if (!receives_.emplace(id, std::move(pending)).second)
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "receive posted twice for one message");
   }
 
   torch::Tensor wait_recv(int peer, const madpipe::runtime::MessageKey& key) override {
-    const auto id = std::make_tuple(peer, static_cast<int>(key.direction), key.stage,
-                                    key.micro_batch);
+    const auto id =
+        std::make_tuple(peer, static_cast<int>(key.direction), key.stage, key.micro_batch);
     auto it = receives_.find(id);
     if (it == receives_.end())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
@@ -78,8 +78,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
   }
 
   void wait_sends() override {
-    for (Pending& pending : sends_)
-      wait(pending.request, "for a rank to receive what it sent");
+    for (Pending& pending : sends_) wait(pending.request, "for a rank to receive what it sent");
     sends_.clear();
   }
 
@@ -93,7 +92,8 @@ class MpiTransport final : public madpipe::runtime::Transport {
   static std::string what(const madpipe::runtime::MessageKey& key) {
     return std::string(key.direction == madpipe::runtime::Direction::Activation ? "activation"
                                                                                 : "gradient") +
-           " of stage " + std::to_string(key.stage) + ", micro-batch " + std::to_string(key.micro_batch);
+           " of stage " + std::to_string(key.stage) + ", micro-batch " +
+           std::to_string(key.micro_batch);
   }
 
   void wait(MPI_Request& request, const std::string& awaited) const {

@@ -1,10 +1,10 @@
 #include "runtime/optimizer.hpp"
 
-#include <sstream>
-#include <type_traits>
-
 #include "core/error.hpp"
 #include "runtime/trainer.hpp"
+
+#include <sstream>
+#include <type_traits>
 
 namespace {
 // The optimizer keys its state by parameter: a string of the TensorImpl address in LibTorch 1.x,
@@ -30,9 +30,9 @@ std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
     return std::make_unique<torch::optim::AdamW>(
         parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
   if (c.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(
-        parameters,
-        torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum).weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(c.learning_rate)
+                                                               .momentum(c.momentum)
+                                                               .weight_decay(c.weight_decay));
   throw Error(ErrorKind::InvalidInput, "", "optimizer",
               "unknown optimizer '" + c.optimizer + "' (valid: adamw, sgd)");
 }
@@ -73,7 +73,8 @@ void madpipe::runtime::import_param_state(torch::optim::Optimizer& optimizer,
     return;
   }
   if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
-    if (state.size() != 1) throw Error(ErrorKind::Internal, "", "optimizer", "SGD state needs 1 tensor");
+    if (state.size() != 1)
+      throw Error(ErrorKind::Internal, "", "optimizer", "SGD state needs 1 tensor");
     auto sgd = std::make_unique<torch::optim::SGDParamState>();
     sgd->momentum_buffer(state[0].to(device));
     states[state_key(states, parameter)] = std::move(sgd);

@@ -1,12 +1,12 @@
 #include "runtime/profile_run.hpp"
 
-#include <torch/torch.h>
-
 #include "core/error.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/script_model.hpp"
+
+#include <torch/torch.h>
 
 namespace {
 void move_to(madpipe::runtime::ChainModel& model, madpipe::runtime::Batch& batch,
@@ -17,8 +17,7 @@ void move_to(madpipe::runtime::ChainModel& model, madpipe::runtime::Batch& batch
 }  // namespace
 
 madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const ProfileConfig& c) {
-  if (c.threads < 1)
-    throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
+  if (c.threads < 1) throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
   const torch::Device device = device_of(c.device);
   torch::set_num_threads(c.threads);
   ProfilerOptions options;

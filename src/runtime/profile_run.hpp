@@ -1,10 +1,10 @@
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "core/profile.hpp"
 #include "runtime/trainer.hpp"
+
+#include <string>
+#include <vector>
 
 // What `madpipe profile` runs; no LibTorch types, so that the command line does not include them.
 namespace madpipe::runtime {
@@ -20,7 +20,7 @@ struct ProfileConfig {
   std::string device = "cpu";           // cpu | cuda | cuda:N
   int warmup = 2;
   int repeats = 10;
-  int threads = 1;  // CPU intra-op threads (a training rank uses 1)
+  int threads = 1;   // CPU intra-op threads (a training rank uses 1)
   std::string name;  // profile name; default: the model's
 };
 

@@ -1,11 +1,11 @@
 #include "runtime/profiler.hpp"
 
+#include "core/error.hpp"
+#include "runtime/memory_meter.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
-
-#include "core/error.hpp"
-#include "runtime/memory_meter.hpp"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -31,11 +31,16 @@ std::string dtype_name(const madpipe::runtime::ChainModel& model) {
     for (const auto& p : layer.ptr()->parameters())
       if (p.is_floating_point()) {
         switch (p.scalar_type()) {
-          case torch::kFloat: return "float32";
-          case torch::kDouble: return "float64";
-          case torch::kHalf: return "float16";
-          case torch::kBFloat16: return "bfloat16";
-          default: return c10::toString(p.scalar_type());
+          case torch::kFloat:
+            return "float32";
+          case torch::kDouble:
+            return "float64";
+          case torch::kHalf:
+            return "float16";
+          case torch::kBFloat16:
+            return "bfloat16";
+          default:
+            return c10::toString(p.scalar_type());
         }
       }
   return "float32";
@@ -141,8 +146,8 @@ void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter
   meter.reset_peak();
   if (y.requires_grad()) y.backward(grad);
   probe.synchronize();
-  const std::int64_t results = bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor()) +
-                               probe.gradient_bytes();
+  const std::int64_t results =
+      bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor()) + probe.gradient_bytes();
   layer.backward_workspace_bytes =
       std::max<std::int64_t>(0, meter.peak_bytes() - before_backward - results);
   probe.clear_gradients();

@@ -1,21 +1,21 @@
 #pragma once
 
-#include <string>
-#include <vector>
-
-#include <torch/torch.h>
-
 #include "core/profile.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profile_run.hpp"
 
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
 namespace madpipe::runtime {
 
 struct ProfilerOptions {
   torch::Device device = torch::kCPU;  // the model and the sample must already be there
-  int warmup = 2;    // untimed runs per layer before the timed ones
-  int repeats = 10;  // timed runs per layer; the profile keeps the median
+  int warmup = 2;                      // untimed runs per layer before the timed ones
+  int repeats = 10;                    // timed runs per layer; the profile keeps the median
 };
 
 // Measures every layer of the chain with one micro-batch, on options.device: forward and backward

@@ -1,16 +1,17 @@
 #include "runtime/replicas.hpp"
 
-#include <algorithm>
-#include <string>
-
 #include "core/error.hpp"
 #include "runtime/mpi_session.hpp"
 
+#include <algorithm>
+#include <string>
+
 madpipe::runtime::ReplicaLayout madpipe::runtime::replica_layout(int world_rank, int world_size,
-                                                                int replicas) {
+                                                                 int replicas) {
   if (replicas < 1 || world_size % replicas != 0)
     throw Error(ErrorKind::InvalidInput, "", "replicas",
-                std::to_string(replicas) + " replicas do not divide the " + std::to_string(world_size) +
+                std::to_string(replicas) + " replicas do not divide the " +
+                    std::to_string(world_size) +
                     " ranks into equal pipelines (ranks = replicas x pipeline ranks)");
   ReplicaLayout layout;
   layout.replicas = replicas;
@@ -33,8 +34,8 @@ madpipe::runtime::ReplicaGroups::~ReplicaGroups() {
   MPI_Comm_free(&replicas_);
 }
 
-madpipe::runtime::GradientAverager::GradientAverager(MPI_Comm replicas, int count,
-                                                    int num_stages, int micro_batches)
+madpipe::runtime::GradientAverager::GradientAverager(MPI_Comm replicas, int count, int num_stages,
+                                                     int micro_batches)
     : replicas_(replicas),
       count_(count),
       micro_batches_(micro_batches),
@@ -48,7 +49,8 @@ madpipe::runtime::GradientAverager::~GradientAverager() {
 
 void madpipe::runtime::GradientAverager::backward_done(
     int stage, const std::function<std::vector<torch::Tensor>()>& parameters) {
-  if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_) start(stage, parameters());
+  if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_)
+    start(stage, parameters());
 }
 
 void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Tensor> parameters) {

@@ -1,17 +1,17 @@
 #include "runtime/resume.hpp"
 
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "plan/plan.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/mpi_session.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <mpi.h>
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/json_file.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/mpi_session.hpp"
-#include "plan/plan.hpp"
 
 namespace fs = std::filesystem;
 
@@ -56,7 +56,8 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
     if (problem.empty()) {
       const plan::Plan plan = plan::plan_from_json(nlohmann::json::parse(text), plan_path.string());
       for (const auto& stage : plan.stages)
-        if (stage.gpu == rank && problem.empty()) problem = verify_stage(output_dir, step, stage.id);
+        if (stage.gpu == rank && problem.empty())
+          problem = verify_stage(output_dir, step, stage.id);
     }
     // Every rank's verdict; the first problem is printed by the rank that found it.
     int whole = problem.empty() ? 1 : 0, all_whole = 0;
@@ -96,8 +97,8 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
   j["format"] = "madpipe.run/1";
   j["step"] = step;
   j["next_step"] = step + 1;
-  j["model"] = {{"model", c.model},   {"layers", c.layers}, {"width", c.width},
-                {"heads", c.heads},   {"context", c.context}, {"inputs", c.inputs},
+  j["model"] = {{"model", c.model},     {"layers", c.layers},   {"width", c.width},
+                {"heads", c.heads},     {"context", c.context}, {"inputs", c.inputs},
                 {"outputs", c.outputs}, {"image", c.image}};
   j["training"] = {{"data", c.data},
                    {"mode", c.mode},
@@ -109,8 +110,12 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                    {"momentum", c.momentum},
                    {"weight_decay", c.weight_decay},
                    {"seed", c.seed}};
-  j["platform"] = {{"gpus", c.gpus}, {"device", c.device}, {"memory", c.memory},
-                   {"bandwidth", c.bandwidth}, {"gpus_per_node", c.gpus_per_node},
-                   {"inter_node_bandwidth", c.inter_node_bandwidth}, {"algorithm", c.algorithm}};
+  j["platform"] = {{"gpus", c.gpus},
+                   {"device", c.device},
+                   {"memory", c.memory},
+                   {"bandwidth", c.bandwidth},
+                   {"gpus_per_node", c.gpus_per_node},
+                   {"inter_node_bandwidth", c.inter_node_bandwidth},
+                   {"algorithm", c.algorithm}};
   return j.dump(1) + "\n";
 }

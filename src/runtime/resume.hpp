@@ -1,9 +1,9 @@
 #pragma once
 
+#include "runtime/trainer.hpp"
+
 #include <functional>
 #include <string>
-
-#include "runtime/trainer.hpp"
 
 namespace madpipe::runtime {
 

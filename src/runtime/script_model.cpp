@@ -1,10 +1,10 @@
 #include "runtime/script_model.hpp"
 
+#include "core/error.hpp"
+
 #include <sstream>
 
 #include <torch/script.h>
-
-#include "core/error.hpp"
 
 namespace {
 // One child of a TorchScript module as an nn::Module: forward calls the child, and the child's
@@ -19,9 +19,9 @@ struct ScriptLayerImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     torch::IValue y = module.forward({x});
     if (!y.isTensor())
-      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "",
-                           "a layer of the TorchScript chain returned a " + y.tagKind() +
-                               ", not one tensor");
+      throw madpipe::Error(
+          madpipe::ErrorKind::InvalidInput, "", "",
+          "a layer of the TorchScript chain returned a " + y.tagKind() + ", not one tensor");
     return y.toTensor();
   }
   void train(bool on) override {
@@ -53,8 +53,9 @@ std::vector<std::int64_t> madpipe::runtime::parse_shape(const std::string& text,
     }
     if (used == 0 || used != part.size() || value < 1)
       throw Error(ErrorKind::InvalidInput, "", field,
-                  "'" + text + "' is not a shape: positive integers separated by commas, "
-                  "batch first (e.g. 8,3,224,224)");
+                  "'" + text +
+                      "' is not a shape: positive integers separated by commas, "
+                      "batch first (e.g. 8,3,224,224)");
     shape.push_back(value);
   }
   if (shape.empty())
@@ -102,7 +103,8 @@ madpipe::runtime::ScriptChain madpipe::runtime::load_script_chain(const std::str
       } catch (const std::exception& e) {
         throw Error(ErrorKind::InvalidInput, path, chain.model.names[l],
                     std::string("this layer fails on the output of the previous one (input of "
-                                "shape given by --input-shape): ") + e.what());
+                                "shape given by --input-shape): ") +
+                        e.what());
       }
     }
   }

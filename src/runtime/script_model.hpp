@@ -1,12 +1,12 @@
 #pragma once
 
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
-
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
 
 namespace madpipe::runtime {
 

@@ -9,10 +9,10 @@
 
 using madpipe::Error;
 using madpipe::ErrorKind;
-using madpipe::runtime::SequencePresence;
-using madpipe::runtime::SequenceRun;
 using madpipe::remat::RematOp;
 using madpipe::remat::RematOpKind;
+using madpipe::runtime::SequencePresence;
+using madpipe::runtime::SequenceRun;
 
 namespace {
 // Names in the terms of the sequence text: a_j is the input of layer first + j.
@@ -33,8 +33,8 @@ std::string blocked(const SequencePresence& p, const RematOp& op, int n, int fir
     return "the loss can only run as Loss and dLoss";
   auto input_problem = [&](int j) -> std::string {
     if (p.host[j])
-      return "its input (" + activation_name(j, first) + ") is offloaded: P" + layer_name(j + 1, first) +
-             " must bring it back first";
+      return "its input (" + activation_name(j, first) + ") is offloaded: P" +
+             layer_name(j + 1, first) + " must bring it back first";
     if (!p.available(j)) return "its input (" + activation_name(j, first) + ") is not stored";
     return "";
   };
@@ -58,7 +58,8 @@ std::string blocked(const SequencePresence& p, const RematOp& op, int n, int fir
       }
       if (!p.gradient[k])
         return "the gradient of its output is not there (" +
-               (k == n ? std::string("dLoss") : "B" + layer_name(k + 1, first)) + " must run first)";
+               (k == n ? std::string("dLoss") : "B" + layer_name(k + 1, first)) +
+               " must run first)";
       if (!p.recorded[k])
         return "layer " + layer_name(k, first) + " was not recorded (no F" + layer_name(k, first) +
                "all since its last backward)";
@@ -70,8 +71,8 @@ std::string blocked(const SequencePresence& p, const RematOp& op, int n, int fir
       return "";
     case RematOpKind::Prefetch:
       if (!p.host[k - 1])
-        return "nothing to prefetch: " + activation_name(k - 1, first) + " was not offloaded (no O" +
-               layer_name(k, first) + " before it)";
+        return "nothing to prefetch: " + activation_name(k - 1, first) +
+               " was not offloaded (no O" + layer_name(k, first) + " before it)";
       return "";
   }
   return "unknown op";
@@ -157,7 +158,9 @@ torch::Tensor generator_state(at::Generator generator) {
   return generator.get_state();
 }
 
-at::Generator cpu_generator() { return at::globalContext().defaultGenerator(c10::Device(c10::kCPU)); }
+at::Generator cpu_generator() {
+  return at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+}
 
 // Buffers (batch-norm running statistics) restored after a recomputation: a layer's state moves
 // once per micro-batch, as in unsplit training.
@@ -199,8 +202,7 @@ torch::Tensor to_host(const torch::Tensor& x) {
   c10::Event produced(c10::DeviceType::CUDA);
   produced.record(impl.getStream(device));
   produced.block(side);
-  torch::Tensor host =
-      torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
+  torch::Tensor host = torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
   {
     c10::StreamGuard guard(side);
     host.copy_(x.detach(), /*non_blocking=*/true);
@@ -212,7 +214,8 @@ torch::Tensor to_host(const torch::Tensor& x) {
 // P: `host` back on `device`. CUDA: allocated and copied on the side stream (ordered after the
 // offload copy on the same stream); `ready` is the event the compute stream waits on before
 // using it. CPU: the host tensor is the device tensor.
-torch::Tensor to_device(torch::Tensor host, c10::Device device, std::shared_ptr<c10::Event>& ready) {
+torch::Tensor to_device(torch::Tensor host, c10::Device device,
+                        std::shared_ptr<c10::Event>& ready) {
   if (!device.is_cuda()) return host;
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   const c10::Stream side = side_stream(impl, device);
@@ -272,7 +275,8 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
     throw Error(ErrorKind::InvalidInput, "", field,
                 who + ": a sequence has exactly one Loss and one dLoss, '" + stage.sequence +
                     "' has " + std::to_string(losses) + " and " + std::to_string(dlosses));
-  if (dloss_index < loss_index_) fail(dloss_index, "dLoss comes before Loss", ErrorKind::InvalidInput);
+  if (dloss_index < loss_index_)
+    fail(dloss_index, "dLoss comes before Loss", ErrorKind::InvalidInput);
   // Dry run with the rules the run applies before each op.
   SequencePresence presence(n_);
   presence.plain[0] = 1;
@@ -283,8 +287,10 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
   }
   if (!presence.finished())
     throw Error(ErrorKind::InvalidInput, "", field,
-                who + ": the sequence must end with only the gradient of the stage input stored, "
-                      "it leaves " + leftovers(presence, n_, first_layer_));
+                who +
+                    ": the sequence must end with only the gradient of the stage input stored, "
+                    "it leaves " +
+                    leftovers(presence, n_, first_layer_));
   std::vector<int> forwards(static_cast<std::size_t>(n_) + 2, 0);
   for (const RematOp& op : ops_)
     if (op.kind != RematOpKind::Backward && op.kind != RematOpKind::Offload &&
@@ -301,9 +307,10 @@ void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string&
                   remat::to_string({ops_[index]}, chain_) + "': " + problem);
 }
 
-std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(
-    ChainModel& model, const torch::Tensor& input, bool needs_input_gradient,
-    const LossFn& loss) const {
+std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(ChainModel& model,
+                                                                      const torch::Tensor& input,
+                                                                      bool needs_input_gradient,
+                                                                      const LossFn& loss) const {
   const std::size_t size = static_cast<std::size_t>(n_) + 2;
   auto run = std::make_unique<SequenceRun>();
   run->model = &model;
@@ -327,7 +334,7 @@ std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(
 }
 
 torch::Tensor madpipe::runtime::StageSequence::backward(SequenceRun& run,
-                                                       const GradientFn& gradient) const {
+                                                        const GradientFn& gradient) const {
   for (std::size_t i = loss_index_ + 1; i < ops_.size(); ++i) run_op(run, i, LossFn(), gradient);
   if (!run.presence.finished())
     throw Error(ErrorKind::Internal, "", "/stages/" + std::to_string(stage_) + "/sequence",
@@ -395,7 +402,7 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
   switch (op.kind) {
     case RematOpKind::ForwardAll: {
       const torch::Tensor x = input_of(run, index, k - 1);
-      if (k == n + 1) {  // Loss
+      if (k == n + 1) {            // Loss
         if (!run.computes_loss) {  // the output goes to the next stage
           run.output = x;
           break;
@@ -444,7 +451,8 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
           run.gradient[n] = delta.defined() ? delta : torch::zeros_like(run.leaf[k]);
         } else {
           if (!gradient)
-            fail(index, "internal: no gradient of the stage output to wait for", ErrorKind::Internal);
+            fail(index, "internal: no gradient of the stage output to wait for",
+                 ErrorKind::Internal);
           run.gradient[n] = gradient();
         }
       } else {

@@ -1,5 +1,10 @@
 #pragma once
 
+#include "core/error.hpp"
+#include "remat/remat_sequence.hpp"
+#include "runtime/model.hpp"
+#include "schedule/stage.hpp"
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -7,11 +12,6 @@
 
 #include <c10/core/Event.h>
 #include <torch/torch.h>
-
-#include "core/error.hpp"
-#include "runtime/model.hpp"
-#include "remat/remat_sequence.hpp"
-#include "schedule/stage.hpp"
 
 namespace madpipe::runtime {
 
@@ -40,17 +40,17 @@ struct SequenceRun {
   ChainModel* model = nullptr;        // the weight copy of the micro-batch's first forward
   bool needs_input_gradient = false;  // delta_0 is sent to the previous stage
   SequencePresence presence;
-  std::vector<torch::Tensor> plain;   // [0..n]
-  std::vector<torch::Tensor> host;    // [0..n] host copies (pinned when the stage is on CUDA)
-  std::vector<c10::Device> home;      // [0..n] device an offloaded a_j returns to
+  std::vector<torch::Tensor> plain;  // [0..n]
+  std::vector<torch::Tensor> host;   // [0..n] host copies (pinned when the stage is on CUDA)
+  std::vector<c10::Device> home;     // [0..n] device an offloaded a_j returns to
   std::vector<std::shared_ptr<c10::Event>> ready;  // [0..n] CUDA: end of a_j's prefetch copy
-  std::vector<torch::Tensor> leaf;      // [1..n+1] detached input of a recorded forward
+  std::vector<torch::Tensor> leaf;                 // [1..n+1] detached input of a recorded forward
   std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
   std::vector<torch::Tensor> gradient;  // [0..n] delta_j (delta_0 may be undefined: not needed)
   std::vector<int> forwards;            // [1..n] forwards of layer k run so far
   std::vector<torch::Tensor> rng_cpu, rng_device;  // [1..n] generator states at the first forward
   bool computes_loss = false;  // last stage: Loss recorded the loss, dLoss backpropagates it
-  torch::Tensor output;  // handed to the next stage (a_n) or the scaled loss, detached
+  torch::Tensor output;        // handed to the next stage (a_n) or the scaled loss, detached
 };
 
 // The operation sequence of one stage (Stage::sequence), parsed and checked. Execution follows

@@ -1,8 +1,8 @@
 #include "runtime/stop_request.hpp"
 
-#include <signal.h>
-
 #include <csignal>
+
+#include <signal.h>
 
 namespace {
 volatile std::sig_atomic_t requested = 0;
@@ -30,8 +30,11 @@ int madpipe::runtime::stop_signal() noexcept { return requested; }
 
 const char* madpipe::runtime::signal_name(int signal) noexcept {
   switch (signal) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "a signal";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a signal";
   }
 }

@@ -1,6 +1,10 @@
 #include "runtime/sync_pipeline.hpp"
 
-#include <mpi.h>
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "runtime/layer_migration.hpp"
+#include "runtime/mpi_session.hpp"
+#include "runtime/stop_request.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,13 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/units.hpp"
-#include "runtime/layer_migration.hpp"
-#include "runtime/mpi_session.hpp"
-#include "runtime/stop_request.hpp"
 
 namespace fs = std::filesystem;
 
@@ -47,18 +46,18 @@ void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
     all[at + 4] = use.buffers;
   }
   all = madpipe::runtime::all_reduce_sum(all);
-  std::string text = "receive arena per rank (planned / highest end used / most live / all buffers of the step):";
+  std::string text =
+      "receive arena per rank (planned / highest end used / most live / all buffers of the step):";
   for (int r = 0; r < layout.pipeline_ranks; ++r) {
     const double* u = &all[5 * static_cast<std::size_t>(r)];
     text += "\n  rank " + std::to_string(r) + ": ";
     text += u[4] == 0 ? "receives nothing"
-                      : format_bytes(u[0]) + " / " + format_bytes(u[1]) + " / " + format_bytes(u[2]) +
-                            " / " + format_bytes(u[3]) + " (" + std::to_string(static_cast<int>(u[4])) +
-                            " buffers)";
+                      : format_bytes(u[0]) + " / " + format_bytes(u[1]) + " / " +
+                            format_bytes(u[2]) + " / " + format_bytes(u[3]) + " (" +
+                            std::to_string(static_cast<int>(u[4])) + " buffers)";
   }
   say(text);
 }
-
 
 // `states`: optimizer state to restore into the new optimizers, by parameter (null: fresh).
 std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainConfig& c,
@@ -74,12 +73,14 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
   p->eval_program = plan::lower(p->plan, c.eval_micro_batches);
   for (const plan::Program* program : {&p->program, &p->eval_program}) {
     const std::string stuck = plan::dry_run(*program);
-    if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+    if (!stuck.empty())
+      throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   }
   const int rank = groups.layout().position;
   p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()),
                                              c.transfer_timeout, groups.pipeline());
-  p->executor = std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
+  p->executor =
+      std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
   p->executor->receive_buffers(receive_mode(c), c.receive_lookahead);
   if (groups.layout().replicas > 1) {
     p->averager = std::make_unique<runtime::GradientAverager>(
@@ -113,9 +114,9 @@ std::vector<madpipe::partition::MeasuredStage> measured_stages(
     const madpipe::runtime::PipelineExecutor& executor) {
   const auto& times = executor.stage_times();
   std::vector<double> sums;
-  for (const auto& t : times) sums.insert(sums.end(), {t.forward_ms, t.backward_ms,
-                                                       static_cast<double>(t.forwards),
-                                                       static_cast<double>(t.backwards)});
+  for (const auto& t : times)
+    sums.insert(sums.end(), {t.forward_ms, t.backward_ms, static_cast<double>(t.forwards),
+                             static_cast<double>(t.backwards)});
   sums = madpipe::runtime::all_reduce_sum(sums);
   std::vector<madpipe::partition::MeasuredStage> measured(times.size());
   for (std::size_t s = 0; s < times.size(); ++s) {
@@ -139,8 +140,9 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
   const std::string decision = computed_on_rank0(rank, [&] {
     std::string table = partition::format_measurements(pipeline->plan, measured);
     table.pop_back();  // say() ends the line
-    say("re-planning after step " + std::to_string(step) + " on the stage times measured in steps " +
-        std::to_string(first_measured) + ".." + std::to_string(step) + ":\n" + table);
+    say("re-planning after step " + std::to_string(step) +
+        " on the stage times measured in steps " + std::to_string(first_measured) + ".." +
+        std::to_string(step) + ":\n" + table);
     const partition::ReplanOutcome outcome = partition::replan_from_measurements(
         profile, pipeline->plan, measured, planner_options(c), c.replan_min_gain);
     say(outcome.reason);
@@ -160,11 +162,14 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
     moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
   const plan::Plan previous = pipeline->plan;
   pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
-  runtime::migrate_layers(model, previous, next, groups.layout().position, states, groups.pipeline());
+  runtime::migrate_layers(model, previous, next, groups.layout().position, states,
+                          groups.pipeline());
   pipeline = build_sync_pipeline(c, next, model, outputs, groups, &states);
   if (rank == 0) plan::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
   char line[160];
-  std::snprintf(line, sizeof line, "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per micro-batch",
+  std::snprintf(line, sizeof line,
+                "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per "
+                "micro-batch",
                 moved, moved == 1 ? "" : "s", seconds_since(started), next.stages.size(),
                 format_ms(next.predicted.period_ms).c_str());
   say(line);
@@ -176,7 +181,8 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
   int bad_stage = INT_MAX;
   for (const auto& [s, optimizer] : pipeline.stage_optimizers)
     for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
-      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) bad_stage = std::min(bad_stage, s);
+      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>())
+        bad_stage = std::min(bad_stage, s);
   int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
   int all[3];
   MPI_Allreduce(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -185,8 +191,8 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
   const auto& stages = pipeline.plan.stages;
   if (all[0] != INT_MAX)
     health.problem = "the loss of micro-batch " + std::to_string(all[0]) + " (stage " +
-                     std::to_string(stages.size() - 1) + " on rank " + std::to_string(stages.back().gpu) +
-                     ") is not finite";
+                     std::to_string(stages.size() - 1) + " on rank " +
+                     std::to_string(stages.back().gpu) + ") is not finite";
   else if (all[1] != INT_MAX)
     health.problem = "a gradient of stage " + std::to_string(all[1]) + " (rank " +
                      std::to_string(stages[all[1]].gpu) + ") is not finite";

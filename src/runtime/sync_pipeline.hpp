@@ -1,14 +1,9 @@
 #pragma once
 
-#include <memory>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include <torch/torch.h>
-
 #include "core/profile.hpp"
 #include "partition/replan.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/optimizer.hpp"
@@ -16,8 +11,13 @@
 #include "runtime/train_planning.hpp"
 #include "runtime/trainer.hpp"
 #include "runtime/transport.hpp"
-#include "plan/plan.hpp"
-#include "plan/program.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
 
 namespace madpipe::runtime {
 
@@ -38,7 +38,8 @@ struct SyncPipeline {
 PipelineExecutor::Receives receive_mode(const TrainConfig& c);
 
 // Collective: each pipeline rank's receive arena after a step, printed by rank 0.
-void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout& layout, const Say& say);
+void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout& layout,
+                          const Say& say);
 
 // Lowers the plan, builds this rank's executor (on the replica's pipeline communicator), its
 // optimizers and, with replicas, the gradient averaging. `states`: optimizer state to restore

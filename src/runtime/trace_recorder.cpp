@@ -1,10 +1,9 @@
 #include "runtime/trace_recorder.hpp"
 
-#include <mpi.h>
-
 #include <map>
 #include <tuple>
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
 
 madpipe::runtime::TraceRecorder::TraceRecorder(int rank)
@@ -29,9 +28,8 @@ void madpipe::runtime::TraceRecorder::op(plan::TraceOpKind kind, int stage, int 
   ops_.push_back({kind, rank_, stage, step, i, start_ms, end_ms});
 }
 
-void madpipe::runtime::TraceRecorder::sent(plan::TraceTransferKind kind, int stage,
-                                           int micro_batch, int to, std::int64_t bytes,
-                                           double posted_ms) {
+void madpipe::runtime::TraceRecorder::sent(plan::TraceTransferKind kind, int stage, int micro_batch,
+                                           int to, std::int64_t bytes, double posted_ms) {
   if (!recording_) return;
   const auto [step, i] = step_and_micro_batch(micro_batch);
   if (step > last_step_) return;
@@ -52,17 +50,16 @@ using madpipe::plan::TraceTransferKind;
 // One rank's records as compact JSON arrays (numbers only) for the gather.
 nlohmann::json records_of(const std::vector<madpipe::plan::TraceOp>& ops,
                           const std::vector<madpipe::plan::TraceTransfer>& sent,
-                          const nlohmann::json& received, std::int64_t peak,
-                          std::int64_t rss) {
+                          const nlohmann::json& received, std::int64_t peak, std::int64_t rss) {
   nlohmann::json j;
   j["ops"] = nlohmann::json::array();
   for (const auto& op : ops)
-    j["ops"].push_back({static_cast<int>(op.kind), op.stage, op.step, op.micro_batch,
-                        op.start_ms, op.end_ms});
+    j["ops"].push_back(
+        {static_cast<int>(op.kind), op.stage, op.step, op.micro_batch, op.start_ms, op.end_ms});
   j["sent"] = nlohmann::json::array();
   for (const auto& t : sent)
-    j["sent"].push_back({static_cast<int>(t.kind), t.stage, t.step, t.micro_batch, t.to,
-                         t.bytes, t.start_ms});
+    j["sent"].push_back(
+        {static_cast<int>(t.kind), t.stage, t.step, t.micro_batch, t.to, t.bytes, t.start_ms});
   j["received"] = received;
   j["peak"] = peak;
   j["rss"] = rss;
@@ -96,13 +93,14 @@ std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_C
 }  // namespace
 
 madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int64_t peak_bytes,
-                                                                 std::int64_t peak_rss_bytes,
-                                                                 MPI_Comm pipeline) const {
+                                                             std::int64_t peak_rss_bytes,
+                                                             MPI_Comm pipeline) const {
   nlohmann::json received = nlohmann::json::array();
   for (const auto& r : received_)
-    received.push_back({static_cast<int>(r.kind), r.stage, r.step, r.micro_batch, r.from, r.done_ms});
-  const std::vector<std::string> parts =
-      gather_strings(records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root, pipeline);
+    received.push_back(
+        {static_cast<int>(r.kind), r.stage, r.step, r.micro_batch, r.from, r.done_ms});
+  const std::vector<std::string> parts = gather_strings(
+      records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root, pipeline);
   plan::Trace trace;
   if (parts.empty()) return trace;
   trace.ranks = static_cast<int>(parts.size());
@@ -123,9 +121,14 @@ madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int6
                            x[5].get<double>()});
     for (const auto& x : j["sent"]) {
       plan::TraceTransfer t{static_cast<TraceTransferKind>(x[0].get<int>()),
-                                x[1].get<int>(), x[2].get<int>(), x[3].get<int>(), r,
-                                x[4].get<int>(), x[5].get<std::int64_t>(), x[6].get<double>(),
-                                x[6].get<double>()};
+                            x[1].get<int>(),
+                            x[2].get<int>(),
+                            x[3].get<int>(),
+                            r,
+                            x[4].get<int>(),
+                            x[5].get<std::int64_t>(),
+                            x[6].get<double>(),
+                            x[6].get<double>()};
       const auto it = arrivals.find({x[0].get<int>(), t.stage, t.step, t.micro_batch, t.to});
       if (it == arrivals.end()) continue;  // received after tracing stopped
       t.end_ms = std::max(t.start_ms, it->second);

@@ -1,13 +1,13 @@
 #pragma once
 
+#include "plan/trace.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
-
-#include "plan/trace.hpp"
 
 namespace madpipe::runtime {
 
@@ -30,18 +30,16 @@ class TraceRecorder {
   // Records of later steps are dropped.
   void record_until_step(int last_step) noexcept { last_step_ = last_step; }
 
-  void op(plan::TraceOpKind kind, int stage, int micro_batch, double start_ms,
-          double end_ms);
-  void sent(plan::TraceTransferKind kind, int stage, int micro_batch, int to,
-            std::int64_t bytes, double posted_ms);
-  void received(plan::TraceTransferKind kind, int stage, int micro_batch, int from,
-                double done_ms);
+  void op(plan::TraceOpKind kind, int stage, int micro_batch, double start_ms, double end_ms);
+  void sent(plan::TraceTransferKind kind, int stage, int micro_batch, int to, std::int64_t bytes,
+            double posted_ms);
+  void received(plan::TraceTransferKind kind, int stage, int micro_batch, int from, double done_ms);
 
   // Collective over `pipeline` (one replica's ranks): every rank's records and peak memory meet
   // on its rank `root`, which returns the trace (transfers matched by what they carry); the other
   // ranks return an empty trace.
   plan::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes,
-                         MPI_Comm pipeline = MPI_COMM_WORLD) const;
+                     MPI_Comm pipeline = MPI_COMM_WORLD) const;
 
  private:
   struct Received {

@@ -1,18 +1,18 @@
 #include "runtime/train_planning.hpp"
 
-#include <filesystem>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
-
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/units.hpp"
 #include "partition/data_parallel.hpp"
 #include "partition/infeasible.hpp"
+#include "plan/validate.hpp"
 #include "runtime/mpi_session.hpp"
 #include "runtime/profiler.hpp"
-#include "plan/validate.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 
@@ -56,42 +56,46 @@ madpipe::partition::PlannerOptions planner_options(const madpipe::runtime::Train
 
 // Rank 0 plans (or reads the plan) and every rank gets the same plan.
 madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
-                                      const madpipe::Profile& profile, int rank,
-                                      const std::function<void(const std::string&)>& say) {
+                                  const madpipe::Profile& profile, int rank,
+                                  const std::function<void(const std::string&)>& say) {
   const std::string text = computed_on_rank0(rank, [&] {
     madpipe::plan::Plan plan;
     if (!c.plan.empty()) {
       plan = madpipe::plan::read_plan(c.plan);
       madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), c.plan);
     } else {
-      const auto result = madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
+      const auto result =
+          madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
       if (!result.feasible)
         throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory",
-                             madpipe::partition::explain_infeasible(result.reason, profile,
-                                                                    platform_of(c), planner_options(c)));
+                             madpipe::partition::explain_infeasible(
+                                 result.reason, profile, platform_of(c), planner_options(c)));
       plan = result.plan;
       for (const std::string& note : result.notes) say("planner note: " + note);
-      say("planned with " + c.algorithm + " in " + std::to_string(result.planning_seconds).substr(0, 5) + " s");
+      say("planned with " + c.algorithm + " in " +
+          std::to_string(result.planning_seconds).substr(0, 5) + " s");
     }
     if (!c.plan.empty() && plan.replicas != c.replicas)
-      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/replicas",
-                           "the plan is for " + std::to_string(plan.replicas) +
-                               " data-parallel replica" + (plan.replicas == 1 ? "" : "s") +
-                               " but --replicas is " + std::to_string(c.replicas) +
-                               " (run it with --replicas " + std::to_string(plan.replicas) + " --gpus " +
-                               std::to_string(plan.replicas * plan.platform.gpus) + ")");
+      throw madpipe::Error(
+          madpipe::ErrorKind::InvalidInput, c.plan, "/replicas",
+          "the plan is for " + std::to_string(plan.replicas) + " data-parallel replica" +
+              (plan.replicas == 1 ? "" : "s") + " but --replicas is " + std::to_string(c.replicas) +
+              " (run it with --replicas " + std::to_string(plan.replicas) + " --gpus " +
+              std::to_string(plan.replicas * plan.platform.gpus) + ")");
     plan.replicas = c.replicas;
     if (plan.platform.gpus != pipeline_ranks(c))
-      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
-                           "the plan is for " + std::to_string(plan.platform.gpus) + " GPUs but " +
-                               (c.replicas == 1 ? "--gpus is " + std::to_string(c.gpus)
-                                                : "--gpus " + std::to_string(c.gpus) + " with --replicas " +
-                                                      std::to_string(c.replicas) + " gives pipelines of " +
-                                                      std::to_string(pipeline_ranks(c)) + " GPUs"));
+      throw madpipe::Error(
+          madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
+          "the plan is for " + std::to_string(plan.platform.gpus) + " GPUs but " +
+              (c.replicas == 1 ? "--gpus is " + std::to_string(c.gpus)
+                               : "--gpus " + std::to_string(c.gpus) + " with --replicas " +
+                                     std::to_string(c.replicas) + " gives pipelines of " +
+                                     std::to_string(pipeline_ranks(c)) + " GPUs"));
     if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.plan, "/stages",
                            "the plan covers " + std::to_string(plan.stages.back().last_layer + 1) +
-                               " layers but the model has " + std::to_string(profile.layers.size()));
+                               " layers but the model has " +
+                               std::to_string(profile.layers.size()));
     return plan_text(plan);
   });
   return madpipe::plan::plan_from_json(nlohmann::json::parse(text), "plan");
@@ -111,7 +115,8 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
       if (profile.layers.size() != model.layers.size())
         throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/layers",
                              "the profile has " + std::to_string(profile.layers.size()) +
-                                 " layers but the model has " + std::to_string(model.layers.size()));
+                                 " layers but the model has " +
+                                 std::to_string(model.layers.size()));
       say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
     } else {
       madpipe::runtime::ProfilerOptions options;

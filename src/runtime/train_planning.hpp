@@ -1,17 +1,17 @@
 #pragma once
 
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "plan/plan.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+
 #include <functional>
 #include <string>
 
 #include <torch/torch.h>
-
-#include "core/platform.hpp"
-#include "core/profile.hpp"
-#include "partition/planner.hpp"
-#include "runtime/data.hpp"
-#include "runtime/model.hpp"
-#include "runtime/trainer.hpp"
-#include "plan/plan.hpp"
 
 namespace madpipe::runtime {
 

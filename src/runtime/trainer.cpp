@@ -1,20 +1,5 @@
 #include "runtime/trainer.hpp"
 
-#include <algorithm>
-#include <climits>
-#include <cmath>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <sstream>
-
-#include <mpi.h>
-#include <nlohmann/json.hpp>
-#include <torch/torch.h>
-
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/units.hpp"
@@ -22,6 +7,9 @@
 #include "partition/infeasible.hpp"
 #include "partition/planner.hpp"
 #include "partition/replan.hpp"
+#include "plan/program.hpp"
+#include "plan/trace.hpp"
+#include "plan/validate.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
@@ -32,17 +20,29 @@
 #include "runtime/optimizer.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/replicas.hpp"
-#include "runtime/sync_pipeline.hpp"
-#include "runtime/train_planning.hpp"
 #include "runtime/resume.hpp"
 #include "runtime/stop_request.hpp"
+#include "runtime/sync_pipeline.hpp"
 #include "runtime/trace_recorder.hpp"
+#include "runtime/train_planning.hpp"
 #include "runtime/transport.hpp"
 #include "runtime/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
-#include "plan/program.hpp"
-#include "plan/trace.hpp"
-#include "plan/validate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 namespace fs = std::filesystem;
 
@@ -67,14 +67,12 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-
 // Collective: gathers the recorded steps on rank 0, which writes <output_dir>/trace.json and
 // prints measured against predicted period and memory.
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
                  const madpipe::runtime::TraceRecorder& recorder,
-                 const madpipe::runtime::MemoryMeter& meter, const torch::Device& device,
-                 int steps, int rank, MPI_Comm pipeline,
-                 const std::function<void(const std::string&)>& say) {
+                 const madpipe::runtime::MemoryMeter& meter, const torch::Device& device, int steps,
+                 int rank, MPI_Comm pipeline, const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   plan::Trace trace =
       recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes(), pipeline);
@@ -110,7 +108,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   if (deepest > m)
     throw Error(ErrorKind::InvalidInput, "", "micro-batches",
                 "2bw needs at least as many micro-batches per update as the plan keeps in flight "
-                "on a stage (" + std::to_string(deepest) + "), got " + std::to_string(m));
+                "on a stage (" +
+                    std::to_string(deepest) + "), got " + std::to_string(m));
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool reports = plan.stages.back().gpu == rank;
@@ -123,7 +122,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   release_other_layers(second, plan, rank);
   const plan::Program program = plan::lower(plan, c.steps * m);
   const std::string stuck = plan::dry_run(program);
-  if (!stuck.empty()) throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+  if (!stuck.empty())
+    throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
   say("2bw: " + std::to_string(c.steps) + " updates of " + std::to_string(m) +
       " micro-batches without a flush; two weight versions per stage");
   std::ofstream metrics;
@@ -165,7 +165,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   });
   MPI_Barrier(MPI_COMM_WORLD);
   if (traced > 0) write_trace(c, plan, recorder, meter, device, traced, rank, MPI_COMM_WORLD, say);
-  say("done in " + duration_text(seconds_since(started)) + "; " + std::to_string(versions.updates()) +
+  say("done in " + duration_text(seconds_since(started)) + "; " +
+      std::to_string(versions.updates()) +
       " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
   return 0;
 }
@@ -183,20 +184,24 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
   };
   try {
     if (c.dry_run && session.size() != 1)
-      throw Error(ErrorKind::InvalidInput, "", "dry-run", "a dry run is one process (no mpirun -np " +
-                                                              std::to_string(session.size()) + ")");
+      throw Error(
+          ErrorKind::InvalidInput, "", "dry-run",
+          "a dry run is one process (no mpirun -np " + std::to_string(session.size()) + ")");
     if (!c.dry_run && session.size() != c.gpus)
       throw Error(ErrorKind::InvalidInput, "", "gpus",
                   "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
-                      " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) + ")");
+                      " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) +
+                      ")");
     if (!(c.transfer_timeout >= 0))
       throw Error(ErrorKind::InvalidInput, "", "transfer-timeout",
                   "must be a number of seconds >= 0, got " + std::to_string(c.transfer_timeout));
     if (c.on_nan != "stop" && c.on_nan != "skip")
-      throw Error(ErrorKind::InvalidInput, "", "on-nan", "unknown action '" + c.on_nan + "' (valid: stop, skip)");
+      throw Error(ErrorKind::InvalidInput, "", "on-nan",
+                  "unknown action '" + c.on_nan + "' (valid: stop, skip)");
     receive_mode(c);  // an unknown --receive-buffers fails before any work
     if (c.mode != "sync" && c.mode != "2bw")
-      throw Error(ErrorKind::InvalidInput, "", "mode", "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
+      throw Error(ErrorKind::InvalidInput, "", "mode",
+                  "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
     const int pipeline_size = pipeline_ranks(c);
     if (c.replicas > 1 && c.mode != "sync")
       throw Error(ErrorKind::InvalidInput, "", "replicas",
@@ -208,7 +213,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.replan_after > 0 && c.replan_after >= c.steps)
       throw Error(ErrorKind::InvalidInput, "", "replan-after",
                   "--replan-after " + std::to_string(c.replan_after) +
-                      " leaves no step to run with a new plan (--steps " + std::to_string(c.steps) + ")");
+                      " leaves no step to run with a new plan (--steps " + std::to_string(c.steps) +
+                      ")");
     if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
       throw Error(ErrorKind::InvalidInput, "", "replan-min-gain",
                   "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
@@ -217,7 +223,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       device = device_of(c.device, session.local_rank());
     } catch (const Error& e) {
       if (!c.dry_run || e.kind() != ErrorKind::Unsupported) throw;
-      say(std::string("dry run: ") + e.what() + "; profiling on the CPU instead (its times are not the device's)");
+      say(std::string("dry run: ") + e.what() +
+          "; profiling on the CPU instead (its times are not the device's)");
     }
     // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
     ResumePoint resume;
@@ -243,8 +250,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (rank == 0) plan::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
         " stages on " + std::to_string(pipeline_size) + " ranks" +
-        (c.replicas > 1 ? " x " + std::to_string(c.replicas) + " data-parallel replicas" : "") + ", " +
-        std::to_string(first_plan.pattern.k) + "-periodic, predicted " +
+        (c.replicas > 1 ? " x " + std::to_string(c.replicas) + " data-parallel replicas" : "") +
+        ", " + std::to_string(first_plan.pattern.k) + "-periodic, predicted " +
         format_ms(first_plan.predicted.period_ms) + " per micro-batch");
     say(stage_summary(first_plan, model));
 
@@ -271,13 +278,16 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (c.gpus_per_node > 0 && pipeline_size % c.gpus_per_node != 0 &&
           c.gpus_per_node % pipeline_size != 0)
         say("note: pipelines of " + std::to_string(pipeline_size) + " ranks straddle nodes of " +
-            std::to_string(c.gpus_per_node) + " ranks differently, so every link is planned at the " +
-            "slowest bandwidth; --replicas such that the pipeline ranks divide --gpus-per-node (or " +
+            std::to_string(c.gpus_per_node) +
+            " ranks differently, so every link is planned at the " +
+            "slowest bandwidth; --replicas such that the pipeline ranks divide --gpus-per-node "
+            "(or " +
             "are a multiple of it) keeps pipeline neighbours on one node");
     }
     // Replica d runs micro-batches d*m .. d*m+m-1 of the step's replicas*m.
     const int first_micro_batch = groups.layout().replica * c.micro_batches;
-    std::unique_ptr<SyncPipeline> pipeline = build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
+    std::unique_ptr<SyncPipeline> pipeline =
+        build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
     release_other_layers(model, first_plan, position);
     auto checkpoint = [&](int step) {
       if (groups.layout().replica == 0)  // replicas hold the same weights: one writes them
@@ -285,7 +295,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
           save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
       if (rank == 0) {
         plan::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
-        write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(), run_record(c, step));
+        write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(),
+                              run_record(c, step));
       }
       MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
       if (rank == 0) mark_complete(c.output_dir, step);
@@ -294,9 +305,11 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     int first_step = 1;
     if (c.resume && resume.step > 0) {
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-        load_stage(c.output_dir, resume.step, s, pipeline->executor->stage_parameters(s), optimizer);
+        load_stage(c.output_dir, resume.step, s, pipeline->executor->stage_parameters(s),
+                   optimizer);
       first_step = resume.step + 1;
-      if (rank == 0) truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);
+      if (rank == 0)
+        truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);
       say("resumed from the checkpoint of step " + std::to_string(resume.step));
     } else if (c.resume) {
       say("no checkpoint in " + c.output_dir + "; starting from step 1");
@@ -306,7 +319,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.replan_after > 0 && !replanning)
       say("no re-planning: the run resumes after step " + std::to_string(c.replan_after));
     // The first step warms up (allocations, caches): it is left out of the measurements.
-    const int first_measured = replanning && c.replan_after > first_step ? first_step + 1 : first_step;
+    const int first_measured =
+        replanning && c.replan_after > first_step ? first_step + 1 : first_step;
     std::ofstream metrics;
     if (rank == 0)
       metrics.open(fs::path(c.output_dir) / "metrics.jsonl",
@@ -347,7 +361,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
                     "step " + std::to_string(step) + ": " + health.problem +
                         "; stopping (--on-nan skip skips such steps instead)");
       if (skipped) {
-        say("step " + std::to_string(step) + ": " + health.problem + "; update skipped (--on-nan skip)");
+        say("step " + std::to_string(step) + ": " + health.problem +
+            "; update skipped (--on-nan skip)");
         for (auto& optimizer : pipeline->optimizers) optimizer->zero_grad();
       } else {
         for (auto& optimizer : pipeline->optimizers) optimizer->step();
@@ -356,14 +371,15 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       const bool eval = c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps);
       if (eval) {
         const StepLoss v = pipeline->executor->evaluate(pipeline->eval_program, [&](int i) {
-          return on_device(data->micro_batch(0, i, true), device);  // the same validation set every time
+          return on_device(data->micro_batch(0, i, true),
+                           device);  // the same validation set every time
         });
         last_val = mean_over_ranks(v);
       }
       if (rank == 0) {
         const double elapsed = seconds_since(started);
-        const double samples_per_s = static_cast<double>(step - first_step + 1) *
-                                     c.replicas * c.micro_batches * c.micro_batch_size / elapsed;
+        const double samples_per_s = static_cast<double>(step - first_step + 1) * c.replicas *
+                                     c.micro_batches * c.micro_batch_size / elapsed;
         nlohmann::ordered_json line;
         line["step"] = step;
         line["loss"] = loss;
@@ -375,11 +391,11 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         metrics.flush();
         if (eval || step == 1 || step % std::max(1, c.steps / 20) == 0) {
           char buf[256];
-          std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  %.1f samples/s  eta %s", step,
-                        c.steps, loss,
-                        eval ? ("  val " + std::to_string(last_val).substr(0, 6)).c_str() : "",
-                        samples_per_s,
-                        duration_text(elapsed / (step - first_step + 1) * (c.steps - step)).c_str());
+          std::snprintf(
+              buf, sizeof buf, "step %d/%d  loss %.4f%s  %.1f samples/s  eta %s", step, c.steps,
+              loss, eval ? ("  val " + std::to_string(last_val).substr(0, 6)).c_str() : "",
+              samples_per_s,
+              duration_text(elapsed / (step - first_step + 1) * (c.steps - step)).c_str());
           say(buf);
         }
       }

@@ -3,8 +3,7 @@
 #include "core/error.hpp"
 
 madpipe::runtime::TwoWeightVersions::TwoWeightVersions(PipelineExecutor& executor,
-                                                       ChainModel& second,
-                                                       int update_micro_batches,
+                                                       ChainModel& second, int update_micro_batches,
                                                        const OptimizerFactory& make_optimizer)
     : executor_(executor), m_(update_micro_batches) {
   for (int s : executor.local_stages()) {
@@ -41,8 +40,10 @@ void madpipe::runtime::TwoWeightVersions::after_backward(int stage, int micro_ba
   for (int i : in_flight_[stage])
     if ((i / m_ + 1) % 2 == copy)
       throw Error(ErrorKind::Internal, "", "2bw",
-                  "micro-batch " + std::to_string(i) + " still uses the weight copy that the "
-                  "update of generation " + std::to_string(generation) + " overwrites (NCA > m?)");
+                  "micro-batch " + std::to_string(i) +
+                      " still uses the weight copy that the "
+                      "update of generation " +
+                      std::to_string(generation) + " overwrites (NCA > m?)");
   const std::vector<torch::Tensor> params = executor_.stage_parameters(stage, copy);
   std::vector<torch::Tensor>& newest = newest_.at(stage);
   auto it = optimizers_.find(stage);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "runtime/executor.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -7,8 +9,6 @@
 #include <vector>
 
 #include <torch/torch.h>
-
-#include "runtime/executor.hpp"
 
 namespace madpipe::runtime {
 
@@ -40,7 +40,7 @@ class TwoWeightVersions {
   std::map<int, std::vector<torch::Tensor>> newest_;  // stage -> newest version
   std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers_;
   std::map<std::pair<int, int>, int> done_;  // (stage, generation) -> backwards done
-  std::map<int, std::set<int>> in_flight_;  // stage -> its micro-batches between F and B
+  std::map<int, std::set<int>> in_flight_;   // stage -> its micro-batches between F and B
   int updates_ = 0;
 };
 

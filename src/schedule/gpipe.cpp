@@ -25,7 +25,7 @@ madpipe::schedule::Pattern madpipe::schedule::gpipe(const std::vector<Stage>& st
       }
     }
   };
-  place(0, half);            // all forwards (fill)
+  place(0, half);             // all forwards (fill)
   place(half, chain.size());  // then all backwards (drain)
   pattern.period_ms = end;
   normalize(pattern);  // a zero-length last op may start exactly at the period's end

@@ -1,11 +1,11 @@
 #include "schedule/ilp_schedule.hpp"
 
+#include "schedule/pattern_ilp.hpp"
+#include "schedule/search.hpp"
+#include "solver/mps.hpp"
+
 #include <algorithm>
 #include <cmath>
-
-#include "schedule/pattern_ilp.hpp"
-#include "solver/mps.hpp"
-#include "schedule/search.hpp"
 
 namespace madpipe::schedule {
 
@@ -31,7 +31,8 @@ SolvedPatternIlp solve_pattern_ilp(const PatternIlp& ilp, const std::string& bac
   out.solve = solver->solve(ilp.model(), options);
   if (out.solve.has_solution()) {
     PatternIlp::Decoded decoded = ilp.decode(out.solve.values);
-    if (fits_memory(decoded.stages, decoded.pattern, ilp.platform())) out.decoded = std::move(decoded);
+    if (fits_memory(decoded.stages, decoded.pattern, ilp.platform()))
+      out.decoded = std::move(decoded);
   }
   out.solve.values.clear();
   tighten_bound(out.solve, known_lower_bound);
@@ -44,8 +45,8 @@ IlpScheduleResult ilp_schedule(const std::vector<Stage>& stages, const Platform&
   PatternIlp::Spec spec;
   spec.blocks = stages;
   spec.fixed_allocation = true;
-  spec.period_upper_bound_ms = std::min(options.period_upper_bound_ms * (1 + 1e-6),
-                                        sequential_period_ms(stages, platform));
+  spec.period_upper_bound_ms =
+      std::min(options.period_upper_bound_ms * (1 + 1e-6), sequential_period_ms(stages, platform));
   if (options.warm_start && options.warm_start->k == 1)
     // A hair above the start's period: the solver must be able to take the start as it is.
     spec.period_upper_bound_ms =

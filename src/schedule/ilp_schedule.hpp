@@ -1,15 +1,15 @@
 #pragma once
 
-#include <limits>
-#include <optional>
-#include <string>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/stage.hpp"
 #include "solver/solve.hpp"
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace madpipe::schedule {
 

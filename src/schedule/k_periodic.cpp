@@ -4,8 +4,8 @@
 
 static int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-madpipe::schedule::Pattern madpipe::schedule::drop_every_kth_plus_one(
-    const Pattern& one_periodic, int k) {
+madpipe::schedule::Pattern madpipe::schedule::drop_every_kth_plus_one(const Pattern& one_periodic,
+                                                                      int k) {
   if (one_periodic.k != 1 || k < 1)
     throw Error(ErrorKind::Internal, "", "", "k-periodic variant needs a 1-periodic pattern");
   if (k == 1) return one_periodic;

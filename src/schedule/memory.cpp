@@ -64,15 +64,15 @@ static std::vector<std::vector<FlightClass>> flight_classes(
   return classes;
 }
 
-std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& pattern,
-                                                           int num_stages) {
+std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& pattern, int num_stages) {
   std::vector<int> nca(num_stages, 0);
   if (pattern.period_ms <= 0) return nca;
   const auto classes = flight_classes(pattern, num_stages);
   for (int s = 0; s < num_stages; ++s) {
     for (const FlightClass& probe : classes[s]) {
       std::int64_t count = 0;
-      for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
+      for (const FlightClass& c : classes[s])
+        count += in_flight_at(c, probe.f_start, pattern.period_ms);
       nca[s] = static_cast<int>(std::clamp<std::int64_t>(count, nca[s], INT_MAX));
     }
   }
@@ -113,7 +113,8 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
         for (int s = 0; s < n; ++s) {
           if (stages[s].gpu != g) continue;
           std::int64_t count = 0;
-          for (const FlightClass& c : classes[s]) count += in_flight_at(c, probe.f_start, pattern.period_ms);
+          for (const FlightClass& c : classes[s])
+            count += in_flight_at(c, probe.f_start, pattern.period_ms);
           bytes = saturated_add(bytes, saturated_mul(count, stages[s].stored_bytes));
         }
         peak = std::max(peak, bytes);

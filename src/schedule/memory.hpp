@@ -1,11 +1,11 @@
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+
+#include <cstdint>
+#include <vector>
 
 namespace madpipe::schedule {
 

@@ -1,11 +1,11 @@
 #include "schedule/modulo.hpp"
 
+#include "schedule/one_f_one_b.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
-
-#include "schedule/one_f_one_b.hpp"
 
 namespace {
 // Busy intervals of one resource on the circle [0, T).
@@ -92,9 +92,8 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::modulo_schedule(
   for (std::size_t n = 0; n < chain.size(); ++n) {
     Op& op = chain[forward ? n : chain.size() - 1 - n];
     auto it = tables.try_emplace(resource_of(op, platform.gpus), period_ms).first;
-    const std::optional<double> start = forward
-                                            ? it->second.earliest_fit(boundary, op.duration_ms)
-                                            : it->second.latest_fit(boundary, op.duration_ms);
+    const std::optional<double> start = forward ? it->second.earliest_fit(boundary, op.duration_ms)
+                                                : it->second.latest_fit(boundary, op.duration_ms);
     if (!start) return std::nullopt;
     it->second.occupy(*start, op.duration_ms);
     op.start_ms = *start;

@@ -1,11 +1,11 @@
 #pragma once
 
-#include <optional>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+
+#include <optional>
+#include <vector>
 
 namespace madpipe::schedule {
 

@@ -1,8 +1,8 @@
 #include "schedule/one_f_one_b.hpp"
 
-#include <algorithm>
-
 #include "core/error.hpp"
+
+#include <algorithm>
 
 std::vector<madpipe::schedule::PipelineResource> madpipe::schedule::pipeline_resources(
     const std::vector<Stage>& stages, const Platform& platform) {

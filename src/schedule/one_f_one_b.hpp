@@ -1,11 +1,11 @@
 #pragma once
 
-#include <optional>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+
+#include <optional>
+#include <vector>
 
 namespace madpipe::schedule {
 
@@ -38,8 +38,8 @@ Pattern one_f_one_b_star_with_groups(const std::vector<Stage>& stages, const Pla
                                      const std::vector<int>& groups, double period_ms);
 
 // 1F1B*(T) (Algorithm 6) for a contiguous allocation; nullopt if a resource's load exceeds T.
-std::optional<Pattern> one_f_one_b_star(const std::vector<Stage>& stages,
-                                        const Platform& platform, double period_ms);
+std::optional<Pattern> one_f_one_b_star(const std::vector<Stage>& stages, const Platform& platform,
+                                        double period_ms);
 
 // 1F1B as in PipeDream-Flush: stage s keeps S - s micro-batches in flight (a group is a stage
 // and the link before it), at the smallest period these groups allow.

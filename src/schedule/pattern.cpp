@@ -1,13 +1,13 @@
 #include "schedule/pattern.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <tuple>
 #include <utility>
-
-#include "core/error.hpp"
 
 namespace {
 struct KindName {
@@ -25,9 +25,8 @@ bool madpipe::schedule::operator==(const Link& a, const Link& b) {
 }
 
 bool madpipe::schedule::operator==(const Op& a, const Op& b) {
-  return std::tie(a.kind, a.stage, a.gpu, a.link.a, a.link.b, a.start_ms, a.duration_ms,
-                  a.shift) == std::tie(b.kind, b.stage, b.gpu, b.link.a, b.link.b, b.start_ms,
-                                       b.duration_ms, b.shift);
+  return std::tie(a.kind, a.stage, a.gpu, a.link.a, a.link.b, a.start_ms, a.duration_ms, a.shift) ==
+         std::tie(b.kind, b.stage, b.gpu, b.link.a, b.link.b, b.start_ms, b.duration_ms, b.shift);
 }
 
 bool madpipe::schedule::operator==(const Pattern& a, const Pattern& b) {
@@ -151,8 +150,8 @@ void madpipe::schedule::sort_ops(Pattern& pattern) {
   std::stable_sort(pattern.ops.begin(), pattern.ops.end(), [](const Op& x, const Op& y) {
     const bool tx = is_transfer(x.kind), ty = is_transfer(y.kind);
     return std::make_tuple(x.start_ms, tx, x.gpu, x.link.a, x.link.b, x.stage,
-                           static_cast<int>(x.kind), x.shift) <
-           std::make_tuple(y.start_ms, ty, y.gpu, y.link.a, y.link.b, y.stage,
-                           static_cast<int>(y.kind), y.shift);
+                           static_cast<int>(x.kind),
+                           x.shift) < std::make_tuple(y.start_ms, ty, y.gpu, y.link.a, y.link.b,
+                                                      y.stage, static_cast<int>(y.kind), y.shift);
   });
 }

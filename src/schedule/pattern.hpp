@@ -1,10 +1,10 @@
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/stage.hpp"
+
+#include <string>
+#include <vector>
 
 namespace madpipe::schedule {
 
@@ -40,7 +40,7 @@ bool operator==(const Link& a, const Link& b);
 bool operator==(const Op& a, const Op& b);
 bool operator==(const Pattern& a, const Pattern& b);
 
-const char* to_string(OpKind kind);               // "F", "B", "SEND_ACT", "SEND_GRAD"
+const char* to_string(OpKind kind);                // "F", "B", "SEND_ACT", "SEND_GRAD"
 OpKind op_kind_from_string(const std::string& s);  // throws Error{InvalidInput} listing valid names
 bool is_transfer(OpKind kind);
 

@@ -1,13 +1,13 @@
 #include "schedule/pattern_ilp.hpp"
 
+#include "core/error.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/retime.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
-
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/retime.hpp"
 
 namespace madpipe::schedule {
 
@@ -22,7 +22,8 @@ PatternIlp::PatternIlp(Spec spec, const Platform& platform)
     : spec_(std::move(spec)), platform_(platform), n_(static_cast<int>(spec_.blocks.size())) {
   if (n_ == 0) throw Error(ErrorKind::Internal, "", "", "PatternIlp: no blocks");
   if (!(spec_.period_upper_bound_ms > 0) || !std::isfinite(spec_.period_upper_bound_ms))
-    throw Error(ErrorKind::Internal, "", "", "PatternIlp: period upper bound must be finite and > 0");
+    throw Error(ErrorKind::Internal, "", "",
+                "PatternIlp: period upper bound must be finite and > 0");
   big_ = 2 * spec_.period_upper_bound_ms;
   add_variables();
   add_allocation_rules();
@@ -70,16 +71,15 @@ void PatternIlp::add_variables() {
       for (int b = a + 1; b < n_; ++b) same_[a][b] = model_.add_var(0, 1, true, "z" + idx(a, b));
   }
   auto has_transfer = [&](int boundary) {
-    return !spec_.fixed_allocation ||
-           spec_.blocks[boundary].gpu != spec_.blocks[boundary + 1].gpu;
+    return !spec_.fixed_allocation || spec_.blocks[boundary].gpu != spec_.blocks[boundary + 1].gpu;
   };
   auto add_node = [&](OpKind kind, int block, double ms) {
     const std::string name = std::string(to_string(kind)) + idx(block);
     const double lb = -std::min(ms, tmax);
     // Fixing F of block 0 at 0 removes the translation symmetry (thesis (6.19)).
     const bool anchor = kind == OpKind::F && block == 0;
-    nodes_.push_back(Node{kind, block, model_.add_var(anchor ? 0 : lb, anchor ? 0 : tmax, false,
-                                                      "tau_" + name)});
+    nodes_.push_back(Node{
+        kind, block, model_.add_var(anchor ? 0 : lb, anchor ? 0 : tmax, false, "tau_" + name)});
     return static_cast<int>(nodes_.size()) - 1;
   };
   f_node_.assign(n_, -1);
@@ -136,7 +136,8 @@ void PatternIlp::add_allocation_rules() {
 void PatternIlp::add_dependencies() {
   for (int x = 0; x + 1 < static_cast<int>(nodes_.size()); ++x) {
     const int y = x + 1;
-    Edge e{x, y, model_.add_var(0, 1, true, "v" + idx(x)), model_.add_var(0, 1, true, "w" + idx(x))};
+    Edge e{x, y, model_.add_var(0, 1, true, "v" + idx(x)),
+           model_.add_var(0, 1, true, "w" + idx(x))};
     const LinearExpr gap = LinearExpr(nodes_[y].start) - nodes_[x].start - duration(x);
     add_constraint(model_, gap + big_ * LinearExpr(e.v), 0, kInf, "dep0_" + idx(x));
     add_constraint(model_, gap + LinearExpr(period_) + big_ * LinearExpr(e.v2), 0, kInf,
@@ -190,14 +191,15 @@ void PatternIlp::add_link_exclusivity() {
         link_same_[j][k] = s;
         const std::string name = "zl_" + idx(j, k);
         const LinearExpr cj = cut(j), ck = cut(k);
-        add_constraint(model_, LinearExpr(s) - same_gpu(j, k) - same_gpu(j + 1, k + 1) - cj, -2, kInf,
-                       name + "a");
-        add_constraint(model_, LinearExpr(s) - same_gpu(j, k + 1) - same_gpu(j + 1, k) - cj, -2, kInf,
-                       name + "b");
+        add_constraint(model_, LinearExpr(s) - same_gpu(j, k) - same_gpu(j + 1, k + 1) - cj, -2,
+                       kInf, name + "a");
+        add_constraint(model_, LinearExpr(s) - same_gpu(j, k + 1) - same_gpu(j + 1, k) - cj, -2,
+                       kInf, name + "b");
         add_constraint(model_, cj - s, 0, kInf, name + "c");
         add_constraint(model_, ck - s, 0, kInf, name + "d");
         add_constraint(model_, same_gpu(j, k) + same_gpu(j + 1, k) - s, 0, kInf, name + "e");
-        add_constraint(model_, same_gpu(j, k + 1) + same_gpu(j + 1, k + 1) - s, 0, kInf, name + "f");
+        add_constraint(model_, same_gpu(j, k + 1) + same_gpu(j + 1, k + 1) - s, 0, kInf,
+                       name + "f");
       }
   }
   auto link_of = [&](int boundary) {
@@ -227,8 +229,8 @@ void PatternIlp::add_link_exclusivity() {
 }
 
 void PatternIlp::add_helper_row(Var helper, const LinearExpr& rest, double lb, std::string name) {
-  helper_rows_.emplace_back(helper, add_constraint(model_, LinearExpr(helper) - rest, lb, kInf,
-                                                   std::move(name)));
+  helper_rows_.emplace_back(
+      helper, add_constraint(model_, LinearExpr(helper) - rest, lb, kInf, std::move(name)));
 }
 
 LinearExpr PatternIlp::before(int first, int second) const {
@@ -255,7 +257,8 @@ void PatternIlp::add_memory() {
     LinearExpr used;
     const std::string name = "mem" + idx(s);
     if (spec_.fixed_allocation) {
-      used += static_cast<double>(static_memory(spec_.blocks, spec_.blocks[s].gpu, platform_).total());
+      used +=
+          static_cast<double>(static_memory(spec_.blocks, spec_.blocks[s].gpu, platform_).total());
     } else {
       const Var workspace = model_.add_var(0, kInf, false, "ws" + idx(s));
       used += LinearExpr(workspace);
@@ -285,7 +288,8 @@ void PatternIlp::add_memory() {
         add_helper_row(sigma, in_flight - most * (1.0 - share), 0, name + "_sigma" + idx(t));
         in_flight = sigma;
       }
-      used += stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));
+      used +=
+          stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));
     }
     add_constraint(model_, scale * used, -kInf, 1.0, name);
   }

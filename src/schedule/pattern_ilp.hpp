@@ -1,13 +1,13 @@
 #pragma once
 
-#include <optional>
-#include <vector>
-
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
 #include "solver/linear_expr.hpp"
 #include "solver/model.hpp"
+
+#include <optional>
+#include <vector>
 
 namespace madpipe::schedule {
 
@@ -27,7 +27,7 @@ namespace madpipe::schedule {
 class PatternIlp {
  public:
   struct Spec {
-    std::vector<Stage> blocks;       // in chain order; gpu is read only with a fixed allocation
+    std::vector<Stage> blocks;  // in chain order; gpu is read only with a fixed allocation
     bool fixed_allocation = true;
     double period_upper_bound_ms = 0;  // T <= this (> 0); also scales the big-M constants
   };
@@ -92,10 +92,10 @@ class PatternIlp {
   solver::Var period_;
   std::vector<Node> nodes_;  // chain order, transfers of uncut boundaries included when free
   std::vector<Edge> edges_;
-  std::vector<int> f_node_, b_node_;                    // per block
-  std::vector<int> act_node_, grad_node_;               // per boundary, -1 when absent
-  std::vector<std::vector<solver::Var>> same_;          // free allocation: z, a < b
-  std::vector<std::vector<std::optional<solver::Var>>> order_;  // node pairs on one GPU/link
+  std::vector<int> f_node_, b_node_;                                // per block
+  std::vector<int> act_node_, grad_node_;                           // per boundary, -1 when absent
+  std::vector<std::vector<solver::Var>> same_;                      // free allocation: z, a < b
+  std::vector<std::vector<std::optional<solver::Var>>> order_;      // node pairs on one GPU/link
   std::vector<std::vector<std::optional<solver::Var>>> link_same_;  // free: boundary pairs
   std::vector<std::pair<solver::Var, solver::Row>> helper_rows_;
 };

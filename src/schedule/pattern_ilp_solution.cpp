@@ -1,14 +1,14 @@
 // Reading a pattern out of a solution of PatternIlp, and writing a known pattern in as a MIP start.
 
+#include "core/error.hpp"
+#include "schedule/pattern_ilp.hpp"
+#include "schedule/retime.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
-
-#include "core/error.hpp"
-#include "schedule/pattern_ilp.hpp"
-#include "schedule/retime.hpp"
 
 namespace madpipe::schedule {
 
@@ -31,7 +31,8 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
       if (gpu[b] < 0) gpu[b] = classes++;
     }
     if (classes > platform_.gpus)
-      throw Error(ErrorKind::Internal, "", "", "PatternIlp::decode: more GPUs than the platform has");
+      throw Error(ErrorKind::Internal, "", "",
+                  "PatternIlp::decode: more GPUs than the platform has");
     for (int b = 0; b < n_; ++b) out.stages[b].gpu = gpu[b];
   }
   for (int b = 0; b < n_; ++b) out.stages[b].id = b;
@@ -50,10 +51,18 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
   for (Op& op : ops) {
     int node = -1;
     switch (op.kind) {
-      case OpKind::F: node = f_node_[op.stage]; break;
-      case OpKind::B: node = b_node_[op.stage]; break;
-      case OpKind::SendAct: node = act_node_[op.stage]; break;
-      case OpKind::SendGrad: node = grad_node_[op.stage]; break;
+      case OpKind::F:
+        node = f_node_[op.stage];
+        break;
+      case OpKind::B:
+        node = b_node_[op.stage];
+        break;
+      case OpKind::SendAct:
+        node = act_node_[op.stage];
+        break;
+      case OpKind::SendGrad:
+        node = grad_node_[op.stage];
+        break;
     }
     if (node < 0)
       throw Error(ErrorKind::Internal, "", "", "PatternIlp::decode: transfer without a node");
@@ -132,9 +141,9 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
     const int boundaries = n_ - 1;
     for (int j = 0; j < boundaries; ++j)
       for (int k = j + 1; k < boundaries; ++k) {
-        const bool shared =
-            cut_at(j) && cut_at(k) &&
-            std::minmax(stages[j].gpu, stages[j + 1].gpu) == std::minmax(stages[k].gpu, stages[k + 1].gpu);
+        const bool shared = cut_at(j) && cut_at(k) &&
+                            std::minmax(stages[j].gpu, stages[j + 1].gpu) ==
+                                std::minmax(stages[k].gpu, stages[k + 1].gpu);
         set(*link_same_[j][k], shared ? 1 : 0);
       }
     // Orders of ops on different resources are 0 (o <= share).
@@ -142,12 +151,11 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
       for (int j = i + 1; j < m; ++j) {
         if (!order_[i][j]) continue;
         const Node &a = nodes_[i], &b = nodes_[j];
-        const bool shared =
-            !is_transfer(a.kind)
-                ? stages[a.block].gpu == stages[b.block].gpu
-                : cut_at(a.block) && cut_at(b.block) &&
-                      std::minmax(stages[a.block].gpu, stages[a.block + 1].gpu) ==
-                          std::minmax(stages[b.block].gpu, stages[b.block + 1].gpu);
+        const bool shared = !is_transfer(a.kind)
+                                ? stages[a.block].gpu == stages[b.block].gpu
+                                : cut_at(a.block) && cut_at(b.block) &&
+                                      std::minmax(stages[a.block].gpu, stages[a.block + 1].gpu) ==
+                                          std::minmax(stages[b.block].gpu, stages[b.block + 1].gpu);
         if (!shared) set(*order_[i][j], 0);
       }
   }
@@ -160,9 +168,11 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
       if (t.var != helper.index) rest += t.coeff * values[static_cast<std::size_t>(t.var)];
     double& slot = values[static_cast<std::size_t>(helper.index)];
     const double needed = model_.row_lb(row.index) - rest;  // the helper's coefficient is 1
-    slot = std::min(model_.var_ub(helper.index), std::max({slot, needed, model_.var_lb(helper.index)}));
+    slot = std::min(model_.var_ub(helper.index),
+                    std::max({slot, needed, model_.var_lb(helper.index)}));
   }
-  for (int v = 0; v < model_.num_vars(); ++v) model_.set_hint(solver::Var{v}, values[static_cast<std::size_t>(v)]);
+  for (int v = 0; v < model_.num_vars(); ++v)
+    model_.set_hint(solver::Var{v}, values[static_cast<std::size_t>(v)]);
   return true;
 }
 

@@ -1,14 +1,14 @@
 #include "schedule/search.hpp"
 
-#include <algorithm>
-#include <functional>
-#include <map>
-
 #include "schedule/k_periodic.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/retime.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
 
 using Generator = std::function<std::optional<madpipe::schedule::Pattern>(double)>;
 
@@ -87,9 +87,9 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
     } else {
       const bool late = family == PatternFamily::ModuloLate;
       generate = [&stages, &platform, late](double T) {
-        return modulo_schedule(stages, platform, T,
-                               late ? ModuloDirection::AsLateAsPossible
-                                    : ModuloDirection::AsSoonAsPossible);
+        return modulo_schedule(
+            stages, platform, T,
+            late ? ModuloDirection::AsLateAsPossible : ModuloDirection::AsSoonAsPossible);
       };
       name = late ? "modulo-alap" : "modulo";
     }

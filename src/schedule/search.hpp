@@ -1,14 +1,14 @@
 #pragma once
 
+#include "core/platform.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+
 #include <functional>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "core/platform.hpp"
-#include "schedule/pattern.hpp"
-#include "schedule/stage.hpp"
 
 namespace madpipe::schedule {
 

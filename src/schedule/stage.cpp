@@ -1,9 +1,9 @@
 #include "schedule/stage.hpp"
 
+#include "core/error.hpp"
+
 #include <set>
 #include <tuple>
-
-#include "core/error.hpp"
 
 bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
   return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,

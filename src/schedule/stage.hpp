@@ -1,11 +1,11 @@
 #pragma once
 
+#include "core/chain.hpp"
+#include "core/platform.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "core/chain.hpp"
-#include "core/platform.hpp"
 
 namespace madpipe::schedule {
 

@@ -1,16 +1,16 @@
 #include "solver/isolated_backend.hpp"
 
-#include <signal.h>
-#include <sys/select.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
+
+#include <signal.h>
+#include <sys/select.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 using madpipe::solver::SolveResult;
@@ -23,7 +23,8 @@ std::string encode(const SolveResult& r) {
   };
   const std::int32_t status = static_cast<std::int32_t>(r.status);
   put(&status, sizeof status);
-  for (double d : {r.objective, r.bound, r.gap, r.seconds, r.first_solution_seconds}) put(&d, sizeof d);
+  for (double d : {r.objective, r.bound, r.gap, r.seconds, r.first_solution_seconds})
+    put(&d, sizeof d);
   const std::uint64_t values = r.values.size(), message = r.message.size();
   put(&values, sizeof values);
   put(r.values.data(), values * sizeof(double));

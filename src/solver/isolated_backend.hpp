@@ -1,8 +1,8 @@
 #pragma once
 
-#include <memory>
-
 #include "solver/solve.hpp"
+
+#include <memory>
 
 namespace madpipe::solver {
 

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "solver/model.hpp"
+
 #include <string>
 #include <vector>
-
-#include "solver/model.hpp"
 
 namespace madpipe::solver {
 
@@ -12,7 +12,7 @@ namespace madpipe::solver {
 class LinearExpr {
  public:
   LinearExpr() = default;
-  LinearExpr(double constant) : constant_(constant) {}  // NOLINT: implicit by design
+  LinearExpr(double constant) : constant_(constant) {}             // NOLINT: implicit by design
   LinearExpr(Var var) { terms_.push_back(Term{var.index, 1.0}); }  // NOLINT
 
   double constant() const noexcept { return constant_; }

@@ -1,10 +1,10 @@
 #include "solver/model.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-
-#include "core/error.hpp"
 
 static void check_name(const std::string& name, const std::string& kind) {
   if (name.empty()) madpipe::throw_invalid("", "solver", kind + " name must not be empty");

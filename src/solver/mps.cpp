@@ -1,13 +1,13 @@
 #include "solver/mps.hpp"
 
+#include "core/error.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include "core/error.hpp"
 
 static std::string format_number(double x) {
   char buf[40];

@@ -1,9 +1,9 @@
 #pragma once
 
+#include "solver/model.hpp"
+
 #include <ostream>
 #include <string>
-
-#include "solver/model.hpp"
 
 namespace madpipe::solver {
 

@@ -1,14 +1,14 @@
 #include "solver/solve.hpp"
 
+#include "core/error.hpp"
+#include "solver/backends/backends.hpp"
+#include "solver/isolated_backend.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <utility>
-
-#include "core/error.hpp"
-#include "solver/backends/backends.hpp"
-#include "solver/isolated_backend.hpp"
 
 namespace {
 
@@ -127,7 +127,8 @@ std::vector<std::string> madpipe::solver::built_backends() {
   names.emplace_back("glpk");
 #endif
   for (const auto& entry : registered())
-    if (std::find(names.begin(), names.end(), entry.first) == names.end()) names.push_back(entry.first);
+    if (std::find(names.begin(), names.end(), entry.first) == names.end())
+      names.push_back(entry.first);
   return names;
 }
 

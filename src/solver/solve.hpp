@@ -1,12 +1,12 @@
 #pragma once
 
+#include "solver/model.hpp"
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "solver/model.hpp"
 
 namespace madpipe::solver {
 

@@ -1,26 +1,28 @@
-#include <gtest/gtest.h>
+#include "arena/address_plan.hpp"
+
+#include "arena/modulo_memory.hpp"
+#include "arena/tensor_graph.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "solver/solve.hpp"
+#include "support/test_support.hpp"
 
 #include <random>
 #include <tuple>
 
-#include "core/error.hpp"
-#include "core/profile.hpp"
-#include "arena/address_plan.hpp"
-#include "arena/modulo_memory.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "arena/tensor_graph.hpp"
-#include "solver/solve.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace madpipe::arena {
 namespace {
 
 // OLLA fixtures of the seeds digest, §5.1.
 std::vector<Buffer> simple_graph() {  // T1
-  return buffers_of(make_tensor_graph(
-      {"A", "B", "C", "D", "E"},
-      {{"AB", 10, "A", {"B"}}, {"BC", 20, "B", {"C"}}, {"BD", 30, "B", {"D"}}, {"DE", 40, "D", {"E"}}}));
+  return buffers_of(make_tensor_graph({"A", "B", "C", "D", "E"}, {{"AB", 10, "A", {"B"}},
+                                                                  {"BC", 20, "B", {"C"}},
+                                                                  {"BD", 30, "B", {"D"}},
+                                                                  {"DE", 40, "D", {"E"}}}));
 }
 
 std::vector<Buffer> diamond_graph(const std::vector<std::string>& order) {  // T2
@@ -34,15 +36,16 @@ std::vector<Buffer> diamond_graph(const std::vector<std::string>& order) {  // T
 }
 
 std::vector<Buffer> fragmentation_graph() {  // T5, Figure 4
-  return buffers_of(make_tensor_graph({"In", "Op1", "Op2", "Op3", "Out"},
-                                      {{"A", 1, "In", {"Op1"}},
-                                       {"B", 2, "Op1", {"Op2"}},
-                                       {"C", 2, "Op2", {"Op3"}},
-                                       {"D", 1, "Op3", {"Out"}}}));
+  return buffers_of(
+      make_tensor_graph({"In", "Op1", "Op2", "Op3", "Out"}, {{"A", 1, "In", {"Op1"}},
+                                                             {"B", 2, "Op1", {"Op2"}},
+                                                             {"C", 2, "Op2", {"Op3"}},
+                                                             {"D", 1, "Op3", {"Out"}}}));
 }
 
 void expect_valid(const AddressPlan& plan) {
-  EXPECT_TRUE(overlapping_live_buffers(plan).empty()) << to_string(plan.method) << ": " << plan.note;
+  EXPECT_TRUE(overlapping_live_buffers(plan).empty())
+      << to_string(plan.method) << ": " << plan.note;
   EXPECT_GE(plan.arena_bytes, plan.lower_bound_bytes);
   EXPECT_LE(plan.arena_bytes, plan.sum_bytes());
 }
@@ -98,8 +101,8 @@ TEST(AddressPlanGreedy, FragmentationCaseNeedsFiveInAllocationOrder) {
 }
 
 TEST(AddressPlanGreedy, PyramidOfNestedLifetimes) {  // T6
-  const std::vector<Buffer> buffers = {{"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8},
-                                       {"short", 1, 4, 5}};
+  const std::vector<Buffer> buffers = {
+      {"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8}, {"short", 1, 4, 5}};
   const AddressPlan plan = greedy_address_plan(buffers, PlanMethod::GreedyByStart);
   expect_valid(plan);
   EXPECT_EQ(plan.offsets, (std::vector<std::int64_t>{0, 1, 2, 3}));
@@ -184,8 +187,8 @@ TEST(AddressPlanIlp, ShippedStagesUnrolledOverTheirInFlightMicroBatches) {
 }
 
 TEST(AddressPlanPyramid, NestedLifetimesStackBottomUp) {  // T6
-  const std::vector<Buffer> buffers = {{"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8},
-                                       {"short", 1, 4, 5}};
+  const std::vector<Buffer> buffers = {
+      {"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8}, {"short", 1, 4, 5}};
   EXPECT_EQ(pyramid_stack(buffers), (std::vector<int>{0, 1, 2, 3}));
   // Not nested in l1: never picked after it.
   const std::vector<Buffer> crossing = {{"l1", 1, 1, 10}, {"late", 1, 5, 12}, {"in", 1, 2, 3}};
@@ -203,8 +206,7 @@ TEST(AddressPlanPyramid, NestedLifetimesStackBottomUp) {  // T6
 
 TEST(AddressPlanGreedy, FixedOffsetsArePlacedFirst) {
   const std::vector<Buffer> buffers = fragmentation_graph();
-  const AddressPlan plan =
-      greedy_address_plan(buffers, PlanMethod::GreedyByStart, {-1, 2, -1, -1});
+  const AddressPlan plan = greedy_address_plan(buffers, PlanMethod::GreedyByStart, {-1, 2, -1, -1});
   expect_valid(plan);
   EXPECT_EQ(plan.offsets, (std::vector<std::int64_t>{0, 2, 0, 2}));  // the optimum, 4
   EXPECT_THROW(greedy_address_plan(buffers, PlanMethod::GreedyByStart, {0}), Error);
@@ -246,8 +248,8 @@ std::vector<Buffer> random_circular_buffers(std::mt19937& rng, int count, int ti
   std::vector<Buffer> buffers;
   for (int i = 0; i < count; ++i) {
     const int first = time(rng);
-    buffers.push_back({"c" + std::to_string(i), size(rng) * 256, first,
-                       (first + length(rng) / 2) % timesteps});
+    buffers.push_back(
+        {"c" + std::to_string(i), size(rng) * 256, first, (first + length(rng) / 2) % timesteps});
   }
   return buffers;
 }

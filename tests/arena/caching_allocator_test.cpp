@@ -1,12 +1,13 @@
 // The model of PyTorch's caching allocator that static arenas are compared with.
 
-#include <gtest/gtest.h>
+#include "arena/caching_allocator.hpp"
+
+#include "arena/address_plan.hpp"
+#include "core/error.hpp"
 
 #include <vector>
 
-#include "core/error.hpp"
-#include "arena/address_plan.hpp"
-#include "arena/caching_allocator.hpp"
+#include <gtest/gtest.h>
 
 namespace marena = madpipe::arena;
 
@@ -25,7 +26,8 @@ TEST(CachingAllocator, ChainOfLargeTensorsFragmentsWhereAnArenaDoesNot) {
 }
 
 TEST(CachingAllocator, SmallRequestsShareATwoMebibyteSegment) {
-  const std::vector<marena::Buffer> small = {{"a", 100000, 0, 2}, {"b", 100000, 0, 2}, {"c", 100000, 1, 2}};
+  const std::vector<marena::Buffer> small = {
+      {"a", 100000, 0, 2}, {"b", 100000, 0, 2}, {"c", 100000, 1, 2}};
   const marena::CachingAllocatorPeak peak = marena::simulate_caching_allocator(small);
   EXPECT_EQ(peak.reserved_bytes, 2 * MiB);
   EXPECT_EQ(peak.allocated_bytes, 3 * 100352);  // rounded up to 512 B

@@ -1,20 +1,21 @@
-#include <gtest/gtest.h>
+#include "arena/modulo_memory.hpp"
 
-#include <algorithm>
-
+#include "arena/address_plan.hpp"
+#include "arena/tensor_graph.hpp"
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/profile.hpp"
-#include "arena/address_plan.hpp"
-#include "schedule/memory.hpp"
-#include "arena/modulo_memory.hpp"
-#include "schedule/one_f_one_b.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/one_f_one_b.hpp"
 #include "schedule/stage.hpp"
-#include "arena/tensor_graph.hpp"
 #include "solver/solve.hpp"
 #include "support/test_support.hpp"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
 
 namespace madpipe::arena {
 namespace {
@@ -83,7 +84,8 @@ TEST(SteadyStateBuffers, StagesOfARealOneFOneBPlan) {
   const std::vector<int> nca = concurrent_activations(pattern, 4);
   for (int s = 0; s < 4; ++s) {
     const schedule::Stage& stage = stages[static_cast<std::size_t>(s)];
-    const remat::RematChain chain = remat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    const remat::RematChain chain =
+        remat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
     const SteadyStateBuffers steady = steady_state_buffers(chain, {}, pattern, s);
     EXPECT_LE(steady.slot_sets, nca[static_cast<std::size_t>(s)]) << "stage " << s;
     // Never more live than the window with every in-flight micro-batch's forward done first.

@@ -1,20 +1,21 @@
-#include <gtest/gtest.h>
+#include "arena/operator_order.hpp"
+
+#include "arena/address_plan.hpp"
+#include "arena/lifetime_windows.hpp"
+#include "arena/tensor_graph.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "solver/solve.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <functional>
 #include <random>
 #include <set>
 
-#include "core/error.hpp"
-#include "core/profile.hpp"
-#include "arena/address_plan.hpp"
-#include "arena/lifetime_windows.hpp"
-#include "arena/operator_order.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "arena/tensor_graph.hpp"
-#include "solver/solve.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace madpipe::arena {
 namespace {

@@ -1,24 +1,26 @@
-#include <gtest/gtest.h>
+#include "arena/tensor_graph.hpp"
 
-#include <algorithm>
-
+#include "arena/address_plan.hpp"
 #include "core/error.hpp"
 #include "core/profile.hpp"
-#include "arena/address_plan.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
 #include "remat/rotor.hpp"
-#include "arena/tensor_graph.hpp"
 #include "support/test_support.hpp"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
 
 namespace madpipe::arena {
 namespace {
 
 TEST(TensorGraph, ExplicitListGivesLifetimesInNodeOrder) {
   // OLLA simple_graph (digest §5.1 T1): A->B (10), B->C (20), B->D (30), D->E (40).
-  const TensorGraph graph = make_tensor_graph(
-      {"A", "B", "C", "D", "E"},
-      {{"AB", 10, "A", {"B"}}, {"BC", 20, "B", {"C"}}, {"BD", 30, "B", {"D"}}, {"DE", 40, "D", {"E"}}});
+  const TensorGraph graph = make_tensor_graph({"A", "B", "C", "D", "E"}, {{"AB", 10, "A", {"B"}},
+                                                                          {"BC", 20, "B", {"C"}},
+                                                                          {"BD", 30, "B", {"D"}},
+                                                                          {"DE", 40, "D", {"E"}}});
   const std::vector<Buffer> buffers = buffers_of(graph);
   ASSERT_EQ(buffers.size(), 4u);
   EXPECT_EQ(buffers[2].name, "BD");
@@ -46,7 +48,8 @@ TEST(TensorGraph, RejectsBadLists) {
 }
 
 // The lower bound of the unrolled stage is the planner's memory model: (N-1) * stored + peak.
-void expect_matches_replay(const remat::RematChain& chain, const remat::RematSequence& sequence, int in_flight) {
+void expect_matches_replay(const remat::RematChain& chain, const remat::RematSequence& sequence,
+                           int in_flight) {
   const remat::SequenceReplay replay =
       replay_sequence(chain, sequence.empty() ? store_all_sequence(chain) : sequence);
   ASSERT_TRUE(replay.valid) << replay.problem;

@@ -1,12 +1,12 @@
 #include "core/platform.hpp"
 
-#include <gtest/gtest.h>
+#include "core/error.hpp"
 
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
+#include <gtest/gtest.h>
 
 namespace {
 

@@ -2,24 +2,24 @@
 // step model (m micro-batches with a flush, then overlapped ring all-reduces) and the plan's
 // "replicas" field.
 
-#include <gtest/gtest.h>
-
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
+#include "partition/data_parallel.hpp"
 
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/platform.hpp"
 #include "core/profile.hpp"
-#include "partition/data_parallel.hpp"
 #include "partition/planner.hpp"
-#include "schedule/one_f_one_b.hpp"
 #include "plan/plan.hpp"
-#include "schedule/stage.hpp"
 #include "plan/validate.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/stage.hpp"
 #include "support/test_support.hpp"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;

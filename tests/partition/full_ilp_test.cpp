@@ -4,7 +4,18 @@
 
 #include "partition/full_ilp.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "partition/planner.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "schedule/ilp_schedule.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern_ilp.hpp"
+#include "schedule/search.hpp"
+#include "solver/solve.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,18 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "partition/planner.hpp"
-#include "schedule/ilp_schedule.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern_ilp.hpp"
-#include "schedule/search.hpp"
-#include "plan/simulate.hpp"
-#include "plan/validate.hpp"
-#include "solver/solve.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -45,7 +45,8 @@ msv::SolveOptions exact() {
 }
 
 // Every way to put `layers` layers on at most `gpus` GPUs, up to renaming the GPUs.
-void for_each_allocation(int layers, int gpus, const std::function<void(const std::vector<int>&)>& visit) {
+void for_each_allocation(int layers, int gpus,
+                         const std::function<void(const std::vector<int>&)>& visit) {
   std::vector<int> gpu(static_cast<std::size_t>(layers), 0);
   std::function<void(int, int)> next = [&](int layer, int used) {
     if (layer == layers) return visit(gpu);
@@ -59,7 +60,8 @@ void for_each_allocation(int layers, int gpus, const std::function<void(const st
 
 // Best 1-periodic period over all allocations of one-layer stages, each scheduled by the ILP to
 // optimality; nullopt when nothing fits.
-std::optional<double> exhaustive_period(const madpipe::ChainCosts& costs, const madpipe::Platform& platform) {
+std::optional<double> exhaustive_period(const madpipe::ChainCosts& costs,
+                                        const madpipe::Platform& platform) {
   std::optional<double> best;
   for_each_allocation(costs.num_layers(), platform.gpus, [&](const std::vector<int>& gpus) {
     std::vector<ms::Stage> stages;
@@ -71,7 +73,8 @@ std::optional<double> exhaustive_period(const madpipe::ChainCosts& costs, const 
     const ms::IlpScheduleResult result = ms::ilp_schedule(stages, platform, options);
     ASSERT_NE(result.solve.status, msv::Status::Timeout);
     ASSERT_NE(result.solve.status, msv::Status::Feasible);
-    if (result.pattern && (!best || result.pattern->period_ms < *best)) best = result.pattern->period_ms;
+    if (result.pattern && (!best || result.pattern->period_ms < *best))
+      best = result.pattern->period_ms;
   });
   return best;
 }
@@ -93,7 +96,8 @@ std::vector<Tiny> tiny_instances() {
     const int gpus = 2 + (i / 2) % 2;
     tiny.platform = mt::huge_memory_platform(gpus);
     const madpipe::ChainCosts costs(tiny.profile);
-    const std::int64_t everything = 3 * costs.weight_bytes(0, layers - 1) + 3 * costs.stored_bytes(0, layers - 1);
+    const std::int64_t everything =
+        3 * costs.weight_bytes(0, layers - 1) + 3 * costs.stored_bytes(0, layers - 1);
     tiny.platform.memory_bytes = i < 2 ? tiny.platform.memory_bytes : everything * (6 - i / 2) / 6;
     out.push_back(tiny);
   }
@@ -107,20 +111,23 @@ TEST(FullIlp, EqualsAnExhaustiveSearchOverAllocationsOnTinyChains) {
   int fitting = 0;
   for (const Tiny& tiny : tiny_instances()) {
     const madpipe::ChainCosts costs(tiny.profile);
-    SCOPED_TRACE(std::to_string(costs.num_layers()) + " layers on " + std::to_string(tiny.platform.gpus) + " GPUs");
+    SCOPED_TRACE(std::to_string(costs.num_layers()) + " layers on " +
+                 std::to_string(tiny.platform.gpus) + " GPUs");
     const std::optional<double> exhaustive = exhaustive_period(costs, tiny.platform);
     mp::FullIlpOptions options;
     options.backend = msv::built_backends().front();
     options.solve = exact();
     const mp::FullIlpResult ilp = mp::full_ilp(costs, tiny.platform, options);
-    ASSERT_TRUE(ilp.solve.status == msv::Status::Optimal || ilp.solve.status == msv::Status::Infeasible)
+    ASSERT_TRUE(ilp.solve.status == msv::Status::Optimal ||
+                ilp.solve.status == msv::Status::Infeasible)
         << msv::to_string(ilp.solve.status);
     ASSERT_EQ(ilp.plan.has_value(), exhaustive.has_value());
     if (!exhaustive) continue;
     ++fitting;
     EXPECT_NEAR(ilp.plan->pattern.period_ms, *exhaustive, 1e-6 * *exhaustive);
     mplan::Plan plan = mt::plan_of(ilp.plan->stages, tiny.platform, ilp.plan->pattern);
-    EXPECT_TRUE(mplan::validate(plan, tiny.profile).empty()) << mt::describe(mplan::validate(plan, tiny.profile));
+    EXPECT_TRUE(mplan::validate(plan, tiny.profile).empty())
+        << mt::describe(mplan::validate(plan, tiny.profile));
   }
   EXPECT_GE(fitting, 3);
 }
@@ -144,14 +151,16 @@ TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
     if (!ilp.feasible) continue;
     EXPECT_EQ(ilp.plan.algorithm, "ilp");
     EXPECT_EQ(ilp.plan.pattern.k, 1);
-    EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty()) << mt::describe(mplan::validate(ilp.plan, profile));
+    EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty())
+        << mt::describe(mplan::validate(ilp.plan, profile));
     ASSERT_TRUE(ilp.plan.solver.has_value());
     EXPECT_FALSE(ilp.plan.solver->backend.empty());
     EXPECT_LE(ilp.plan.predicted.period_ms, madpipe.plan.predicted.period_ms * (1 + 1e-9));
     EXPECT_GE(ilp.plan.predicted.period_ms, ilp.plan.predicted.lower_bound_period_ms * (1 - 1e-9));
     // The simulator replays the plan at its period, within its predicted memory.
     const mplan::SimResult sim = mplan::simulate(ilp.plan);
-    EXPECT_NEAR(sim.steady_period_ms, ilp.plan.pattern.period_ms, 1e-6 * ilp.plan.pattern.period_ms);
+    EXPECT_NEAR(sim.steady_period_ms, ilp.plan.pattern.period_ms,
+                1e-6 * ilp.plan.pattern.period_ms);
     for (int g = 0; g < platform.gpus; ++g)
       EXPECT_LE(sim.peak_memory_bytes[g], ilp.plan.predicted.memory_bytes[g]) << "gpu " << g;
   }
@@ -166,19 +175,24 @@ TEST(FullIlp, ExpandingStagesToLayersKeepsThePatternValidAndMemoryNoLarger) {
   const mp::PlanResult result = mp::make_plan(profile, platform, options);
   ASSERT_TRUE(result.feasible);
   const madpipe::ChainCosts costs(profile);
-  const mp::ScheduledStages layers = mp::expand_to_layers(costs, {result.plan.stages, result.plan.pattern});
+  const mp::ScheduledStages layers =
+      mp::expand_to_layers(costs, {result.plan.stages, result.plan.pattern});
   EXPECT_EQ(static_cast<int>(layers.stages.size()), costs.num_layers());
   const mplan::Plan expanded = mt::plan_of(layers.stages, platform, layers.pattern);
-  EXPECT_TRUE(mplan::validate(expanded, profile).empty()) << mt::describe(mplan::validate(expanded, profile));
-  EXPECT_NEAR(layers.pattern.period_ms, result.plan.pattern.period_ms, 1e-9 * result.plan.pattern.period_ms);
-  const auto before = ms::totals(ms::evaluate_memory(result.plan.stages, result.plan.pattern, platform));
+  EXPECT_TRUE(mplan::validate(expanded, profile).empty())
+      << mt::describe(mplan::validate(expanded, profile));
+  EXPECT_NEAR(layers.pattern.period_ms, result.plan.pattern.period_ms,
+              1e-9 * result.plan.pattern.period_ms);
+  const auto before =
+      ms::totals(ms::evaluate_memory(result.plan.stages, result.plan.pattern, platform));
   const auto after = ms::totals(ms::evaluate_memory(layers.stages, layers.pattern, platform));
   for (std::size_t g = 0; g < before.size(); ++g) EXPECT_LE(after[g], before[g]);
   // Merging the layers back gives valid plans with no more stages than layers, same period.
   const mp::ScheduledStages merged = mp::merge_stages(costs, platform, layers);
   EXPECT_LT(merged.stages.size(), layers.stages.size());
   const mplan::Plan merged_plan = mt::plan_of(merged.stages, platform, merged.pattern);
-  EXPECT_TRUE(mplan::validate(merged_plan, profile).empty()) << mt::describe(mplan::validate(merged_plan, profile));
+  EXPECT_TRUE(mplan::validate(merged_plan, profile).empty())
+      << mt::describe(mplan::validate(merged_plan, profile));
   EXPECT_LE(merged.pattern.period_ms, layers.pattern.period_ms * (1 + 1e-9));
 }
 
@@ -218,7 +232,8 @@ TEST(Scheduler, IlpSchedulerNeverLosesToTheHeuristicOne) {
       const mp::PlanResult ilp = mp::make_plan(profile, platform, options);
       ASSERT_TRUE(ilp.feasible || !heuristic.feasible) << name << " " << gpus;
       if (!ilp.feasible) continue;
-      EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty()) << mt::describe(mplan::validate(ilp.plan, profile));
+      EXPECT_TRUE(mplan::validate(ilp.plan, profile).empty())
+          << mt::describe(mplan::validate(ilp.plan, profile));
       if (heuristic.feasible) {
         EXPECT_LE(ilp.plan.predicted.period_ms, heuristic.plan.predicted.period_ms * (1 + 1e-9))
             << name << " " << gpus;
@@ -243,11 +258,13 @@ TEST(FullIlp, MadPipePlansAreFeasiblePointsOfTheProgram) {
     options.scheduler = mp::Scheduler::Heuristic;
     const mp::PlanResult plan = mp::make_plan(profile, platform, options);
     ASSERT_TRUE(plan.feasible) << gib;
-    const mp::ScheduledStages layers = mp::expand_to_layers(costs, {plan.plan.stages, plan.plan.pattern});
+    const mp::ScheduledStages layers =
+        mp::expand_to_layers(costs, {plan.plan.stages, plan.plan.pattern});
     std::vector<ms::Stage> blocks = layers.stages;
     ms::PatternIlp ilp({blocks, false, plan.plan.pattern.period_ms * (1 + 1e-6)}, platform);
     ASSERT_TRUE(ilp.set_start(layers.stages, layers.pattern)) << gib;
-    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())), std::vector<std::string>{})
+    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
+              std::vector<std::string>{})
         << gib << " GiB";
     ++checked;
   }

@@ -3,10 +3,10 @@
 
 #include "partition/infeasible.hpp"
 
-#include <gtest/gtest.h>
-
 #include "core/profile.hpp"
 #include "support/test_support.hpp"
+
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace mt = madpipe::testing;
@@ -18,8 +18,12 @@ TEST(ExplainInfeasible, NamesTheSmallestMemoryAndWhatRematerializationGains) {
   ASSERT_FALSE(result.feasible);
   const std::string text = mp::explain_infeasible(result.reason, profile, platform, {});
   EXPECT_EQ(text.rfind(result.reason, 0), 0u) << text;
-  EXPECT_NE(text.find("the smallest memory per GPU for which madpipe finds a plan is "), std::string::npos) << text;
-  EXPECT_NE(text.find("with --remat rotor (recompute activations in the backward) it is "), std::string::npos) << text;
+  EXPECT_NE(text.find("the smallest memory per GPU for which madpipe finds a plan is "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("with --remat rotor (recompute activations in the backward) it is "),
+            std::string::npos)
+      << text;
   EXPECT_EQ(text.find("alone keeps"), std::string::npos) << text;  // every layer fits 3 GiB
 }
 
@@ -28,5 +32,6 @@ TEST(ExplainInfeasible, NamesALayerTooLargeForAnyGpu) {
   const madpipe::Profile profile = mt::make_chain({1, 1, 1}, {1, 1, 1}, {10, 400, 10}, {1, 1, 1});
   const madpipe::Platform platform = mt::make_platform(4, 1000, 1e6, 3);
   const std::string text = mp::explain_infeasible("no plan fits", profile, platform, {});
-  EXPECT_NE(text.find("layer 1 (" + profile.layers[1].name + ") alone keeps"), std::string::npos) << text;
+  EXPECT_NE(text.find("layer 1 (" + profile.layers[1].name + ") alone keeps"), std::string::npos)
+      << text;
 }

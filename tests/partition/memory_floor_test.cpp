@@ -4,13 +4,13 @@
 
 #include "partition/memory_floor.hpp"
 
-#include <gtest/gtest.h>
-
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/validate.hpp"
 #include "support/test_support.hpp"
+
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace mt = madpipe::testing;
@@ -49,8 +49,8 @@ TEST(MemoryFloor, HandComputedChain) {
   EXPECT_FALSE(floor.binding_saves_memory);
   EXPECT_EQ(floor.any_allocation_bytes, 45);
   // One GPU holds everything.
-  const mp::MemoryFloor one = mp::memory_floor(costs, mt::make_platform(1, 1'000, 1e6, 1),
-                                               [](int) { return 1; });
+  const mp::MemoryFloor one =
+      mp::memory_floor(costs, mt::make_platform(1, 1'000, 1e6, 1), [](int) { return 1; });
   EXPECT_EQ(one.bytes, 90);
   EXPECT_EQ(one.any_allocation_bytes, 90);
 }
@@ -78,20 +78,22 @@ TEST(MemoryFloor, ExactForEveryAlgorithmOnTheShippedProfiles) {
     const madpipe::ChainCosts costs(profile);
     for (int gpus : {1, 2, 4, 8}) {
       const madpipe::Platform platform = mt::make_platform(gpus, 1, 12e6, 3);
-      for (mp::Algorithm algorithm : {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous,
-                                      mp::Algorithm::PipeDream, mp::Algorithm::OneFOneB,
-                                      mp::Algorithm::GPipe}) {
+      for (mp::Algorithm algorithm :
+           {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous, mp::Algorithm::PipeDream,
+            mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
         SCOPED_TRACE(std::string(name) + " on " + std::to_string(gpus) + " GPUs, " +
                      mp::to_string(algorithm));
         const mp::PlannerOptions options = heuristic(algorithm);
         const mp::MemoryFloor floor = mp::algorithm_memory_floor(costs, platform, options);
         ASSERT_TRUE(floor.fits);
         EXPECT_LE(floor.any_allocation_bytes, floor.bytes);
-        const mp::PlanResult at = mp::make_plan(profile, with_memory(platform, floor.bytes), options);
+        const mp::PlanResult at =
+            mp::make_plan(profile, with_memory(platform, floor.bytes), options);
         ASSERT_TRUE(at.feasible) << at.reason;
         EXPECT_TRUE(madpipe::plan::validate(at.plan, profile).empty());
         if (algorithm != mp::Algorithm::MadPipe) {
-          EXPECT_FALSE(mp::make_plan(profile, with_memory(platform, floor.bytes - 1), options).feasible);
+          EXPECT_FALSE(
+              mp::make_plan(profile, with_memory(platform, floor.bytes - 1), options).feasible);
         }
         EXPECT_EQ(mp::smallest_feasible_memory(profile, platform, options), floor.bytes);
       }
@@ -106,8 +108,9 @@ TEST(MemoryFloor, BelowWhatAnyAllocationNeedsNothingIsPlanned) {
   const madpipe::Platform platform = mt::make_platform(4, 1, 12e6, 3);
   const mp::MemoryFloor floor =
       mp::algorithm_memory_floor(costs, platform, heuristic(mp::Algorithm::MadPipe));
-  const mp::PlanResult result = mp::make_plan(
-      profile, with_memory(platform, floor.any_allocation_bytes - 1), heuristic(mp::Algorithm::MadPipe));
+  const mp::PlanResult result =
+      mp::make_plan(profile, with_memory(platform, floor.any_allocation_bytes - 1),
+                    heuristic(mp::Algorithm::MadPipe));
   EXPECT_FALSE(result.feasible);
   EXPECT_NE(result.reason.find("no madpipe plan fits"), std::string::npos) << result.reason;
 }

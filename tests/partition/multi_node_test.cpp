@@ -1,16 +1,6 @@
 // Planning on multi-node platforms: the DPs assume the slowest link, the schedules use each
 // link's bandwidth, and the planner keeps heavy boundaries inside a node.
 
-#include <gtest/gtest.h>
-
-#include <random>
-#include <set>
-#include <sstream>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/platform.hpp"
@@ -19,12 +9,21 @@
 #include "partition/planner.hpp"
 #include "partition/refine.hpp"
 #include "plan/plan.hpp"
-#include "schedule/search.hpp"
 #include "plan/simulate.hpp"
 #include "plan/validate.hpp"
+#include "schedule/search.hpp"
 #include "solver/solve.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
+
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -182,7 +181,8 @@ TEST(MultiNode, EveryAlgorithmEmitsValidPlansOnGpt2) {
     expect_sound(result.plan, profile);
     EXPECT_GE(result.plan.predicted.period_ms, bound * (1 - 1e-9));
     // Round trip through the plan format keeps the platform.
-    EXPECT_EQ(mplan::plan_from_json(nlohmann::json::parse(plan_text(result.plan))).platform, platform);
+    EXPECT_EQ(mplan::plan_from_json(nlohmann::json::parse(plan_text(result.plan))).platform,
+              platform);
   }
 }
 

@@ -2,16 +2,16 @@
 // and a time budget (bench/planner_bench phases memories, heuristic scheduler), and what a
 // request cut short by its time limit returns.
 
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <string>
-
 #include "core/chain.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/validate.hpp"
 #include "support/test_support.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace mt = madpipe::testing;
@@ -26,13 +26,13 @@ struct Recorded {
 
 // The planner of before, on every shipped profile at 12 GB/s with C = 3.
 constexpr Recorded kRecorded[] = {
-    {"resnet50", 2, 14603085280, 85.3333333},      {"resnet50", 4, 7301542640, 199.568665},
-    {"resnet50", 8, 5399918592, 412.901999},       {"resnet50", 16, 5399918592, 412.901999},
-    {"gpt2_small", 2, 9880928256, 30.397676},      {"gpt2_small", 4, 9880928256, 23.391},
-    {"gpt2_small", 8, 9880928256, 23.391},         {"gpt2_small", 16, 9880928256, 23.391},
-    {"gpt2_xl16", 2, 11067752448, 37.6415667},     {"gpt2_xl16", 4, 5533876224, 33.299},
-    {"gpt2_xl16", 8, 4945084416, 20.6711},         {"gpt2_xl16", 16, 4945084416, 20.6711},
-    {"densenet121", 2, 21332258016, 146.4505},     {"densenet121", 4, 10666129008, 176.468767},
+    {"resnet50", 2, 14603085280, 85.3333333},  {"resnet50", 4, 7301542640, 199.568665},
+    {"resnet50", 8, 5399918592, 412.901999},   {"resnet50", 16, 5399918592, 412.901999},
+    {"gpt2_small", 2, 9880928256, 30.397676},  {"gpt2_small", 4, 9880928256, 23.391},
+    {"gpt2_small", 8, 9880928256, 23.391},     {"gpt2_small", 16, 9880928256, 23.391},
+    {"gpt2_xl16", 2, 11067752448, 37.6415667}, {"gpt2_xl16", 4, 5533876224, 33.299},
+    {"gpt2_xl16", 8, 4945084416, 20.6711},     {"gpt2_xl16", 16, 4945084416, 20.6711},
+    {"densenet121", 2, 21332258016, 146.4505}, {"densenet121", 4, 10666129008, 176.468767},
 };
 
 madpipe::Platform platform_of(int gpus, std::int64_t memory_bytes) {
@@ -43,7 +43,8 @@ madpipe::Platform platform_of(int gpus, std::int64_t memory_bytes) {
 TEST(PlannerSpeed, NoWorseThanRecordedPeriodsOnTheShippedProfiles) {
   for (const Recorded& recorded : kRecorded) {
     SCOPED_TRACE(std::string(recorded.profile) + " on " + std::to_string(recorded.gpus) + " GPUs");
-    const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(recorded.profile));
+    const madpipe::Profile profile =
+        madpipe::read_profile(mt::shipped_profile_path(recorded.profile));
     mp::PlannerOptions options;
     options.scheduler = mp::Scheduler::Heuristic;
     const mp::PlanResult result =
@@ -71,7 +72,8 @@ TEST(PlannerSpeed, CutByTheTimeLimitItReturnsAValidPlanAndSaysSo) {
   const std::string& note = result.notes.back();
   EXPECT_EQ(note.rfind("the time limit of 1e-09 s cut planning short: ", 0), 0u) << note;
   EXPECT_NE(note.find("MadPipe-DP"), std::string::npos) << note;
-  EXPECT_NE(note.find("a longer --time-limit may find a shorter period"), std::string::npos) << note;
+  EXPECT_NE(note.find("a longer --time-limit may find a shorter period"), std::string::npos)
+      << note;
   ASSERT_FALSE(result.phases.empty());
   EXPECT_EQ(result.phases.front().phase, "contiguous-dp");
 }

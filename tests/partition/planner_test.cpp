@@ -3,7 +3,15 @@
 
 #include "partition/planner.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <cctype>
 #include <cstdint>
@@ -13,15 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "core/profile.hpp"
-#include "schedule/memory.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -167,8 +167,7 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
         // MadPipe is never worse than the contiguous baseline (and feasible whenever it is).
         if (period.count(mp::Algorithm::Contiguous)) {
           ASSERT_TRUE(period.count(mp::Algorithm::MadPipe)) << name << " " << gpus << " " << memory;
-          EXPECT_LE(period[mp::Algorithm::MadPipe],
-                    period[mp::Algorithm::Contiguous] * (1 + 1e-9))
+          EXPECT_LE(period[mp::Algorithm::MadPipe], period[mp::Algorithm::Contiguous] * (1 + 1e-9))
               << name << " " << gpus << " " << memory;
           if (period[mp::Algorithm::MadPipe] < period[mp::Algorithm::Contiguous] * (1 - 1e-3))
             ++strictly_better;
@@ -177,7 +176,7 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
     }
   }
   EXPECT_GT(feasible, 40);
-  EXPECT_GT(infeasible, 0);  // 6 GB is too small for some of them
+  EXPECT_GT(infeasible, 0);       // 6 GB is too small for some of them
   EXPECT_GT(strictly_better, 0);  // non-contiguous allocations pay off somewhere
 }
 
@@ -313,7 +312,8 @@ TEST(Planner, AlgorithmNames) {
     EXPECT_EQ(mp::algorithm_from_string(upper), algorithm);
   }
   EXPECT_EQ(names.size(), mp::all_algorithms().size());  // distinct names
-  for (const char* name : {"madpipe", "contiguous", "1f1b", "gpipe"}) EXPECT_EQ(names.count(name), 1u);
+  for (const char* name : {"madpipe", "contiguous", "1f1b", "gpipe"})
+    EXPECT_EQ(names.count(name), 1u);
   try {
     mp::algorithm_from_string("round-robin");
     FAIL() << "expected an error";

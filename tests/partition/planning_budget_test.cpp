@@ -3,11 +3,11 @@
 
 #include "partition/planning_budget.hpp"
 
-#include <gtest/gtest.h>
-
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 
@@ -76,7 +76,8 @@ TEST(PlanningBudget, StatusLinesOnlyForLongRequests) {
   f.now += 0.2;
   budget.step("4/10 targets");
   ASSERT_EQ(f.lines.size(), 1u);
-  EXPECT_EQ(f.lines[0], "1.1 s: contiguous-dp (4/10 targets), best 12.50 ms per micro-batch, 8.9 s left");
+  EXPECT_EQ(f.lines[0],
+            "1.1 s: contiguous-dp (4/10 targets), best 12.50 ms per micro-batch, 8.9 s left");
   f.now += 0.5;
   budget.step("5/10 targets");
   EXPECT_EQ(f.lines.size(), 1u);  // within the second

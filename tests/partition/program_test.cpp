@@ -1,17 +1,18 @@
 // Lowering plans to per-GPU instruction lists and the symbolic dry run.
 
-#include <gtest/gtest.h>
-
-#include <map>
-#include <random>
-#include <tuple>
+#include "plan/program.hpp"
 
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "partition/planner.hpp"
 #include "schedule/memory.hpp"
-#include "plan/program.hpp"
 #include "support/test_support.hpp"
+
+#include <map>
+#include <random>
+#include <tuple>
+
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -96,8 +97,9 @@ TEST(DryRun, ReportsADeadlockWithTheStuckInstructions) {
   mplan::Program program;
   program.micro_batches = 1;
   // Each GPU waits for the other before sending: a cycle.
-  program.per_gpu = {{mplan::instr_from_string("RECV_GRAD0.0<1"), mplan::instr_from_string("SEND_ACT0.0>1")},
-                     {mplan::instr_from_string("RECV_ACT0.0<0"), mplan::instr_from_string("SEND_GRAD0.0>0")}};
+  program.per_gpu = {
+      {mplan::instr_from_string("RECV_GRAD0.0<1"), mplan::instr_from_string("SEND_ACT0.0>1")},
+      {mplan::instr_from_string("RECV_ACT0.0<0"), mplan::instr_from_string("SEND_GRAD0.0>0")}};
   const std::string report = mplan::dry_run(program);
   EXPECT_NE(report.find("program deadlocks"), std::string::npos) << report;
   EXPECT_NE(report.find("RECV_GRAD0.0<1 <-- stuck"), std::string::npos) << report;
@@ -112,7 +114,8 @@ TEST(DryRun, ReportsUnreceivedMessages) {
 }
 
 TEST(Lower, RejectsZeroMicroBatches) {
-  const madpipe::Profile profile = madpipe::testing::make_chain({1, 1}, {1, 1}, {10, 10}, {5, 5}, 5);
+  const madpipe::Profile profile =
+      madpipe::testing::make_chain({1, 1}, {1, 1}, {10, 10}, {5, 5}, 5);
   madpipe::Platform platform;
   platform.gpus = 2;
   platform.memory_bytes = 1000;

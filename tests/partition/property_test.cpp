@@ -2,7 +2,18 @@
 // runs at its planned period in simulation and fits in memory; MadPipe-DP's allocations are
 // well formed.
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/profile.hpp"
+#include "partition/allocation.hpp"
+#include "partition/madpipe_dp.hpp"
+#include "partition/planner.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,18 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/profile.hpp"
-#include "partition/allocation.hpp"
-#include "partition/madpipe_dp.hpp"
-#include "partition/planner.hpp"
-#include "schedule/memory.hpp"
-#include "plan/plan.hpp"
-#include "plan/simulate.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -104,18 +104,16 @@ TEST(PlannerProperties, FeasiblePlansAreValidRunAtTheirPeriodAndFit) {
     const RandomCase& c = cases[i];
     const std::int64_t whole = whole_model_bytes(c.profile);
     for (double fraction : {0.12, 0.25, 0.45, 0.8, 1.5}) {
-      const madpipe::Platform platform =
-          platform_of(c.gpus, static_cast<std::int64_t>(fraction * static_cast<double>(whole)),
-                      c.bandwidth);
+      const madpipe::Platform platform = platform_of(
+          c.gpus, static_cast<std::int64_t>(fraction * static_cast<double>(whole)), c.bandwidth);
       const double bound = mp::lower_bound_period_ms(c.profile, platform);
       std::map<mp::Algorithm, double> period;
       for (mp::Algorithm algorithm : mp::all_algorithms()) {
         if (algorithm == mp::Algorithm::Ilp) continue;  // full_ilp_test.cpp
         const std::string name = mp::to_string(algorithm);
-        SCOPED_TRACE("case " + std::to_string(i) + " (" +
-                     std::to_string(c.profile.layers.size()) + " layers, " +
-                     std::to_string(c.gpus) + " gpus) memory x" + std::to_string(fraction) +
-                     " " + name);
+        SCOPED_TRACE("case " + std::to_string(i) + " (" + std::to_string(c.profile.layers.size()) +
+                     " layers, " + std::to_string(c.gpus) + " gpus) memory x" +
+                     std::to_string(fraction) + " " + name);
         mp::PlannerOptions options;
         options.algorithm = algorithm;
         options.discretization = small_discretization();
@@ -180,9 +178,8 @@ TEST(PlannerProperties, MadPipeDpAllocationsCoverTheChain) {
     const int L = costs.num_layers();
     const std::int64_t whole = whole_model_bytes(c.profile);
     for (double fraction : {0.3, 0.7, 1.5}) {
-      const madpipe::Platform platform =
-          platform_of(c.gpus, static_cast<std::int64_t>(fraction * static_cast<double>(whole)),
-                      c.bandwidth);
+      const madpipe::Platform platform = platform_of(
+          c.gpus, static_cast<std::int64_t>(fraction * static_cast<double>(whole)), c.bandwidth);
       for (bool allow_special : {true, false}) {
         const auto found = mp::madpipe_allocations(costs, platform, d, allow_special);
         for (const mp::Allocation& allocation : found) {

@@ -1,16 +1,17 @@
 // Planned receive buffers of a rank's instruction list: post times, lifetimes and arena offsets.
 
-#include <gtest/gtest.h>
+#include "plan/receive_plan.hpp"
+
+#include "core/error.hpp"
+#include "partition/planner.hpp"
+#include "plan/program.hpp"
+#include "support/test_support.hpp"
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "partition/planner.hpp"
-#include "plan/program.hpp"
-#include "plan/receive_plan.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace marena = madpipe::arena;
@@ -25,8 +26,8 @@ static std::vector<mplan::Instr> list_of(const std::vector<std::string>& tokens)
 
 // The last stage of a two-stage 1F1B pipeline, one micro-batch at a time.
 static const std::vector<std::string> kLastStage = {
-    "RECV_ACT0.0<0", "F1.0", "B1.0", "SEND_GRAD0.0>0", "RECV_ACT0.1<0", "F1.1",
-    "B1.1",          "SEND_GRAD0.1>0", "RECV_ACT0.2<0", "F1.2", "B1.2", "SEND_GRAD0.2>0"};
+    "RECV_ACT0.0<0",  "F1.0",          "B1.0", "SEND_GRAD0.0>0", "RECV_ACT0.1<0", "F1.1", "B1.1",
+    "SEND_GRAD0.1>0", "RECV_ACT0.2<0", "F1.2", "B1.2",           "SEND_GRAD0.2>0"};
 
 TEST(ReceivePlan, ActivationsLiveFromTheirPostToTheBackward) {
   const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 0);
@@ -59,8 +60,9 @@ TEST(ReceivePlan, ValidationFreesAnActivationAfterItsForward) {
 }
 
 TEST(ReceivePlan, GradientsLiveUntilTheirBackward) {
-  const std::vector<std::string> first_stage = {"F0.0", "SEND_ACT0.0>1", "F0.1", "SEND_ACT0.1>1",
-                                                "RECV_GRAD0.0<1", "B0.0", "RECV_GRAD0.1<1", "B0.1"};
+  const std::vector<std::string> first_stage = {
+      "F0.0",           "SEND_ACT0.0>1", "F0.1",           "SEND_ACT0.1>1",
+      "RECV_GRAD0.0<1", "B0.0",          "RECV_GRAD0.1<1", "B0.1"};
   const mplan::ReceivePlan plan = mplan::plan_receives(list_of(first_stage), {512, 512}, true, 1);
   ASSERT_EQ(plan.slots.size(), 2u);
   EXPECT_EQ(plan.slots[0].post_before, 2);  // F0.1 runs while the gradient of 0 arrives
@@ -76,14 +78,16 @@ TEST(ReceivePlan, AReceiveNobodyUsesIsAnError) {
     mplan::plan_receives(list_of({"RECV_ACT0.3<0", "F1.2"}), {8, 8}, true);
     FAIL() << "expected an error";
   } catch (const madpipe::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the receive RECV_ACT0.3<0 has no forward and backward of stage 1"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "the receive RECV_ACT0.3<0 has no forward and backward of stage 1"),
               std::string::npos)
         << e.what();
   }
 }
 
 TEST(ReceivePlan, LongProgramsAreLeftToTheAllocator) {
-  const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2, 2);
+  const mplan::ReceivePlan plan =
+      mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2, 2);
   EXPECT_FALSE(plan.placed());
   for (const mplan::ReceiveSlot& slot : plan.slots) EXPECT_EQ(slot.offset, -1);
 }
@@ -111,7 +115,8 @@ TEST(ReceivePlan, EveryRankOfPlannedPipelinesGetsAValidArena) {
     std::vector<std::int64_t> bytes;
     for (const madpipe::Layer& layer : profile.layers) bytes.push_back(layer.output_bytes);
     std::vector<std::int64_t> stage_bytes;
-    for (const ms::Stage& stage : result.plan.stages) stage_bytes.push_back(bytes[stage.last_layer]);
+    for (const ms::Stage& stage : result.plan.stages)
+      stage_bytes.push_back(bytes[stage.last_layer]);
     const mplan::Program program = mplan::lower(result.plan, 6);
     for (const auto& list : program.per_gpu)
       for (bool train : {true, false}) {

@@ -1,18 +1,18 @@
 // The partitioners with per-stage rematerialization (--remat rotor): plans stay valid, replay at
 // their period within their memory, and are never worse than without rematerialization.
 
-#include <gtest/gtest.h>
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "partition/stage_options.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "remat/remat_sequence.hpp"
+#include "support/test_support.hpp"
 
 #include <cstdint>
 #include <string>
 
-#include "core/profile.hpp"
-#include "partition/planner.hpp"
-#include "partition/stage_options.hpp"
-#include "remat/remat_sequence.hpp"
-#include "plan/simulate.hpp"
-#include "plan/validate.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -65,9 +65,8 @@ TEST(RematPlanner, ResNet50OnFourGpusGainsFromRematerialization) {
 
 TEST(RematPlanner, FindsPlansWhereNothingFitsWithoutRematerialization) {
   const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
-  for (mp::Algorithm algorithm :
-       {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous, mp::Algorithm::OneFOneB,
-        mp::Algorithm::PipeDream}) {
+  for (mp::Algorithm algorithm : {mp::Algorithm::MadPipe, mp::Algorithm::Contiguous,
+                                  mp::Algorithm::OneFOneB, mp::Algorithm::PipeDream}) {
     const mp::PlanResult plain = plan_with(profile, algorithm, 5 * kGiB, false);
     const mp::PlanResult remat = plan_with(profile, algorithm, 5 * kGiB, true);
     EXPECT_FALSE(plain.feasible) << mp::to_string(algorithm);
@@ -80,8 +79,8 @@ TEST(RematPlanner, FindsPlansWhereNothingFitsWithoutRematerialization) {
 TEST(RematPlanner, NeverWorseThanWithoutOnTheShippedProfiles) {
   for (const char* name : {"gpt2_small", "gpt2_xl16"}) {
     const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(name));
-    const std::int64_t smallest = mp::smallest_feasible_memory(
-        profile, mt::make_platform(4, 64 * kGiB, 12e6, 3), [] {
+    const std::int64_t smallest =
+        mp::smallest_feasible_memory(profile, mt::make_platform(4, 64 * kGiB, 12e6, 3), [] {
           mp::PlannerOptions o;
           o.algorithm = mp::Algorithm::Contiguous;
           return o;
@@ -117,16 +116,16 @@ TEST(RematPlanner, ValidatorChecksSequencesAgainstTheProfile) {
     return false;
   };
   EXPECT_TRUE(violations_after([](ms::Stage&) {}).empty());
-  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.backward_ms *= 0.9; }),
-                       "backward_ms"));
-  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.stored_bytes /= 2; }),
-                       "stored_bytes"));
-  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.sequence += " F999all"; }),
-                       "sequence"));
-  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.sequence.clear(); }),
-                       "is required"));
-  EXPECT_TRUE(mentions(violations_after([](ms::Stage& st) { st.remat = "magic"; }),
-                       "remat/strategy"));
+  EXPECT_TRUE(
+      mentions(violations_after([](ms::Stage& st) { st.backward_ms *= 0.9; }), "backward_ms"));
+  EXPECT_TRUE(
+      mentions(violations_after([](ms::Stage& st) { st.stored_bytes /= 2; }), "stored_bytes"));
+  EXPECT_TRUE(
+      mentions(violations_after([](ms::Stage& st) { st.sequence += " F999all"; }), "sequence"));
+  EXPECT_TRUE(
+      mentions(violations_after([](ms::Stage& st) { st.sequence.clear(); }), "is required"));
+  EXPECT_TRUE(
+      mentions(violations_after([](ms::Stage& st) { st.remat = "magic"; }), "remat/strategy"));
 }
 
 TEST(RematPlanner, StageOptionsAreFastestFirstAndFitQueries) {

@@ -2,14 +2,14 @@
 
 #include "partition/replan.hpp"
 
-#include <gtest/gtest.h>
+#include "core/error.hpp"
+#include "plan/validate.hpp"
+#include "support/test_support.hpp"
 
 #include <cmath>
 #include <vector>
 
-#include "core/error.hpp"
-#include "plan/validate.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace mt = madpipe::testing;
@@ -62,7 +62,8 @@ TEST(Replan, RatiosAreMeasuredOverPlannedPerStage) {
 TEST(Replan, CorrectedProfileRecoversTheTruthWhenStagesAreSingleLayersOrUniform) {
   Skewed s;
   const auto plan = mp::make_plan(s.believed, s.platform, contiguous()).plan;
-  const madpipe::Profile corrected = mp::corrected_profile(s.believed, plan, measure(plan, s.truth));
+  const madpipe::Profile corrected =
+      mp::corrected_profile(s.believed, plan, measure(plan, s.truth));
   for (std::size_t l = 0; l < s.truth.layers.size(); ++l) {
     EXPECT_DOUBLE_EQ(corrected.layers[l].forward_ms, s.truth.layers[l].forward_ms) << l;
     EXPECT_DOUBLE_EQ(corrected.layers[l].backward_ms, s.truth.layers[l].backward_ms) << l;

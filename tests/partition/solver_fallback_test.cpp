@@ -1,16 +1,16 @@
 // When the MILP solver fails (time limit without a solution, infeasible, numerical trouble, an
 // exception), the planner keeps its heuristic plan and says so; a test backend forces each path.
 
-#include <gtest/gtest.h>
-
-#include <string>
-
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/validate.hpp"
 #include "solver/solve.hpp"
 #include "support/test_support.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
 namespace msv = madpipe::solver;
@@ -29,8 +29,12 @@ class FailingBackend final : public msv::Backend {
     ++calls;
     msv::SolveResult result;
     switch (failure_) {
-      case Failure::Timeout: result.status = msv::Status::Timeout; break;
-      case Failure::Infeasible: result.status = msv::Status::Infeasible; break;
+      case Failure::Timeout:
+        result.status = msv::Status::Timeout;
+        break;
+      case Failure::Infeasible:
+        result.status = msv::Status::Infeasible;
+        break;
       case Failure::Numerical:
         result.status = msv::Status::Error;
         result.message = "numerical difficulties";
@@ -126,7 +130,8 @@ TEST(SolverFallback, TheFullIlpReturnsItsWarmStartWhenTheSolverThrows) {
 }
 
 TEST(SolverFallback, RegisteredBackendsAreListedAfterTheBuiltOnes) {
-  msv::register_backend("failing", [] { return std::make_unique<FailingBackend>(Failure::Timeout); });
+  msv::register_backend("failing",
+                        [] { return std::make_unique<FailingBackend>(Failure::Timeout); });
   const auto names = msv::built_backends();
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.back(), "failing");

@@ -1,25 +1,24 @@
 // Multi-node platforms: the bandwidth of each link (intra- or inter-node) in transfer times,
 // patterns, the simulator, the validator and the plan format (bad values: plan_io_test.cpp).
 
-#include <gtest/gtest.h>
+#include "core/error.hpp"
+#include "core/platform.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/search.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
-#include "core/platform.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/search.hpp"
-#include "plan/simulate.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -174,7 +173,8 @@ TEST(LinkBandwidth, ValidatorChecksEachLinksBandwidth) {
 TEST(LinkBandwidth, ValidatorRejectsBadNodeFields) {
   mplan::Plan plan = two_node_plan();
   plan.platform.gpus_per_node = -1;
-  EXPECT_TRUE(has_violation(mplan::validate(plan), "/platform/gpus_per_node", "must be >= 0, got -1"));
+  EXPECT_TRUE(
+      has_violation(mplan::validate(plan), "/platform/gpus_per_node", "must be >= 0, got -1"));
   plan = two_node_plan();
   plan.platform.inter_node_bandwidth_bytes_per_ms = -5;
   EXPECT_TRUE(has_violation(mplan::validate(plan), "/platform/inter_node_bandwidth_bytes_per_ms",

@@ -1,6 +1,11 @@
+#include "core/chain.hpp"
+#include "core/error.hpp"
 #include "plan/plan.hpp"
-
-#include <gtest/gtest.h>
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -11,15 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "schedule/stage.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -129,16 +127,45 @@ TEST(PlanIo, DoubleWriteIsByteIdentical) {
 TEST(PlanIo, KeysComeInTheDocumentedOrder) {
   const std::string text = to_text(sample_plan(true));
   std::size_t previous = 0;
-  for (const char* key : {"\"format\"", "\"profile\"", "\"platform\"", "\"gpus\"",
-                          "\"memory_bytes\"", "\"bandwidth_bytes_per_ms\"", "\"weight_copies\"",
-                          "\"algorithm\"", "\"stages\"", "\"id\"", "\"first_layer\"",
-                          "\"last_layer\"", "\"gpu\"", "\"forward_ms\"", "\"backward_ms\"",
-                          "\"weight_bytes\"", "\"stored_bytes\"", "\"output_bytes\"",
-                          "\"workspace_bytes\"", "\"remat\"", "\"offload\"", "\"pattern\"",
-                          "\"period_ms\"", "\"k\"", "\"ops\"", "\"kind\"", "\"stage\"",
-                          "\"start_ms\"", "\"duration_ms\"", "\"shift\"", "\"predicted\"",
-                          "\"throughput_per_s\"", "\"lower_bound_period_ms\"", "\"solver\"",
-                          "\"backend\"", "\"status\"", "\"objective\"", "\"bound\"", "\"gap\"",
+  for (const char* key : {"\"format\"",
+                          "\"profile\"",
+                          "\"platform\"",
+                          "\"gpus\"",
+                          "\"memory_bytes\"",
+                          "\"bandwidth_bytes_per_ms\"",
+                          "\"weight_copies\"",
+                          "\"algorithm\"",
+                          "\"stages\"",
+                          "\"id\"",
+                          "\"first_layer\"",
+                          "\"last_layer\"",
+                          "\"gpu\"",
+                          "\"forward_ms\"",
+                          "\"backward_ms\"",
+                          "\"weight_bytes\"",
+                          "\"stored_bytes\"",
+                          "\"output_bytes\"",
+                          "\"workspace_bytes\"",
+                          "\"remat\"",
+                          "\"offload\"",
+                          "\"pattern\"",
+                          "\"period_ms\"",
+                          "\"k\"",
+                          "\"ops\"",
+                          "\"kind\"",
+                          "\"stage\"",
+                          "\"start_ms\"",
+                          "\"duration_ms\"",
+                          "\"shift\"",
+                          "\"predicted\"",
+                          "\"throughput_per_s\"",
+                          "\"lower_bound_period_ms\"",
+                          "\"solver\"",
+                          "\"backend\"",
+                          "\"status\"",
+                          "\"objective\"",
+                          "\"bound\"",
+                          "\"gap\"",
                           "\"seconds\""}) {
     const std::size_t at = text.find(key, previous);
     ASSERT_NE(at, std::string::npos) << key << " missing after offset " << previous;
@@ -208,8 +235,7 @@ TEST(PlanIo, RejectsNegativeStart) {
 }
 
 TEST(PlanIo, RejectsNaN) {
-  const madpipe::Error e =
-      read_error([](json& j) { j["stages"][0]["forward_ms"] = std::nan(""); });
+  const madpipe::Error e = read_error([](json& j) { j["stages"][0]["forward_ms"] = std::nan(""); });
   EXPECT_EQ(e.field(), "/stages/0/forward_ms");
   EXPECT_EQ(e.problem(), "must be a finite number >= 0, got NaN");
 }

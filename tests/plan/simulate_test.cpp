@@ -1,6 +1,14 @@
 #include "plan/simulate.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <map>
@@ -11,15 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -53,7 +53,8 @@ std::string describe(const mplan::Plan& plan) {
   return out.str();
 }
 
-const mplan::SimOp* find_sim_op(const mplan::SimResult& sim, OpKind kind, int stage, int micro_batch) {
+const mplan::SimOp* find_sim_op(const mplan::SimResult& sim, OpKind kind, int stage,
+                                int micro_batch) {
   for (const mplan::SimOp& op : sim.ops)
     if (op.kind == kind && op.stage == stage && op.micro_batch == micro_batch) return &op;
   return nullptr;
@@ -245,8 +246,8 @@ TEST(Simulate, MemoryTimelineStartsAndEndsAtStaticMemory) {
 }
 
 TEST(Simulate, DefaultNumberOfMicroBatches) {
-  EXPECT_EQ(mplan::simulate(mt::pipelined_plan()).micro_batches, 8);         // 4 * 2
-  EXPECT_EQ(mplan::simulate(interleaved_plan()).micro_batches, 12);          // 4 * 3
+  EXPECT_EQ(mplan::simulate(mt::pipelined_plan()).micro_batches, 8);  // 4 * 2
+  EXPECT_EQ(mplan::simulate(interleaved_plan()).micro_batches, 12);   // 4 * 3
   EXPECT_EQ(mplan::simulate(mt::repeated(mt::pipelined_plan(), 3)).micro_batches,
             9);  // 8 -> multiple of 3
   const auto profile = mt::make_chain({1}, {2});
@@ -368,15 +369,14 @@ TEST(Simulate, RandomSequentialPlans) {
     const mplan::Plan plan = mt::repeated(base, 1 + static_cast<int>(rng() % 3));
     SCOPED_TRACE(describe(plan) + ", trial " + std::to_string(trial));
     const auto violations = mplan::validate(plan, profile);
-    ASSERT_TRUE(violations.empty()) << violations.front().field << ": "
-                                    << violations.front().problem;
+    ASSERT_TRUE(violations.empty())
+        << violations.front().field << ": " << violations.front().problem;
     mplan::SimOptions options;
     options.micro_batches = 12 * plan.pattern.k;
     const mplan::SimResult sim = mplan::simulate(plan, options);
     EXPECT_NEAR(sim.steady_period_ms, plan.pattern.period_ms, 1e-9 * plan.pattern.period_ms);
     EXPECT_EQ(sim.peak_memory_bytes, plan.predicted.memory_bytes);
     options.policy = mplan::StartPolicy::Asap;
-    EXPECT_LE(mplan::simulate(plan, options).steady_period_ms,
-              plan.pattern.period_ms * (1 + 1e-9));
+    EXPECT_LE(mplan::simulate(plan, options).steady_period_ms, plan.pattern.period_ms * (1 + 1e-9));
   }
 }

@@ -1,20 +1,19 @@
 #include "plan/timeline.hpp"
 
-#include <gtest/gtest.h>
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
+#include "plan/trace.hpp"
+#include "schedule/pattern.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "plan/simulate.hpp"
-#include "plan/trace.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -212,7 +211,7 @@ TEST(TraceTimeline, ShowsTheFirstStepsFromZero) {
 
 TEST(TimelineSvg, IsAStandaloneDocumentWithEveryRow) {
   const std::vector<mplan::Timeline> timelines = {mplan::timeline_of_plan(three_gpu_plan(), 4),
-                                               mplan::timeline_of_trace(small_trace(), 2)};
+                                                  mplan::timeline_of_trace(small_trace(), 2)};
   const std::string svg = mplan::to_svg(timelines);
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
@@ -272,7 +271,7 @@ TEST(TimelineChrome, HasOneCompleteEventPerBar) {
 
 TEST(TimelineChrome, GivesEachTimelineItsProcess) {
   const std::vector<mplan::Timeline> timelines = {mplan::timeline_of_plan(mt::pipelined_plan(), 4),
-                                               mplan::timeline_of_trace(small_trace(), 2)};
+                                                  mplan::timeline_of_trace(small_trace(), 2)};
   const json trace = mplan::to_chrome_trace(timelines);
   std::map<int, std::size_t> complete;
   std::map<int, std::size_t> instants;

@@ -1,6 +1,6 @@
 #include "plan/trace.hpp"
 
-#include <gtest/gtest.h>
+#include "core/error.hpp"
 
 #include <cstdint>
 #include <fstream>
@@ -10,9 +10,8 @@
 #include <tuple>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "core/error.hpp"
 
 namespace mplan = madpipe::plan;
 using nlohmann::json;

@@ -1,29 +1,29 @@
 #include "plan/validate.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "schedule/stage.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
 namespace mremat = madpipe::remat;
 namespace mt = madpipe::testing;
-using ms::OpKind;
 using mplan::Violation;
+using ms::OpKind;
 
 namespace {
 
@@ -60,14 +60,14 @@ bool has(const std::vector<Violation>& violations, const std::string& field,
 void expect_only(const std::vector<Violation>& violations, const std::string& field,
                  const std::string& text) {
   EXPECT_EQ(violations.size(), 1u) << dump(violations);
-  EXPECT_TRUE(has(violations, field, text)) << "want " << field << " '" << text << "'"
-                                            << dump(violations);
+  EXPECT_TRUE(has(violations, field, text))
+      << "want " << field << " '" << text << "'" << dump(violations);
 }
 
 void expect_has(const std::vector<Violation>& violations, const std::string& field,
                 const std::string& text) {
-  EXPECT_TRUE(has(violations, field, text)) << "want " << field << " '" << text << "'"
-                                            << dump(violations);
+  EXPECT_TRUE(has(violations, field, text))
+      << "want " << field << " '" << text << "'" << dump(violations);
 }
 
 bool any_problem_contains(const std::vector<Violation>& violations, const std::string& a,
@@ -82,8 +82,8 @@ bool any_problem_contains(const std::vector<Violation>& violations, const std::s
 
 TEST(PlanValidate, AcceptsHandMadeValidPlans) {
   const mplan::Plan plans[] = {mt::pipelined_plan(), sequential_plan(), one_f_one_b_plan(),
-                            mt::repeated(mt::pipelined_plan(), 2),
-                            mt::repeated(one_f_one_b_plan(), 2)};
+                               mt::repeated(mt::pipelined_plan(), 2),
+                               mt::repeated(one_f_one_b_plan(), 2)};
   for (const mplan::Plan& plan : plans) {
     const auto violations = mplan::validate(plan);
     EXPECT_TRUE(violations.empty()) << "k=" << plan.pattern.k << dump(violations);
@@ -152,7 +152,8 @@ TEST(PlanValidate, RejectsForwardBeforeItsInputArrives) {
   mplan::Plan plan = mt::pipelined_plan();
   const std::size_t f1 = mt::find_op(plan, OpKind::F, 1);
   plan.pattern.ops[f1].start_ms = 1.2;  // SEND_ACT0 ends at 1.5
-  expect_only(mplan::validate(plan), op_ptr(f1) + "/start_ms", "F1.1 starts at 1.2 before SEND_ACT0.1, which it depends on, ends at 1.5");
+  expect_only(mplan::validate(plan), op_ptr(f1) + "/start_ms",
+              "F1.1 starts at 1.2 before SEND_ACT0.1, which it depends on, ends at 1.5");
 }
 
 TEST(PlanValidate, RejectsBackwardBeforeItsGradientArrives) {
@@ -174,7 +175,8 @@ TEST(PlanValidate, FollowsDependenciesAcrossPeriods) {
   // Giving F1 the shift of the next micro-batch breaks it: F1 of micro-batch 0 would run one
   // period before its input.
   plan.pattern.ops[mt::find_op(plan, OpKind::F, 1)].shift += 1;
-  expect_has(mplan::validate(plan), op_ptr(mt::find_op(plan, OpKind::F, 1)) + "/start_ms", "before");
+  expect_has(mplan::validate(plan), op_ptr(mt::find_op(plan, OpKind::F, 1)) + "/start_ms",
+             "before");
 }
 
 // --- pattern: op sets
@@ -300,7 +302,8 @@ TEST(PlanValidate, RejectsStartOutsideThePeriod) {
   mplan::Plan plan = mt::pipelined_plan();
   const std::size_t grad = mt::find_op(plan, OpKind::SendGrad, 0);
   plan.pattern.ops[grad].start_ms = 4.0;
-  expect_has(mplan::validate(plan), op_ptr(grad) + "/start_ms", "must lie in [0, period_ms) = [0, 4)");
+  expect_has(mplan::validate(plan), op_ptr(grad) + "/start_ms",
+             "must lie in [0, period_ms) = [0, 4)");
   plan.pattern.ops[grad].start_ms = -1.0;
   expect_has(mplan::validate(plan), op_ptr(grad) + "/start_ms", "got -1");
 }
@@ -310,7 +313,8 @@ TEST(PlanValidate, RejectsDurationLongerThanThePeriod) {
   mplan::Plan plan = mt::chain_plan(profile, {0}, {0}, mt::small_platform(1), 0);
   const std::size_t b = mt::find_op(plan, OpKind::B, 0);
   plan.pattern.ops[b].duration_ms = 3.5;
-  expect_has(mplan::validate(plan), op_ptr(b) + "/duration_ms", "must be <= period_ms (3), got 3.5");
+  expect_has(mplan::validate(plan), op_ptr(b) + "/duration_ms",
+             "must be <= period_ms (3), got 3.5");
 }
 
 // --- memory and predictions
@@ -339,13 +343,15 @@ TEST(PlanValidate, MemoryRequirementFollowsThePattern) {
   plan.predicted.memory_bytes[0] = 900;
   for (ms::Op& op : plan.pattern.ops)
     if (op.kind != OpKind::B || op.stage != 0) op.shift += 1;
-  expect_only(mplan::validate(plan), "/predicted/memory_bytes/0", "(1200: weights 300 + activations 900)");
+  expect_only(mplan::validate(plan), "/predicted/memory_bytes/0",
+              "(1200: weights 300 + activations 900)");
 }
 
 TEST(PlanValidate, RejectsOneMemoryEntryPerGpuMissing) {
   mplan::Plan plan = mt::pipelined_plan();
   plan.predicted.memory_bytes.pop_back();
-  expect_only(mplan::validate(plan), "/predicted/memory_bytes", "must have one entry per gpu (2), got 1");
+  expect_only(mplan::validate(plan), "/predicted/memory_bytes",
+              "must have one entry per gpu (2), got 1");
 }
 
 TEST(PlanValidate, RejectsInconsistentPredictions) {
@@ -388,7 +394,8 @@ TEST(PlanValidate, RejectsBadPlatformAndPattern) {
 
   plan = mt::pipelined_plan();
   plan.platform.bandwidth_bytes_per_ms = 0;
-  expect_has(mplan::validate(plan), "/platform/bandwidth_bytes_per_ms", "must be a finite number > 0");
+  expect_has(mplan::validate(plan), "/platform/bandwidth_bytes_per_ms",
+             "must be a finite number > 0");
 
   plan = mt::pipelined_plan();
   plan.platform.weight_copies = 0;
@@ -420,7 +427,8 @@ TEST(PlanValidate, RejectsStagesOutOfOrder) {
   plan = sequential_plan();
   plan.stages[2].first_layer = 1;
   violations = mplan::validate(plan);
-  expect_has(violations, "/stages/2/first_layer", "must be 2 (the layer after the last layer of stage 1)");
+  expect_has(violations, "/stages/2/first_layer",
+             "must be 2 (the layer after the last layer of stage 1)");
 
   plan = sequential_plan();
   plan.stages[2].first_layer = 3;
@@ -465,7 +473,8 @@ TEST(PlanValidate, RematStagesAreCheckedAgainstTheReplayOfTheirSequence) {
   mplan::Plan plan = mt::pipelined_plan();
   const mremat::RematChain chain = mremat::stage_remat_chain(profile, 0, 0);
   const std::string text = "F0ck Loss dLoss F0all B0";
-  const mremat::SequenceReplay replay = mremat::replay_sequence(chain, mremat::parse_remat_sequence(text, chain));
+  const mremat::SequenceReplay replay =
+      mremat::replay_sequence(chain, mremat::parse_remat_sequence(text, chain));
   ASSERT_TRUE(replay.valid);
   ms::Stage& stage = plan.stages[0];
   stage.stored_bytes = 100;

@@ -1,4 +1,12 @@
-#include <gtest/gtest.h>
+#include "remat/moccasin.hpp"
+
+#include "core/error.hpp"
+#include "core/profile.hpp"
+#include "remat/remat_graph.hpp"
+#include "remat/remat_heuristic.hpp"
+#include "remat/stage_graph.hpp"
+#include "solver/solve.hpp"
+#include "support/test_support.hpp"
 
 #include <cstdint>
 #include <map>
@@ -11,14 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/profile.hpp"
-#include "remat/moccasin.hpp"
-#include "remat/remat_graph.hpp"
-#include "remat/remat_heuristic.hpp"
-#include "remat/stage_graph.hpp"
-#include "solver/solve.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace madpipe::remat {
 namespace {

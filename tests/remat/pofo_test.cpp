@@ -1,4 +1,10 @@
-#include <gtest/gtest.h>
+#include "remat/pofo.hpp"
+
+#include "core/error.hpp"
+#include "remat/offload_replay.hpp"
+#include "remat/remat_sequence.hpp"
+#include "remat/rotor.hpp"
+#include "support/remat_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
-#include "remat/offload_replay.hpp"
-#include "remat/pofo.hpp"
-#include "remat/remat_sequence.hpp"
-#include "remat/rotor.hpp"
-#include "support/remat_support.hpp"
+#include <gtest/gtest.h>
 
 namespace madpipe::remat {
 namespace {
@@ -23,7 +24,6 @@ using madpipe::testing::small_integer_chain;
 
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
 
 // ROTOR's persistent DP with one byte per slot: exact for integer sizes.
 double rotor_time(const RematChain& chain, std::int64_t budget) {

@@ -1,4 +1,8 @@
-#include <gtest/gtest.h>
+#include "remat/rotor.hpp"
+
+#include "core/error.hpp"
+#include "remat/remat_sequence.hpp"
+#include "support/remat_support.hpp"
 
 #include <algorithm>
 #include <map>
@@ -6,17 +10,13 @@
 #include <random>
 #include <tuple>
 
-#include "core/error.hpp"
-#include "remat/remat_sequence.hpp"
-#include "remat/rotor.hpp"
-#include "support/remat_support.hpp"
+#include <gtest/gtest.h>
 
 namespace madpipe::remat {
 namespace {
 
 using madpipe::testing::chain_of;
 using madpipe::testing::small_integer_chain;
-
 
 // C_MP with a budget in bytes, one byte per slot: exact for integer sizes.
 double rotor_time(const RematChain& chain, std::int64_t budget) {
@@ -114,8 +114,8 @@ TEST(RematSequence, TextRoundTripsWithProfileLayerIndices) {
 }
 
 TEST(RematSequence, ThesisExampleSequencesReplayAtLargeMemory) {
-  const RematChain chain = chain_of({1, 2, 3, 4, 1}, {2, 3, 4, 5, 1}, {3, 2, 4, 1, 2, 0},
-                                    {3, 5, 6, 2, 4, 0});
+  const RematChain chain =
+      chain_of({1, 2, 3, 4, 1}, {2, 3, 4, 5, 1}, {3, 2, 4, 1, 2, 0}, {3, 5, 6, 2, 4, 0});
   for (const char* text :
        {"F0ck F1none F2ck F3all Loss dLoss B3 F2all B2 F0all F1all B1 B0",
         "F0ck F1none F2ck F3ck Loss dLoss F3all B3 F2all B2 F0ck F1all B1 F0all B0",
@@ -137,7 +137,8 @@ TEST(RematSequence, ReplayRejectsMissingInputsAndUnfinishedSequences) {
   EXPECT_NE(r.problem.find("F1all"), std::string::npos) << r.problem;  // a1 was freed by F1none
   r = replay_sequence(chain, parse_remat_sequence("F0none F1all", chain));
   EXPECT_FALSE(r.valid);
-  r = replay_sequence(chain, parse_remat_sequence("F0all F1all F2all F3all Loss dLoss B3 B2", chain));
+  r = replay_sequence(chain,
+                      parse_remat_sequence("F0all F1all F2all F3all Loss dLoss B3 B2", chain));
   EXPECT_FALSE(r.valid);
   EXPECT_NE(r.problem.find("does not end"), std::string::npos);
   r = replay_sequence(chain, parse_remat_sequence("F0ck F1ck F2ck F3ck Loss dLoss B3", chain));
@@ -147,8 +148,8 @@ TEST(RematSequence, ReplayRejectsMissingInputsAndUnfinishedSequences) {
 
 TEST(Rotor, RegressionTableOfTheDigest) {
   const RematChain chain = regression_chain();
-  const std::map<int, double> expected{{5, RotorTable::kInfinity}, {6, 18}, {7, 15}, {8, 14},
-                                       {9, 14}, {10, 13}, {11, 12}, {14, 12}};
+  const std::map<int, double> expected{
+      {5, RotorTable::kInfinity}, {6, 18}, {7, 15}, {8, 14}, {9, 14}, {10, 13}, {11, 12}, {14, 12}};
   for (const auto& [budget, time] : expected) {
     EXPECT_EQ(rotor_time(chain, budget), time) << "M = " << budget;
     const RematResult result = optimal_remat(chain, budget, budget);
@@ -177,9 +178,9 @@ TEST(Rotor, PersistenceCounterexampleCosts3nMinus2) {
 }
 
 TEST(Rotor, RematNpHardnessInstances) {
-  const std::vector<std::pair<std::vector<int>, double>> cases{
-      {{1, 1, 2}, 16}, {{1, 2, 3}, 20}, {{2, 3, 5, 4}, 38},
-      {{1, 1, 4}, 22}, {{1, 2, 5}, 26}, {{3, 3, 4}, 29}};
+  const std::vector<std::pair<std::vector<int>, double>> cases{{{1, 1, 2}, 16},    {{1, 2, 3}, 20},
+                                                               {{2, 3, 5, 4}, 38}, {{1, 1, 4}, 22},
+                                                               {{1, 2, 5}, 26},    {{3, 3, 4}, 29}};
   for (const auto& [x, expected] : cases) {
     const int n = static_cast<int>(x.size());
     int V = 0;
@@ -237,7 +238,8 @@ TEST(Rotor, TimeIsNonIncreasingInMemoryWithCoarseSlots) {
     previous = result.replay.total_ms();
   }
   // Sizes round up to whole slots, so storing everything needs a little more than its peak.
-  EXPECT_DOUBLE_EQ(optimal_remat(chain, all * 11 / 10, 500).replay.total_ms(), chain.sequential_ms());
+  EXPECT_DOUBLE_EQ(optimal_remat(chain, all * 11 / 10, 500).replay.total_ms(),
+                   chain.sequential_ms());
 }
 
 TEST(PipelinedRemat, ChargesStoredMemoryOncePerMicroBatchInFlight) {
@@ -284,7 +286,8 @@ TEST(PipelinedRemat, OptionsFormAParetoFrontStartingWithStoreAll) {
   // With slot = 1 byte and all thresholds, the front holds the exact pipelined optimum.
   for (int nca = 1; nca <= 4; ++nca)
     for (std::int64_t budget = 8; budget <= 40; budget += 4) {
-      const RematResult best = optimal_pipelined_remat(chain, nca, budget, static_cast<int>(budget));
+      const RematResult best =
+          optimal_pipelined_remat(chain, nca, budget, static_cast<int>(budget));
       double front = RotorTable::kInfinity;
       for (const RematOption& o : options)
         if (nca * o.stored_bytes + o.transient_bytes <= budget)

@@ -3,7 +3,14 @@
 
 #include "schedule/ilp_schedule.hpp"
 
-#include <gtest/gtest.h>
+#include "core/error.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern_ilp.hpp"
+#include "schedule/search.hpp"
+#include "solver/solve.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,14 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern_ilp.hpp"
-#include "schedule/search.hpp"
-#include "plan/validate.hpp"
-#include "solver/solve.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -61,7 +61,8 @@ std::vector<Instance> instances(int count, unsigned seed, double bandwidth_bytes
     instance.platform = mt::huge_memory_platform(gpus, bandwidth_bytes_per_ms);
     auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
     if (!pattern) continue;
-    const auto totals = ms::totals(ms::evaluate_memory(instance.stages, *pattern, instance.platform));
+    const auto totals =
+        ms::totals(ms::evaluate_memory(instance.stages, *pattern, instance.platform));
     instance.platform.memory_bytes = *std::max_element(totals.begin(), totals.end()) * 21 / 20;
     out.push_back(instance);
   }
@@ -77,11 +78,13 @@ TEST(PatternIlp, KnownPatternsAreFeasiblePointsOfTheProgram) {
     ms::PatternIlp::Spec spec{instance.stages, true, pattern->period_ms * 1.5};
     ms::PatternIlp ilp(spec, instance.platform);
     ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
-    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())), std::vector<std::string>{});
+    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
+              std::vector<std::string>{});
     // The same pattern read back from its own variables has the same period.
     const ms::PatternIlp::Decoded decoded = ilp.decode(mt::hint_values(ilp.model()));
     EXPECT_LE(decoded.pattern.period_ms, pattern->period_ms * (1 + 1e-9));
-    EXPECT_TRUE(mplan::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern)).empty());
+    EXPECT_TRUE(
+        mplan::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern)).empty());
   }
 }
 
@@ -95,7 +98,8 @@ TEST(PatternIlp, FreeAllocationAcceptsKnownPatternsToo) {
     ms::PatternIlp::Spec spec{instance.stages, false, pattern->period_ms * 1.5};
     ms::PatternIlp ilp(spec, instance.platform);
     ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
-    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())), std::vector<std::string>{});
+    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
+              std::vector<std::string>{});
   }
 }
 
@@ -117,15 +121,19 @@ TEST(IlpSchedule, ReturnsValidPatternsNoSlowerThanTheHeuristic) {
     ms::IlpScheduleOptions options;
     options.backend = msv::built_backends().front();
     options.warm_start = heuristic;
-    const ms::IlpScheduleResult result = ms::ilp_schedule(instance.stages, instance.platform, options);
-    ASSERT_TRUE(result.pattern) << msv::to_string(result.solve.status) << " " << result.solve.message;
+    const ms::IlpScheduleResult result =
+        ms::ilp_schedule(instance.stages, instance.platform, options);
+    ASSERT_TRUE(result.pattern) << msv::to_string(result.solve.status) << " "
+                                << result.solve.message;
     EXPECT_TRUE(result.warm_started);
-    const auto violations =
-        mplan::validate(mt::plan_of(instance.stages, instance.platform, *result.pattern), instance.profile);
-    EXPECT_TRUE(violations.empty()) << violations.front().field << ": " << violations.front().problem;
+    const auto violations = mplan::validate(
+        mt::plan_of(instance.stages, instance.platform, *result.pattern), instance.profile);
+    EXPECT_TRUE(violations.empty())
+        << violations.front().field << ": " << violations.front().problem;
     EXPECT_EQ(result.pattern->k, 1);
     EXPECT_LE(result.pattern->period_ms, heuristic->period_ms * (1 + 1e-6));
-    EXPECT_GE(result.pattern->period_ms, ms::busiest_resource_ms(instance.stages, instance.platform) * (1 - 1e-6));
+    EXPECT_GE(result.pattern->period_ms,
+              ms::busiest_resource_ms(instance.stages, instance.platform) * (1 - 1e-6));
     if (result.pattern->period_ms < heuristic->period_ms * (1 - 1e-6)) ++improved;
   }
   RecordProperty("improved", improved);

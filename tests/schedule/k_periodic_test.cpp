@@ -2,7 +2,19 @@
 
 #include "schedule/k_periodic.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/search.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -13,19 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/modulo.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/search.hpp"
-#include "plan/simulate.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;

@@ -2,20 +2,20 @@
 
 #include "schedule/modulo.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -67,7 +67,8 @@ TEST(ModuloSchedule, RandomNonContiguousAllocationsAreValid) {
       if (T < 1.3 * busiest) ++tight;
       EXPECT_EQ(pattern->k, 1);
       EXPECT_DOUBLE_EQ(pattern->period_ms, T);
-      const auto violations = mplan::validate(mt::plan_of(a.stages, a.platform, *pattern), a.profile);
+      const auto violations =
+          mplan::validate(mt::plan_of(a.stages, a.platform, *pattern), a.profile);
       EXPECT_TRUE(violations.empty()) << "trial " << trial << " T " << T << "\n"
                                       << mt::describe(violations);
     }

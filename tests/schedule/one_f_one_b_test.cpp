@@ -4,7 +4,14 @@
 
 #include "schedule/one_f_one_b.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,14 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -273,7 +273,8 @@ TEST(OneFOneB, StageSKeepsSMinusSMicroBatches) {
     const auto resources = ms::pipeline_resources(stages, platform);
     double expected = 0;
     for (std::size_t r = 0; r < resources.size(); r += 2)
-      expected = std::max(expected, resources[r].load_ms() + (r > 0 ? resources[r - 1].load_ms() : 0));
+      expected =
+          std::max(expected, resources[r].load_ms() + (r > 0 ? resources[r - 1].load_ms() : 0));
     EXPECT_NEAR(pattern.period_ms, expected, 1e-9 * expected);
     const auto violations = mplan::validate(mt::plan_of(stages, platform, pattern));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
@@ -305,9 +306,9 @@ struct Instance {
 };
 
 struct EnumerationResult {
-  long long candidates = 0;   // dependency-respecting patterns with disjoint F/B on each GPU
-  long long valid = 0;        // of those, accepted by validate()
-  std::vector<int> min_nca;   // per stage, over the valid ones
+  long long candidates = 0;  // dependency-respecting patterns with disjoint F/B on each GPU
+  long long valid = 0;       // of those, accepted by validate()
+  std::vector<int> min_nca;  // per stage, over the valid ones
   bool violates_theorem = false;
   std::string counterexample;
 };
@@ -411,11 +412,10 @@ TEST(Theorem15, OneFOneBStarMinimisesEveryStagesNcaAmongOnePeriodicPatterns) {
   std::mt19937 rng(15);
   std::uniform_int_distribution<int> duration(1, 3);
   std::vector<Instance> instances{
-      {{1, 1}, {1, 1}, 2},        // one stage per group: NCA 2,1
-      {{1, 1}, {1, 1}, 4},        // one group
-      {{1, 2}, {2, 1}, 3},
-      {{1, 1, 1}, {1, 1, 1}, 2},  // 1F1B: NCA 3,2,1
-      {{1, 1, 1}, {1, 2, 1}, 4},  // loads 2,3,2: three groups, NCA 3,2,1
+      {{1, 1}, {1, 1}, 2},                                   // one stage per group: NCA 2,1
+      {{1, 1}, {1, 1}, 4},                                   // one group
+      {{1, 2}, {2, 1}, 3},       {{1, 1, 1}, {1, 1, 1}, 2},  // 1F1B: NCA 3,2,1
+      {{1, 1, 1}, {1, 2, 1}, 4},                             // loads 2,3,2: three groups, NCA 3,2,1
       {{2, 1, 1}, {1, 1, 2}, 4},
   };
   for (int extra = 0; extra < 12; ++extra) {

@@ -1,17 +1,17 @@
 #include "schedule/pattern.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "schedule/memory.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -178,8 +178,8 @@ TEST(PatternBasics, PatternFromAbsoluteTimes) {
     double start;
     int shift;
   };
-  const Expected expected[] = {{OpKind::F, 0, 0.0, 1},       {OpKind::SendAct, 0, 1.0, 1},
-                               {OpKind::F, 1, 1.5, 1},       {OpKind::B, 1, 2.5, 1},
+  const Expected expected[] = {{OpKind::F, 0, 0.0, 1},        {OpKind::SendAct, 0, 1.0, 1},
+                               {OpKind::F, 1, 1.5, 1},        {OpKind::B, 1, 2.5, 1},
                                {OpKind::SendGrad, 0, 0.5, 0}, {OpKind::B, 0, 1.0, 0}};
   for (const Expected& e : expected) {
     const Op* op = find_op(pattern, e.kind, e.stage);
@@ -234,8 +234,7 @@ TEST(PatternBasics, ConcurrentActivationsOfOneFOneB) {
   const auto profile =
       mt::make_chain(std::vector<double>(num_stages, 1.0), std::vector<double>(num_stages, 2.0));
   const auto platform = mt::small_platform(num_stages, 1000);
-  const auto stages =
-      ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2, 3}, {0, 1, 2, 3});
+  const auto stages = ms::make_stages(madpipe::ChainCosts(profile), {0, 1, 2, 3}, {0, 1, 2, 3});
   const ms::Pattern pattern =
       ms::pattern_from_absolute_times(mt::asap_chain(stages, platform), 3.0);
   EXPECT_EQ(ms::concurrent_activations(pattern, num_stages), (std::vector<int>{4, 3, 2, 1}));

@@ -2,25 +2,25 @@
 
 #include "schedule/retime.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "plan/plan.hpp"
+#include "plan/simulate.hpp"
+#include "plan/validate.hpp"
+#include "schedule/k_periodic.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "schedule/k_periodic.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/modulo.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "plan/simulate.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "support/schedule_support.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;

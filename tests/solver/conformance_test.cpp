@@ -1,13 +1,13 @@
 // One conformance suite, run on every built backend.
 
-#include <gtest/gtest.h>
+#include "solver/model.hpp"
+#include "solver/solve.hpp"
 
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "solver/model.hpp"
-#include "solver/solve.hpp"
+#include <gtest/gtest.h>
 
 using madpipe::solver::kInf;
 using madpipe::solver::Model;

@@ -3,11 +3,11 @@
 
 #include "solver/isolated_backend.hpp"
 
-#include <gtest/gtest.h>
+#include "solver/model.hpp"
 
 #include <cstdlib>
 
-#include "solver/model.hpp"
+#include <gtest/gtest.h>
 
 namespace msv = madpipe::solver;
 

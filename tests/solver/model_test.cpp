@@ -1,13 +1,14 @@
-#include <gtest/gtest.h>
+#include "solver/model.hpp"
+
+#include "core/error.hpp"
+#include "solver/linear_expr.hpp"
+#include "solver/mps.hpp"
+#include "solver/solve.hpp"
 
 #include <sstream>
 #include <string>
 
-#include "core/error.hpp"
-#include "solver/linear_expr.hpp"
-#include "solver/model.hpp"
-#include "solver/mps.hpp"
-#include "solver/solve.hpp"
+#include <gtest/gtest.h>
 
 using madpipe::solver::kInf;
 using madpipe::solver::Model;
@@ -176,6 +177,6 @@ TEST(LinearExpr, ArithmeticAndConstraints) {
   for (const auto& t : m.row_terms(row.index)) (t.var == x.index ? sum_x : sum_y) += t.coeff;
   EXPECT_DOUBLE_EQ(sum_x, 2.0);
   EXPECT_DOUBLE_EQ(sum_y, 2.0);
-  EXPECT_DOUBLE_EQ(madpipe::solver::add_constraint(m, -LinearExpr(x), -madpipe::solver::kInf, 0, "s")
-                       .index, 1);
+  EXPECT_DOUBLE_EQ(
+      madpipe::solver::add_constraint(m, -LinearExpr(x), -madpipe::solver::kInf, 0, "s").index, 1);
 }

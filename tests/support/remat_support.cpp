@@ -1,9 +1,9 @@
 #include "support/remat_support.hpp"
 
 madpipe::remat::RematChain madpipe::testing::chain_of(const std::vector<double>& forward,
-                                                         const std::vector<double>& backward,
-                                                         const std::vector<std::int64_t>& a,
-                                                         const std::vector<std::int64_t>& abar) {
+                                                      const std::vector<double>& backward,
+                                                      const std::vector<std::int64_t>& a,
+                                                      const std::vector<std::int64_t>& abar) {
   const int stages = static_cast<int>(forward.size()) - 1;  // without the loss
   remat::RematChain chain = remat::make_remat_chain(stages);
   for (int k = 1; k <= stages + 1; ++k) {
@@ -18,9 +18,8 @@ madpipe::remat::RematChain madpipe::testing::chain_of(const std::vector<double>&
   return chain;
 }
 
-madpipe::remat::RematChain madpipe::testing::small_integer_chain(std::mt19937& rng,
-                                                                    int min_stages,
-                                                                    int max_stages) {
+madpipe::remat::RematChain madpipe::testing::small_integer_chain(std::mt19937& rng, int min_stages,
+                                                                 int max_stages) {
   std::uniform_int_distribution<int> size(1, 7), length(min_stages, max_stages), time(1, 5);
   const int stages = length(rng);
   std::vector<double> forward, backward;

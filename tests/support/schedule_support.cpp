@@ -1,14 +1,14 @@
 #include "support/schedule_support.hpp"
 
-#include <gtest/gtest.h>
+#include "core/chain.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 
-#include "core/chain.hpp"
-#include "support/test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
@@ -96,8 +96,8 @@ std::vector<ms::Op> madpipe::testing::asap_chain(const std::vector<ms::Stage>& s
   return chain;
 }
 
-mplan::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages, const Platform& platform,
-                                   const ms::Pattern& pattern) {
+mplan::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages,
+                                      const Platform& platform, const ms::Pattern& pattern) {
   mplan::Plan plan;
   plan.profile = "hand";
   plan.algorithm = "test";
@@ -108,9 +108,10 @@ mplan::Plan madpipe::testing::plan_of(const std::vector<ms::Stage>& stages, cons
   return plan;
 }
 
-mplan::Plan madpipe::testing::chain_plan(const Profile& profile, const std::vector<int>& first_layers,
-                                      const std::vector<int>& gpus, const Platform& platform,
-                                      double period_ms) {
+mplan::Plan madpipe::testing::chain_plan(const Profile& profile,
+                                         const std::vector<int>& first_layers,
+                                         const std::vector<int>& gpus, const Platform& platform,
+                                         double period_ms) {
   mplan::Plan plan;
   plan.profile = profile.name;
   plan.platform = platform;
@@ -187,6 +188,7 @@ std::vector<std::string> madpipe::testing::violated_rows(const solver::Model& mo
 
 std::vector<double> madpipe::testing::hint_values(const solver::Model& model) {
   std::vector<double> values(static_cast<std::size_t>(model.num_vars()), 0.0);
-  for (const auto& [var, value] : model.hints()) values[static_cast<std::size_t>(var.index)] = value;
+  for (const auto& [var, value] : model.hints())
+    values[static_cast<std::size_t>(var.index)] = value;
   return values;
 }

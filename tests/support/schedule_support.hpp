@@ -3,20 +3,20 @@
 // Fixtures for the tests of the schedule layer and above (compiled into those test binaries only,
 // so that the core tests need not link the schedule library).
 
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/pattern.hpp"
+#include "schedule/stage.hpp"
+#include "solver/model.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
-
-#include "core/platform.hpp"
-#include "core/profile.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "schedule/pattern.hpp"
-#include "plan/plan.hpp"
-#include "schedule/stage.hpp"
-#include "plan/validate.hpp"
-#include "solver/model.hpp"
 
 namespace madpipe::testing {
 
@@ -54,11 +54,11 @@ std::vector<schedule::Op> asap_chain(const std::vector<schedule::Stage>& stages,
 
 // Plan "hand" of `stages` running `pattern` on `platform`, predicted fields filled (bound 0).
 plan::Plan plan_of(const std::vector<schedule::Stage>& stages, const Platform& platform,
-                       const schedule::Pattern& pattern);
+                   const schedule::Pattern& pattern);
 
 // Plan of `profile` on `gpus` repeating asap_chain() every `period_ms` (0: its length), bound T/2.
 plan::Plan chain_plan(const Profile& profile, const std::vector<int>& first_layers,
-                          const std::vector<int>& gpus, const Platform& platform, double period_ms);
+                      const std::vector<int>& gpus, const Platform& platform, double period_ms);
 
 // chain_plan() of two_layer_profile() on small_platform(2) at period 4 (two stages, two GPUs).
 plan::Plan pipelined_plan();
@@ -67,15 +67,15 @@ plan::Plan pipelined_plan();
 plan::Plan repeated(const plan::Plan& plan, int k);
 
 // Index in plan.pattern.ops of the op `kind` of `stage` after `skip` others; a failure if none.
-std::size_t find_op(const plan::Plan& plan, schedule::OpKind kind, int stage,
-                    std::size_t skip = 0);
+std::size_t find_op(const plan::Plan& plan, schedule::OpKind kind, int stage, std::size_t skip = 0);
 
 // One "field: problem" line per violation.
 std::string describe(const std::vector<plan::Violation>& violations);
 
 // Names of the bounds, integralities and rows of `model` that `values` violates (tolerance
 // relative to each row's terms).
-std::vector<std::string> violated_rows(const solver::Model& model, const std::vector<double>& values);
+std::vector<std::string> violated_rows(const solver::Model& model,
+                                       const std::vector<double>& values);
 
 // The model's MIP start as one value per variable (0 where none is set).
 std::vector<double> hint_values(const solver::Model& model);

@@ -1,12 +1,12 @@
 #pragma once
 
+#include "core/platform.hpp"
+#include "core/profile.hpp"
+
 #include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
-
-#include "core/platform.hpp"
-#include "core/profile.hpp"
 
 namespace madpipe::testing {
 

@@ -3,9 +3,9 @@
 // Factories of the backends compiled in (MADPIPE_HAVE_CBC, MADPIPE_HAVE_GLPK). Internal to the
 // solver layer; no CBC or GLPK header leaks out of src/solver/backends/*.cpp.
 
-#include <memory>
-
 #include "solver/solve.hpp"
+
+#include <memory>
 
 namespace madpipe::solver::detail {
 

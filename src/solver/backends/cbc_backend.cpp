@@ -1,11 +1,7 @@
 // CBC backend: OsiClpSolverInterface + CbcModel, solved through CbcMain1 (cuts, heuristics and the
 // MIP start are applied there).
 
-#include <coin/CbcEventHandler.hpp>
-#include <coin/CbcModel.hpp>
-#include <coin/CbcSolver.hpp>
-#include <coin/CoinPackedMatrix.hpp>
-#include <coin/OsiClpSolverInterface.hpp>
+#include "solver/backends/backends.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "solver/backends/backends.hpp"
+#include <coin/CbcEventHandler.hpp>
+#include <coin/CbcModel.hpp>
+#include <coin/CbcSolver.hpp>
+#include <coin/CoinPackedMatrix.hpp>
+#include <coin/OsiClpSolverInterface.hpp>
 
 namespace {
 

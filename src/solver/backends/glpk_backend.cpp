@@ -1,6 +1,6 @@
 // GLPK backend: glp_intopt with the presolver on (it also solves models without integers).
 
-#include <glpk.h>
+#include "solver/backends/backends.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "solver/backends/backends.hpp"
+#include <glpk.h>
 
 namespace {
 

@@ -1,21 +1,21 @@
 // Run under mpirun -np 1..4: D replicas of a P-rank pipeline (D = 2 on an even world, else one
 // replica per rank) must train like one process over the D * m micro-batches of a step.
 
-#include <gtest/gtest.h>
-#include <mpi.h>
+#include "core/error.hpp"
+#include "plan/program.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/replicas.hpp"
+#include "runtime/transport.hpp"
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "runtime/replicas.hpp"
-#include "runtime/transport.hpp"
-#include "plan/program.hpp"
-#include "runtime/mpi/mpi_test_support.hpp"
+#include <gtest/gtest.h>
+#include <mpi.h>
 
 namespace mr = madpipe::runtime;
 namespace mplan = madpipe::plan;
@@ -45,7 +45,8 @@ TEST(ReplicaLayout, PipelinesAreConsecutiveRanks) {
 }
 
 TEST(ReplicaGroups, CommunicatorsFollowTheLayout) {
-  const mr::ReplicaGroups groups(mr::replica_layout(world_rank(), world_size(), replicas_for_world()));
+  const mr::ReplicaGroups groups(
+      mr::replica_layout(world_rank(), world_size(), replicas_for_world()));
   int pipeline_rank = -1, pipeline_size = 0, replica_rank = -1, replica_size = 0;
   MPI_Comm_rank(groups.pipeline(), &pipeline_rank);
   MPI_Comm_size(groups.pipeline(), &pipeline_size);
@@ -77,7 +78,8 @@ TEST(GradientAverager, AveragesTheLastBackwardsGradients) {
 // Trains `steps` SGD steps with D replicas of a pipeline over `cut` and compares with the unsplit
 // model trained on all D * m micro-batches of each step.
 static void replicas_match_unsplit(const std::string& model, int micro_batches, int steps) {
-  const mr::ReplicaGroups groups(mr::replica_layout(world_rank(), world_size(), replicas_for_world()));
+  const mr::ReplicaGroups groups(
+      mr::replica_layout(world_rank(), world_size(), replicas_for_world()));
   const mr::ReplicaLayout& layout = groups.layout();
   const int P = layout.pipeline_ranks, D = layout.replicas;
   mr::ModelConfig config = small_config(model, 3);
@@ -90,17 +92,17 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
     first.push_back(g * layers / P);
     gpus.push_back(g);
   }
-  const mplan::Plan plan = make_plan(layers, first, gpus, Schedule::OneFOneBStar, micro_batches,
-                                  nullptr, true, P);
+  const mplan::Plan plan =
+      make_plan(layers, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr, true, P);
   const mplan::Program program = mplan::lower(plan, micro_batches);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()), 0, groups.pipeline());
+  auto transport =
+      mr::make_mpi_transport(static_cast<int>(plan.stages.size()), 0, groups.pipeline());
   mr::PipelineExecutor executor(pipelined, plan, layout.position, *transport,
                                 data->micro_batch(0, 0, false));
   mr::GradientAverager averager(groups.replicas(), D, static_cast<int>(plan.stages.size()),
                                 micro_batches);
-  executor.on_backward([&](int s, int) {
-    averager.backward_done(s, [&] { return executor.stage_parameters(s); });
-  });
+  executor.on_backward(
+      [&](int s, int) { averager.backward_done(s, [&] { return executor.stage_parameters(s); }); });
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages())
     optimizers.push_back(std::make_unique<torch::optim::SGD>(
@@ -115,22 +117,23 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
     averager.finish();
     for (auto& o : optimizers) o->step();
     reference_optimizer.zero_grad();
-    mr::run_unsplit(reference, D * micro_batches, [&](int i) { return data->micro_batch(step, i, false); });
+    mr::run_unsplit(reference, D * micro_batches,
+                    [&](int i) { return data->micro_batch(step, i, false); });
     reference_optimizer.step();
   }
   for (int s : executor.local_stages()) {
     const std::vector<torch::Tensor> mine = executor.stage_parameters(s);
     EXPECT_LT(relative_difference(mine, reference.parameters(plan.stages[s].first_layer,
-                                                              plan.stages[s].last_layer)),
+                                                             plan.stages[s].last_layer)),
               1e-5)
         << model << " stage " << s << " replica " << layout.replica;
     // Every replica holds the same weights, bit for bit.
     for (const torch::Tensor& p : mine) {
       torch::Tensor lowest = p.detach().clone(), highest = p.detach().clone();
-      MPI_Allreduce(MPI_IN_PLACE, lowest.data_ptr(), static_cast<int>(p.numel()), MPI_FLOAT, MPI_MIN,
-                    groups.replicas());
-      MPI_Allreduce(MPI_IN_PLACE, highest.data_ptr(), static_cast<int>(p.numel()), MPI_FLOAT, MPI_MAX,
-                    groups.replicas());
+      MPI_Allreduce(MPI_IN_PLACE, lowest.data_ptr(), static_cast<int>(p.numel()), MPI_FLOAT,
+                    MPI_MIN, groups.replicas());
+      MPI_Allreduce(MPI_IN_PLACE, highest.data_ptr(), static_cast<int>(p.numel()), MPI_FLOAT,
+                    MPI_MAX, groups.replicas());
       EXPECT_TRUE(torch::equal(lowest, highest)) << "replicas of stage " << s << " diverged";
     }
   }

@@ -3,9 +3,21 @@
 // Shared by the MPI tests: ranks, test plans with unit costs (and stage sequences), and
 // pipelined training next to unsplit training on the same data.
 
-#include <gtest/gtest.h>
-
-#include <mpi.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/validate.hpp"
+#include "remat/offload_replay.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/search.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,23 +28,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+#include <mpi.h>
 #include <torch/torch.h>
-
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "schedule/gpipe.hpp"
-#include "schedule/modulo.hpp"
-#include "remat/offload_replay.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "plan/plan.hpp"
-#include "plan/program.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "schedule/search.hpp"
-#include "plan/validate.hpp"
 
 namespace madpipe::testing {
 
@@ -56,22 +54,27 @@ enum class Schedule { OneFOneBStar, OneFOneB, GPipe, Modulo };
 
 inline const char* schedule_name(Schedule s) {
   switch (s) {
-    case Schedule::OneFOneBStar: return "1f1b*";
-    case Schedule::OneFOneB: return "1f1b";
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::Modulo: return "modulo";
+    case Schedule::OneFOneBStar:
+      return "1f1b*";
+    case Schedule::OneFOneB:
+      return "1f1b";
+    case Schedule::GPipe:
+      return "gpipe";
+    case Schedule::Modulo:
+      return "modulo";
   }
   return "?";
 }
 
-// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs; stage s gets the sequence sequence_of(s, first, last), and the
-// plan must pass the validator unless `expect_valid` is false. The platform has `platform_gpus`
-// GPUs (0: one per rank).
+// A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs; stage s gets the
+// sequence sequence_of(s, first, last), and the plan must pass the validator unless `expect_valid`
+// is false. The platform has `platform_gpus` GPUs (0: one per rank).
 using SequenceOf = std::function<std::string(int stage, int first, int last)>;
 
-inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, const std::vector<int>& gpus,
-                   Schedule kind, int micro_batches, const SequenceOf& sequence_of,
-                   bool expect_valid = true, int platform_gpus = 0) {
+inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
+                             const std::vector<int>& gpus, Schedule kind, int micro_batches,
+                             const SequenceOf& sequence_of, bool expect_valid = true,
+                             int platform_gpus = 0) {
   madpipe::Profile profile;
   profile.name = "test";
   profile.input_bytes = 1000;
@@ -97,7 +100,8 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, c
     stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
     if (stage.sequence.empty()) continue;
     stage.remat = "rotor";
-    const mremat::RematChain chain = mremat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
+    const mremat::RematChain chain =
+        mremat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
     mremat::RematSequence sequence;
     try {
       sequence = mremat::parse_remat_sequence(stage.sequence, chain);
@@ -107,7 +111,8 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, c
     if (stage.sequence.find('O') != std::string::npos) {
       stage.offload = "host";
       plan.platform.host_bandwidth_bytes_per_ms = 1000;
-      const mremat::OffloadReplay r = mremat::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
+      const mremat::OffloadReplay r =
+          mremat::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
       if (!r.valid) continue;  // the malformed-sequence tests want the runtime's own message
       stage.forward_ms = r.forward_ms;
       stage.backward_ms = r.backward_ms;
@@ -135,7 +140,8 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, c
     case Schedule::Modulo: {
       double load = ms::busiest_resource_ms(plan.stages, plan.platform);
       std::optional<ms::Pattern> pattern;
-      for (double T = load; !pattern; T *= 1.25) pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
+      for (double T = load; !pattern; T *= 1.25)
+        pattern = ms::modulo_schedule(plan.stages, plan.platform, T);
       plan.pattern = *pattern;
       break;
     }
@@ -147,7 +153,6 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers, c
   }
   return plan;
 }
-
 
 // Small built-in models (seed 42) for `layers` blocks.
 inline runtime::ModelConfig small_config(const std::string& model, int layers) {
@@ -176,13 +181,14 @@ inline std::unique_ptr<runtime::DataSource> data_for(runtime::ModelConfig& confi
     config.vocab = text->vocab();
     return text;
   }
-  if (config.name == "cnn") return std::make_unique<runtime::SyntheticImages>(config.image, config.outputs, 3, 7);
+  if (config.name == "cnn")
+    return std::make_unique<runtime::SyntheticImages>(config.image, config.outputs, 3, 7);
   return std::make_unique<runtime::SyntheticData>(config.inputs, config.outputs, 3, 7);
 }
 
 // Largest difference between matching tensors, relative to the larger magnitude of `theirs`.
 inline double relative_difference(const std::vector<torch::Tensor>& mine,
-                           const std::vector<torch::Tensor>& theirs) {
+                                  const std::vector<torch::Tensor>& theirs) {
   EXPECT_EQ(mine.size(), theirs.size());
   double worst = 0;
   for (std::size_t p = 0; p < mine.size() && p < theirs.size(); ++p) {
@@ -197,14 +203,14 @@ inline double relative_difference(const std::vector<torch::Tensor>& mine,
 // Runs `steps` SGD steps (lr 0.1, momentum 0.9) of `program` on `executor` and of the unsplit
 // `reference` over the same micro-batches, checking that every step's loss agrees.
 inline void train_side_by_side(runtime::PipelineExecutor& executor, runtime::ChainModel& reference,
-                               const plan::Program& program, runtime::DataSource& data,
-                               int steps, int micro_batches) {
+                               const plan::Program& program, runtime::DataSource& data, int steps,
+                               int micro_batches) {
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages()) {
     auto params = executor.stage_parameters(s);
     if (!params.empty())
-      optimizers.push_back(std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(0.1).momentum(0.9)));
+      optimizers.push_back(
+          std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9)));
   }
   const int layers = static_cast<int>(reference.layers.size());
   torch::optim::SGD reference_optimizer(reference.parameters(0, layers - 1),

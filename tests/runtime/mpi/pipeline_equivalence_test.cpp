@@ -2,28 +2,28 @@
 // Synchronous pipelined training must give the weights of unsplit training with gradient
 // accumulation over the same micro-batches.
 
-#include <gtest/gtest.h>
-#include <mpi.h>
+#include "core/chain.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/validate.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/transport.hpp"
+#include "runtime/two_weight_versions.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/search.hpp"
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "runtime/transport.hpp"
-#include "runtime/two_weight_versions.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/gpipe.hpp"
-#include "schedule/modulo.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "plan/plan.hpp"
-#include "plan/program.hpp"
-#include "schedule/search.hpp"
-#include "plan/validate.hpp"
-#include "runtime/mpi/mpi_test_support.hpp"
+#include <gtest/gtest.h>
+#include <mpi.h>
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
@@ -46,7 +46,8 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
-  const mplan::Plan plan = make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
+  const mplan::Plan plan =
+      make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
   const mplan::Program program = mplan::lower(plan, micro_batches);
   EXPECT_EQ(mplan::dry_run(program), "");
 
@@ -113,8 +114,10 @@ TEST(PipelineEquivalence, RandomAllocationsRunToCompletion) {
     std::vector<int> first{0}, gpus;
     for (int l = 1; l < layers; ++l)
       if (rng() % 2) first.push_back(l);
-    for (std::size_t s = 0; s < first.size(); ++s) gpus.push_back(static_cast<int>(rng() % world_size()));
-    const double worst = train_and_compare({"mlp", first, gpus, Schedule::Modulo}, 1, 2 + trial % 3);
+    for (std::size_t s = 0; s < first.size(); ++s)
+      gpus.push_back(static_cast<int>(rng() % world_size()));
+    const double worst =
+        train_and_compare({"mlp", first, gpus, Schedule::Modulo}, 1, 2 + trial % 3);
     EXPECT_LT(worst, 1e-5) << "trial " << trial;
   }
 }
@@ -144,8 +147,10 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   const mplan::Program program = mplan::lower(plan, generations * m);
   EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
-  auto make_sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  auto make_sgd =
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
   };
 
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
@@ -178,7 +183,10 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   for (int s : executor.local_stages()) {
     const auto mine = versions.newest(s);
     // The reference's tensors of stage s: count the parameters of the layers before it.
-    std::size_t offset = reference.parameters(0, plan.stages[s].first_layer - 1 < 0 ? -1 : plan.stages[s].first_layer - 1).size();
+    std::size_t offset =
+        reference
+            .parameters(0, plan.stages[s].first_layer - 1 < 0 ? -1 : plan.stages[s].first_layer - 1)
+            .size();
     if (plan.stages[s].first_layer == 0) offset = 0;
     for (std::size_t p = 0; p < mine.size(); ++p) {
       const auto& theirs = newest[offset + p];

@@ -1,17 +1,18 @@
 // Run under mpirun -np 1..4 (main() is in pipeline_equivalence_test.cpp): the layer profiler,
 // TorchScript chains, and the trace a pipelined run records.
 
-#include <cstdio>
-#include <set>
-
-#include <torch/script.h>
-
 #include "mpi_test_support.hpp"
+
+#include "plan/trace.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/script_model.hpp"
 #include "runtime/trace_recorder.hpp"
-#include "plan/trace.hpp"
+
+#include <cstdio>
+#include <set>
+
+#include <torch/script.h>
 
 using namespace madpipe::testing;
 namespace mr = madpipe::runtime;
@@ -162,13 +163,14 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     first_layers.push_back(g);
     gpus.push_back(g);
   }
-  const mplan::Plan plan = make_plan(P + 1, first_layers, gpus, Schedule::OneFOneBStar,
-                                  micro_batches, nullptr);
+  const mplan::Plan plan =
+      make_plan(P + 1, first_layers, gpus, Schedule::OneFOneBStar, micro_batches, nullptr);
   mr::ModelConfig config = small_config("mlp", P);
   auto data = data_for(config);
   mr::ChainModel model = mr::build_model(config);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
-  mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data->micro_batch(0, 0, false));
+  mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, false));
   const mplan::Program program = mplan::lower(plan, micro_batches);
   MPI_Barrier(MPI_COMM_WORLD);
   mr::TraceRecorder recorder(world_rank());
@@ -200,7 +202,8 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     std::vector<mplan::TraceOp> mine;
     for (const mplan::TraceOp& op : trace.ops)
       if (op.rank == r) mine.push_back(op);
-    std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.start_ms < b.start_ms; });
+    std::sort(mine.begin(), mine.end(),
+              [](const auto& a, const auto& b) { return a.start_ms < b.start_ms; });
     for (std::size_t k = 1; k < mine.size(); ++k) EXPECT_LE(mine[k - 1].end_ms, mine[k].start_ms);
     std::map<std::tuple<int, int, int>, double> forward_end;
     for (const mplan::TraceOp& op : mine) {
@@ -211,8 +214,10 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     }
   }
   for (const mplan::TraceTransfer& t : trace.transfers) {
-    EXPECT_EQ(t.from, plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 1 : 0)].gpu);
-    EXPECT_EQ(t.to, plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 0 : 1)].gpu);
+    EXPECT_EQ(t.from,
+              plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 1 : 0)].gpu);
+    EXPECT_EQ(t.to,
+              plan.stages[t.stage + (t.kind == mplan::TraceTransferKind::Gradient ? 0 : 1)].gpu);
     EXPECT_GT(t.bytes, 0);
     EXPECT_LE(t.start_ms, t.end_ms);
   }

@@ -1,17 +1,17 @@
 // Run under mpirun -np 1..4: receives posted ahead into a planned arena train exactly like
 // receives posted up front into their own buffers, and the arena is never exceeded.
 
-#include <gtest/gtest.h>
+#include "plan/program.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/transport.hpp"
 
 #include <memory>
 #include <vector>
 
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "runtime/transport.hpp"
-#include "plan/program.hpp"
-#include "runtime/mpi/mpi_test_support.hpp"
+#include <gtest/gtest.h>
 
 namespace mr = madpipe::runtime;
 namespace mplan = madpipe::plan;
@@ -38,7 +38,8 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
   const mplan::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, nullptr);
   const mplan::Program program = mplan::lower(plan, micro_batches);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
-  mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data->micro_batch(0, 0, false));
+  mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, false));
   executor.receive_buffers(mode, lookahead);
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages())
@@ -52,7 +53,8 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
   }
   Outcome out;
   for (int s : executor.local_stages())
-    for (const torch::Tensor& p : executor.stage_parameters(s)) out.weights.push_back(p.detach().clone());
+    for (const torch::Tensor& p : executor.stage_parameters(s))
+      out.weights.push_back(p.detach().clone());
   out.use = executor.arena_use();
   return out;
 }
@@ -61,8 +63,10 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
 TEST(ReceiveArena, TrainsLikeReceivesPostedUpFront) {
   for (Schedule schedule : {Schedule::OneFOneBStar, Schedule::GPipe}) {
     for (int lookahead : {0, 1, 3}) {
-      const Outcome upfront = train_with(mr::PipelineExecutor::Receives::Upfront, 0, schedule, 2, 6);
-      const Outcome arena = train_with(mr::PipelineExecutor::Receives::Arena, lookahead, schedule, 2, 6);
+      const Outcome upfront =
+          train_with(mr::PipelineExecutor::Receives::Upfront, 0, schedule, 2, 6);
+      const Outcome arena =
+          train_with(mr::PipelineExecutor::Receives::Arena, lookahead, schedule, 2, 6);
       ASSERT_EQ(upfront.weights.size(), arena.weights.size());
       for (std::size_t p = 0; p < arena.weights.size(); ++p)
         EXPECT_TRUE(torch::equal(upfront.weights[p], arena.weights[p]))

@@ -3,8 +3,27 @@
 // training, recomputations must replay the random numbers and leave the buffers of their first
 // forward, and a malformed sequence must stop every rank with an error naming the stage and op.
 
-#include <gtest/gtest.h>
-#include <mpi.h>
+#include "core/chain.hpp"
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/validate.hpp"
+#include "remat/offload_replay.hpp"
+#include "remat/remat_chain.hpp"
+#include "remat/remat_sequence.hpp"
+#include "remat/rotor.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/stage_sequence.hpp"
+#include "runtime/transport.hpp"
+#include "runtime/two_weight_versions.hpp"
+#include "schedule/gpipe.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/modulo.hpp"
+#include "schedule/one_f_one_b.hpp"
+#include "schedule/search.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,27 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "core/chain.hpp"
-#include "core/error.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "runtime/stage_sequence.hpp"
-#include "runtime/transport.hpp"
-#include "runtime/two_weight_versions.hpp"
-#include "schedule/gpipe.hpp"
-#include "schedule/memory.hpp"
-#include "schedule/modulo.hpp"
-#include "remat/offload_replay.hpp"
-#include "schedule/one_f_one_b.hpp"
-#include "plan/plan.hpp"
-#include "plan/program.hpp"
-#include "remat/remat_chain.hpp"
-#include "remat/remat_sequence.hpp"
-#include "remat/rotor.hpp"
-#include "schedule/search.hpp"
-#include "plan/validate.hpp"
-#include "runtime/mpi/mpi_test_support.hpp"
+#include <gtest/gtest.h>
+#include <mpi.h>
 
 namespace mr = madpipe::runtime;
 namespace ms = madpipe::schedule;
@@ -45,7 +45,6 @@ namespace mremat = madpipe::remat;
 namespace {
 
 using namespace madpipe::testing;
-
 
 std::string L(int layer) { return std::to_string(layer); }
 
@@ -106,7 +105,8 @@ std::string rotor_sequence(int f, int l, int salt) {
     chain.delta[k] = chain.a[k];
     chain.abar[k] = chain.a[k] + 50 + 20 * ((k + salt) % 2);
   }
-  const mremat::SequenceReplay all = mremat::replay_sequence(chain, mremat::store_all_sequence(chain));
+  const mremat::SequenceReplay all =
+      mremat::replay_sequence(chain, mremat::store_all_sequence(chain));
   EXPECT_TRUE(all.valid) << all.problem;
   mremat::RematResult best = mremat::optimal_remat(chain, all.peak_bytes);
   EXPECT_TRUE(best.feasible);
@@ -134,11 +134,16 @@ int recomputations(const std::string& sequence) {
 // Hand-written families, chosen per stage: 0 plain, 1..4 the sequences above.
 std::string family_sequence(int family, int f, int l) {
   switch (family % 5) {
-    case 1: return checkpoint_sequence(f, l);
-    case 2: return checkpoints_sequence(f, l);
-    case 3: return offload_sequence(f, l);
-    case 4: return offload_remat_sequence(f, l);
-    default: return "";
+    case 1:
+      return checkpoint_sequence(f, l);
+    case 2:
+      return checkpoints_sequence(f, l);
+    case 3:
+      return offload_sequence(f, l);
+    case 4:
+      return offload_remat_sequence(f, l);
+    default:
+      return "";
   }
 }
 
@@ -150,8 +155,8 @@ std::vector<torch::Tensor> buffers_of(const mr::ChainModel& model, int first, in
 }
 
 struct Comparison {
-  double weights = 0;  // largest relative difference over this rank's stages
-  double buffers = 0;  // same for buffers (batch-norm statistics)
+  double weights = 0;         // largest relative difference over this rank's stages
+  double buffers = 0;         // same for buffers (batch-norm statistics)
   int recomputed_stages = 0;  // stages of the plan whose sequence recomputes a layer
 };
 
@@ -178,10 +183,10 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
   for (int s : executor.local_stages()) {
     const int f = plan.stages[s].first_layer, l = plan.stages[s].last_layer;
-    out.weights = std::max(out.weights, relative_difference(executor.stage_parameters(s),
-                                                            reference.parameters(f, l)));
-    out.buffers = std::max(out.buffers, relative_difference(buffers_of(pipelined, f, l),
-                                                            buffers_of(reference, f, l)));
+    out.weights = std::max(
+        out.weights, relative_difference(executor.stage_parameters(s), reference.parameters(f, l)));
+    out.buffers = std::max(
+        out.buffers, relative_difference(buffers_of(pipelined, f, l), buffers_of(reference, f, l)));
   }
   // Validation runs plain forwards on stages with sequences.
   auto eval_batch = [&](int i) { return data->micro_batch(0, i, true); };
@@ -249,13 +254,9 @@ void check_hand_written(const std::string& model, int model_layers, int layers, 
 
 }  // namespace
 
-TEST(RematSequences, HandWrittenMatchUnsplitTrainingMlp) {
-  check_hand_written("mlp", 4, 5, 2, 4);
-}
+TEST(RematSequences, HandWrittenMatchUnsplitTrainingMlp) { check_hand_written("mlp", 4, 5, 2, 4); }
 
-TEST(RematSequences, HandWrittenMatchUnsplitTrainingGpt) {
-  check_hand_written("gpt", 3, 5, 2, 3);
-}
+TEST(RematSequences, HandWrittenMatchUnsplitTrainingGpt) { check_hand_written("gpt", 3, 5, 2, 3); }
 
 // Batch norm: a recomputation must not move the running statistics a second time.
 TEST(RematSequences, HandWrittenMatchUnsplitTrainingCnnWithBuffers) {
@@ -267,10 +268,13 @@ TEST(RematSequences, RotorSequencesMatchUnsplitTraining) {
     std::string model;
     int model_layers, layers;
   };
-  for (const ModelCase& m : {ModelCase{"mlp", 7, 8}, ModelCase{"gpt", 4, 6}, ModelCase{"cnn", 4, 6}}) {
+  for (const ModelCase& m :
+       {ModelCase{"mlp", 7, 8}, ModelCase{"gpt", 4, 6}, ModelCase{"cnn", 4, 6}}) {
     for (const Cut& cut : cuts_for(m.layers)) {
       if (cut.schedule == Schedule::Modulo) continue;  // one layer per stage: nothing to recompute
-      const SequenceOf sequence_of = [](int stage, int f, int l) { return rotor_sequence(f, l, stage); };
+      const SequenceOf sequence_of = [](int stage, int f, int l) {
+        return rotor_sequence(f, l, stage);
+      };
       const Comparison r = train_and_compare(m.model, m.model_layers, cut.first, cut.gpus,
                                              cut.schedule, sequence_of, 2, 4);
       EXPECT_LT(r.weights, 1e-5) << m.model << " " << schedule_name(cut.schedule);
@@ -287,9 +291,11 @@ TEST(RematSequences, HandWrittenSequencesAreValidChainSequences) {
     for (int n = 1; n <= 4; ++n) {
       mremat::RematChain chain = mremat::make_remat_chain(n);
       chain.first_layer = f;
-      for (const std::string& text : {checkpoint_sequence(f, f + n - 1), checkpoints_sequence(f, f + n - 1),
-                                      rotor_sequence(f, f + n - 1, n)}) {
-        const mremat::SequenceReplay replay = mremat::replay_sequence(chain, mremat::parse_remat_sequence(text, chain));
+      for (const std::string& text :
+           {checkpoint_sequence(f, f + n - 1), checkpoints_sequence(f, f + n - 1),
+            rotor_sequence(f, f + n - 1, n)}) {
+        const mremat::SequenceReplay replay =
+            mremat::replay_sequence(chain, mremat::parse_remat_sequence(text, chain));
         EXPECT_TRUE(replay.valid) << text << ": " << replay.problem;
         ms::Stage stage;
         stage.id = 1;
@@ -340,7 +346,8 @@ std::vector<torch::Tensor> train_dropout(const Cut& cut, const SequenceOf& seque
   const mplan::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
   const mplan::Program program = mplan::lower(plan, 4);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
-  mr::PipelineExecutor executor(model, plan, world_rank(), *transport, data.micro_batch(0, 0, false));
+  mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
+                                data.micro_batch(0, 0, false));
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages())
     optimizers.push_back(std::make_unique<torch::optim::SGD>(executor.stage_parameters(s),
@@ -404,8 +411,10 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
   const mplan::Program program = mplan::lower(plan, generations * m);
   EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
-  auto make_sgd = [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+  auto make_sgd =
+      [](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
   };
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(first_copy, plan, world_rank(), *transport, batch_of(0));
@@ -416,7 +425,8 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
   for (int s : executor.local_stages()) {
     for (const torch::Tensor& p : versions.newest(s)) out.push_back(p.detach().clone());
     for (int copy : {0, 1})
-      for (const torch::Tensor& p : executor.stage_parameters(s, copy)) out.push_back(p.detach().clone());
+      for (const torch::Tensor& p : executor.stage_parameters(s, copy))
+        out.push_back(p.detach().clone());
   }
   return out;
 }
@@ -449,10 +459,12 @@ std::string executor_error(const std::function<std::string(int, int)>& sequence)
   const int layers = static_cast<int>(model.layers.size());
   const Cut cut = cuts_for(layers)[1];
   const int last_stage = static_cast<int>(cut.first.size()) - 1;
-  const mplan::Plan plan =
-      make_plan(layers, cut.first, cut.gpus, cut.schedule, 3, [&](int stage, int f, int l) {
+  const mplan::Plan plan = make_plan(
+      layers, cut.first, cut.gpus, cut.schedule, 3,
+      [&](int stage, int f, int l) {
         return stage == last_stage ? sequence(f, l) : checkpoint_sequence(f, l);
-      }, /*expect_valid=*/false);
+      },
+      /*expect_valid=*/false);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   try {
     mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
@@ -491,20 +503,23 @@ TEST(RematSequences, MalformedSequencesGiveClearErrorsOnEveryRank) {
   expect_error([&](int f, int l) { return forwards(f, l, "all") + "Lose dLoss" + backwards(f, l); },
                {"unknown op 'Lose'"});
   // A layer outside the stage (the last stage ends at layer 4).
-  expect_error([&](int f, int l) { return forwards(f, l, "all") + "F11all Loss dLoss" + backwards(f, l); },
-               {"'F11all'", "outside the stage"});
+  expect_error(
+      [&](int f, int l) { return forwards(f, l, "all") + "F11all Loss dLoss" + backwards(f, l); },
+      {"'F11all'", "outside the stage"});
   // B of a layer that was not recorded (F ck keeps only its output).
   expect_error([&](int f, int l) { return forwards(f, l, "ck") + "Loss dLoss" + backwards(f, l); },
                {"'B", "was not recorded"});
   // The input of a backward was offloaded and never prefetched.
   expect_error(
-      [&](int f, int l) { return forwards(f, l, "all") + "O" + L(l) + " Loss dLoss" + backwards(f, l); },
+      [&](int f, int l) {
+        return forwards(f, l, "all") + "O" + L(l) + " Loss dLoss" + backwards(f, l);
+      },
       {"'B", "is offloaded", "P", "must bring it back first"});
   // F none on an input that only a recorded forward holds.
   expect_error(
       [&](int f, int l) {
-        return "F" + L(f) + "all F" + L(f + 1) + "none " + forwards(f + 2, l, "all") + "Loss dLoss" +
-               backwards(f, l);
+        return "F" + L(f) + "all F" + L(f + 1) + "none " + forwards(f + 2, l, "all") +
+               "Loss dLoss" + backwards(f, l);
       },
       {"op 2 'F", "none'", "only held by the recorded forward"});
   // A prefetch without an offload.
@@ -515,8 +530,9 @@ TEST(RematSequences, MalformedSequencesGiveClearErrorsOnEveryRank) {
   expect_error([&](int f, int l) { return forwards(f, l, "all") + "dLoss" + backwards(f, l); },
                {"exactly one Loss"});
   // dLoss before Loss.
-  expect_error([&](int f, int l) { return "dLoss " + forwards(f, l, "all") + "Loss" + backwards(f, l); },
-               {"op 1 'dLoss'", "before Loss"});
+  expect_error(
+      [&](int f, int l) { return "dLoss " + forwards(f, l, "all") + "Loss" + backwards(f, l); },
+      {"op 1 'dLoss'", "before Loss"});
   // Layers never backpropagated: their weights would get no gradient.
   expect_error([&](int f, int l) { return forwards(f, l, "ck") + "Loss dLoss"; },
                {"must end with only the gradient of the stage input"});

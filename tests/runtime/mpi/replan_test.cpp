@@ -2,17 +2,15 @@
 // import, and layers migrating between ranks with their weights, buffers and optimizer state.
 // Also the transport's watchdog: a transfer that never comes ends in an error.
 
-#include <gtest/gtest.h>
-
-#include <mpi.h>
-
-#include <torch/torch.h>
-
 #include "runtime/layer_migration.hpp"
 #include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/trainer.hpp"
-#include "runtime/mpi/mpi_test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <torch/torch.h>
 
 namespace mr = madpipe::runtime;
 namespace mt = madpipe::testing;
@@ -108,11 +106,14 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
   ASSERT_GE(layers, 3);
   // From: everything on the last rank but layer 0 on rank 0. To: everything on rank 0 but the
   // last layer on the last rank.
-  const mplan::Plan from = mt::make_plan(layers, {0, 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
-  const mplan::Plan to = mt::make_plan(layers, {0, layers - 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
+  const mplan::Plan from =
+      mt::make_plan(layers, {0, 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
+  const mplan::Plan to =
+      mt::make_plan(layers, {0, layers - 1}, {0, ranks - 1}, mt::Schedule::OneFOneB, 2, nullptr);
   auto owner = [](const mplan::Plan& plan, int l) { return mr::rank_of_layer(plan, l); };
   for (int l = 0; l < layers; ++l) {
-    if (owner(from, l) != rank) mr::release_layers(model, l, l);
+    if (owner(from, l) != rank)
+      mr::release_layers(model, l, l);
     else {
       torch::NoGradGuard no_grad;
       for (torch::Tensor b : model.layers[l].ptr()->buffers()) b.add_(1);  // moved, not rebuilt
@@ -130,7 +131,8 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
     const auto buffers = model.layers[l].ptr()->buffers();
     const auto expected_buffers = reference.layers[l].ptr()->buffers();
     if (owner(to, l) != rank) {
-      for (const auto& p : params) EXPECT_EQ(p.numel(), 0) << "layer " << l << " should be released";
+      for (const auto& p : params)
+        EXPECT_EQ(p.numel(), 0) << "layer " << l << " should be released";
       continue;
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
