@@ -228,7 +228,7 @@ TEST(MultiNode, InvalidNodeFieldsThrow) {
     FAIL() << "expected an error";
   } catch (const madpipe::Error& e) {
     EXPECT_EQ(e.kind(), madpipe::ErrorKind::InvalidInput);
-    EXPECT_EQ(e.field(), "gpus-per-node");
+    EXPECT_EQ(e.field(), "gpus_per_node");  // the Platform member (core/platform.hpp)
     EXPECT_EQ(e.problem(), "must be >= 0, got -1");
   }
   platform = two_nodes_of_two();
