@@ -257,7 +257,7 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
   if (!options.graph.empty()) return run_graph_remat(options, profile, last);
   const remat::RematChain chain = remat::stage_remat_chain(profile, options.first_layer, last);
   const remat::SequenceReplay all = remat::replay_sequence(chain, remat::store_all_sequence(chain));
-  const std::int64_t all_memory = (options.nca - 1) * all.stored_bytes + all.peak_bytes;
+  const std::int64_t all_memory = all.in_flight_bytes(options.nca);
   std::cout << "stage          layers " << options.first_layer << ".." << last << " of "
             << profile.name << " (" << last - options.first_layer + 1 << " layers)\n"
             << "no remat       " << format_ms(all.total_ms()) << ", needs " << bytes(all_memory)
@@ -298,8 +298,7 @@ int madpipe::cli::run_remat(const RematCommandOptions& options) {
             << "memory         peak " << bytes(r.peak_bytes) << ", kept from forward to backward "
             << bytes(r.stored_bytes) << ", transient " << bytes(r.transient_bytes());
   if (options.nca > 1)
-    std::cout << "; with " << options.nca << " in flight "
-              << bytes((options.nca - 1) * r.stored_bytes + r.peak_bytes);
+    std::cout << "; with " << options.nca << " in flight " << bytes(r.in_flight_bytes(options.nca));
   std::cout << "\nDP time        " << fixed(seconds, 3) << " s\n"
             << "sequence       " << remat::to_string(result.sequence, chain) << '\n';
   return 0;

@@ -1,6 +1,7 @@
 #include "core/chain.hpp"
 
 #include <algorithm>
+#include <utility>
 
 madpipe::ChainCosts::ChainCosts(const Profile& profile) {
   const std::size_t n = profile.layers.size();
@@ -9,7 +10,7 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
   weight_prefix_.assign(n + 1, 0);
   stored_prefix_.assign(n + 1, 0);
   output_bytes_.assign(n + 1, 0);
-  workspace_.assign(n, 0);
+  std::vector<std::int64_t> workspace(n, 0);
   forward_workspace_.assign(n, 0);
   backward_workspace_.assign(n, 0);
   output_bytes_[0] = profile.input_bytes;
@@ -20,10 +21,18 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
     weight_prefix_[l + 1] = weight_prefix_[l] + layer.weight_bytes;
     stored_prefix_[l + 1] = stored_prefix_[l] + output_bytes_[l] + layer.saved_bytes;
     output_bytes_[l + 1] = layer.output_bytes;
-    workspace_[l] = std::max(layer.forward_workspace_bytes, layer.backward_workspace_bytes);
+    workspace[l] = std::max(layer.forward_workspace_bytes, layer.backward_workspace_bytes);
     forward_workspace_[l] = layer.forward_workspace_bytes;
     backward_workspace_[l] = layer.backward_workspace_bytes;
     max_layer_ms_ = std::max(max_layer_ms_, layer.forward_ms + layer.backward_ms);
+  }
+  workspace_max_.push_back(std::move(workspace));
+  for (std::size_t width = 2; width <= n; width *= 2) {
+    const std::vector<std::int64_t>& half = workspace_max_.back();
+    std::vector<std::int64_t> level(n - width + 1);
+    for (std::size_t l = 0; l < level.size(); ++l)
+      level[l] = std::max(half[l], half[l + width / 2]);
+    workspace_max_.push_back(std::move(level));
   }
 }
 
@@ -48,7 +57,11 @@ std::int64_t madpipe::ChainCosts::stored_bytes(int first, int last) const noexce
 }
 
 std::int64_t madpipe::ChainCosts::workspace_bytes(int first, int last) const noexcept {
-  return *std::max_element(workspace_.begin() + first, workspace_.begin() + last + 1);
+  // Two blocks of 2^k layers cover the range: one from each end.
+  int k = 0;
+  while ((2 << k) <= last - first + 1) ++k;
+  const std::vector<std::int64_t>& level = workspace_max_[k];
+  return std::max(level[first], level[last + 1 - (1 << k)]);
 }
 
 std::int64_t madpipe::ChainCosts::activation_bytes(int layer) const noexcept {

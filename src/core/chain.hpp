@@ -20,7 +20,7 @@ class ChainCosts {
   std::int64_t weight_bytes(int first, int last) const noexcept;
   // Memory one in-flight micro-batch occupies: inputs of the layers plus their saved_bytes.
   std::int64_t stored_bytes(int first, int last) const noexcept;
-  // Largest transient workspace of any layer in the range.
+  // Largest transient workspace of any layer in the range, in O(1).
   std::int64_t workspace_bytes(int first, int last) const noexcept;
   // Layer l's transient workspace during its forward, and during its backward.
   std::int64_t forward_workspace_bytes(int layer) const noexcept {
@@ -38,7 +38,8 @@ class ChainCosts {
   std::vector<double> forward_prefix_, backward_prefix_;
   std::vector<std::int64_t> weight_prefix_, stored_prefix_;
   std::vector<std::int64_t> output_bytes_;  // index l+1 holds a_l; index 0 holds a_{-1}
-  std::vector<std::int64_t> workspace_;
+  // workspace_max_[k][l]: largest workspace of layers l .. l + 2^k - 1 (a sparse table).
+  std::vector<std::vector<std::int64_t>> workspace_max_;
   std::vector<std::int64_t> forward_workspace_, backward_workspace_;
   double max_layer_ms_ = 0;
 };

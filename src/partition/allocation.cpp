@@ -39,13 +39,6 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const remat::RematO
   stage.sequence = remat::to_string(option.sequence, chain);
 }
 
-std::int64_t madpipe::partition::stage_buffer_bytes(const ChainCosts& costs, int first, int last) {
-  std::int64_t bytes = 0;
-  if (first > 0) bytes += 2 * costs.activation_bytes(first - 1);
-  if (last + 1 < costs.num_layers()) bytes += 2 * costs.activation_bytes(last);
-  return bytes;
-}
-
 double madpipe::partition::link_ms(const ChainCosts& costs, int layer, const Platform& platform) {
   return 2 * schedule::transfer_ms(costs.activation_bytes(layer), platform);
 }

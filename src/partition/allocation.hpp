@@ -28,11 +28,6 @@ std::vector<schedule::Stage> stages_of(const ChainCosts& costs, const Allocation
 // recomputes and offload "host" when it offloads.
 void apply_remat(schedule::Stage& stage, const remat::RematOption& option);
 
-// Communication buffers of a stage [first, last] whose neighbours sit on other GPUs: the received
-// activation and sent gradient of its input, the sent activation and received gradient of its
-// output (thesis ch. 7.1.1).
-std::int64_t stage_buffer_bytes(const ChainCosts& costs, int first, int last);
-
 // C(l) of the thesis: time to send a_l and receive delta_l over one link. The DPs cut the chain
 // before they know which GPUs a cut links: this is over the slowest link of the platform.
 double link_ms(const ChainCosts& costs, int layer, const Platform& platform);

@@ -1,5 +1,7 @@
 #include "partition/contiguous_dp.hpp"
 
+#include "schedule/memory.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -24,10 +26,9 @@ std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_in_fligh
         if (load >= best[q][i]) break;
         const double rest = best[q - 1][j + 1];
         if (rest == kInf) continue;
-        const std::int64_t fixed =
-            platform.weight_copies * costs.weight_bytes(i, j) + stage_buffer_bytes(costs, i, j);
-        const std::int64_t memory =
-            fixed + nca * costs.stored_bytes(i, j) + costs.workspace_bytes(i, j);
+        const schedule::StageMemory terms = schedule::stage_memory(costs, i, j, platform);
+        const std::int64_t fixed = terms.fixed();
+        const std::int64_t memory = terms.total(nca);
         int choice = -1;
         if (memory > platform.memory_bytes) {
           if (!remat || !remat->enabled() || fixed > platform.memory_bytes) continue;

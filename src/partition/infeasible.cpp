@@ -3,6 +3,7 @@
 #include "core/chain.hpp"
 #include "core/units.hpp"
 #include "partition/memory_floor.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -91,8 +92,8 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   int largest = 0;
   std::int64_t largest_bytes = -1;
   for (int l = 0; l < costs.num_layers(); ++l) {
-    const std::int64_t layer_bytes = platform.weight_copies * costs.weight_bytes(l, l) +
-                                     costs.stored_bytes(l, l) + costs.workspace_bytes(l, l);
+    const schedule::StageMemory terms = schedule::stage_memory(costs, l, l, platform);
+    const std::int64_t layer_bytes = terms.total(1) - terms.buffers;
     if (layer_bytes > largest_bytes) {
       largest_bytes = layer_bytes;
       largest = l;

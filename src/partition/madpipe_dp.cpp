@@ -1,6 +1,7 @@
 #include "partition/madpipe_dp.hpp"
 
 #include "core/units.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -72,6 +73,7 @@ struct State {
 };
 
 // Costs of the stage [first, last], precomputed once: the DP's inner loop only reads these.
+// A stage's time and its schedule::StageMemory terms, as doubles for the DP's memory grid.
 struct StageCost {
   double load = 0;       // U(first, last)
   double link_in = 0;    // C(first - 1), 0 for the first stage
@@ -123,16 +125,16 @@ class Solver {
     // stage_costs_[last * L + (last - first)]: for a fixed last layer, growing leftwards.
     stage_costs_.resize(static_cast<std::size_t>(L) * L);
     for (int last = 0; last < L; ++last) {
-      double workspace = 0;
       for (int first = last; first >= 0; --first) {
         StageCost& c = stage_costs_[static_cast<std::size_t>(last) * L + (last - first)];
         c.load = costs.compute_ms(first, last);
         c.link_in = first > 0 ? madpipe::partition::link_ms(costs, first - 1, platform) : 0.0;
-        c.weights = platform.weight_copies * static_cast<double>(costs.weight_bytes(first, last));
-        c.stored = static_cast<double>(costs.stored_bytes(first, last));
-        c.buffers = static_cast<double>(madpipe::partition::stage_buffer_bytes(costs, first, last));
-        workspace = std::max(workspace, static_cast<double>(costs.workspace_bytes(first, first)));
-        c.workspace = workspace;
+        const madpipe::schedule::StageMemory terms =
+            madpipe::schedule::stage_memory(costs, first, last, platform);
+        c.weights = static_cast<double>(terms.weights);
+        c.stored = static_cast<double>(terms.stored);
+        c.buffers = static_cast<double>(terms.buffers);
+        c.workspace = static_cast<double>(terms.workspace);
       }
     }
   }

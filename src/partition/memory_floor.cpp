@@ -1,6 +1,7 @@
 #include "partition/memory_floor.hpp"
 
 #include "partition/allocation.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -10,36 +11,21 @@
 namespace {
 constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
 
-// Memory of a stage [first, last] keeping nca micro-batches, as schedule::evaluate_memory counts
-// it: plain, with the stage's least-memory option, and lower bounds that need no ROTOR table.
-class StageMemory {
+// Memory of a stage [first, last] keeping nca micro-batches (schedule::stage_memory): plain, with
+// the stage's least-memory option, and lower bounds that need no ROTOR table.
+class StageMemoryBounds {
  public:
-  StageMemory(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
-              madpipe::partition::StageOptions* remat)
+  StageMemoryBounds(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                    madpipe::partition::StageOptions* remat)
       : costs_(costs), platform_(platform), remat_(remat && remat->enabled() ? remat : nullptr) {
-    const int L = costs.num_layers();
-    workspace_.assign(static_cast<std::size_t>(L) * L, 0);
-    for (int first = 0; first < L; ++first) {
-      std::int64_t largest = 0;
-      for (int last = first; last < L; ++last) {
-        largest = std::max(largest, costs.workspace_bytes(last, last));
-        workspace_[index(first, last)] = largest;
-      }
-    }
     if (remat_ && !remat_->settings().host_offload) fill_peak_lower_bounds();
   }
 
   bool has_options() const { return remat_ != nullptr; }
   int layers() const { return costs_.num_layers(); }
 
-  std::int64_t fixed(int first, int last) const {
-    return platform_.weight_copies * costs_.weight_bytes(first, last) +
-           madpipe::partition::stage_buffer_bytes(costs_, first, last);
-  }
-  std::int64_t plain(int first, int last, int nca) const {
-    return fixed(first, last) + nca * costs_.stored_bytes(first, last) +
-           workspace_[index(first, last)];
-  }
+  std::int64_t fixed(int first, int last) const { return terms(first, last).fixed(); }
+  std::int64_t plain(int first, int last, int nca) const { return terms(first, last).total(nca); }
   // At most the memory of every way to run the stage. A single layer only recomputes nothing
   // (remat::least_memory_option); offloading may still lower it.
   std::int64_t lower_bound(int first, int last, int nca) const {
@@ -72,6 +58,9 @@ class StageMemory {
   }
 
  private:
+  madpipe::schedule::StageMemory terms(int first, int last) const {
+    return madpipe::schedule::stage_memory(costs_, first, last, platform_);
+  }
   std::size_t index(int first, int last) const {
     return static_cast<std::size_t>(first) * costs_.num_layers() + last;
   }
@@ -110,7 +99,6 @@ class StageMemory {
   const madpipe::ChainCosts& costs_;
   const madpipe::Platform& platform_;
   madpipe::partition::StageOptions* remat_;
-  std::vector<std::int64_t> workspace_;  // largest layer workspace of [first, last]
   std::vector<std::int64_t> peak_lower_bound_;
 };
 
@@ -152,7 +140,7 @@ std::int64_t min_max_partition(int L, int P, const madpipe::partition::InFlight&
 // Whether layers 0..L-1 cut into at most P stages that each fit `budget` (with options); the
 // first layers of such a cut. Depth first, failures remembered. Sets
 // *unknown when a stage's options were needed but `may_compute` refused them.
-bool partition_fits(StageMemory& memory, int P, const madpipe::partition::InFlight& in_flight,
+bool partition_fits(StageMemoryBounds& memory, int P, const madpipe::partition::InFlight& in_flight,
                     std::int64_t budget, const std::function<bool()>& may_compute,
                     std::vector<int>* first_layers, bool* unknown) {
   const int L = memory.layers();
@@ -197,8 +185,8 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
   const int L = costs.num_layers();
   if (L == 0) return floor;
   const int P = std::max(1, std::min(platform.gpus, L));
-  StageMemory plain_memory(costs, platform, nullptr);
-  StageMemory memory(costs, platform, remat);
+  StageMemoryBounds plain_memory(costs, platform, nullptr);
+  StageMemoryBounds memory(costs, platform, remat);
   std::vector<int> first_layers;
   // Without options the min-max is exact; with them it bounds the floor from above (plain
   // stages) and from below (each stage at its lower bound), and a bisection between the two
@@ -257,9 +245,10 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
   if (!memory.has_options()) {
     std::int64_t largest_layer = 0, everything = 0;
     for (int l = 0; l < L; ++l) {
-      largest_layer =
-          std::max(largest_layer, plain_memory.plain(l, l, 1) - stage_buffer_bytes(costs, l, l));
-      everything += platform.weight_copies * costs.weight_bytes(l, l) + costs.stored_bytes(l, l);
+      const madpipe::schedule::StageMemory layer =
+          madpipe::schedule::stage_memory(costs, l, l, platform);
+      largest_layer = std::max(largest_layer, layer.total(1) - layer.buffers);
+      everything += layer.weights + layer.stored;
     }
     const std::int64_t spread = (everything + platform.gpus - 1) / platform.gpus;
     floor.any_allocation_bytes = std::min(floor.bytes, std::max(largest_layer, spread));

@@ -58,9 +58,8 @@ int madpipe::partition::StageOptions::fastest_fitting(int first, int last, int n
                                                       double budget_bytes) {
   const std::vector<remat::RematOption>& options = of(first, last);
   for (std::size_t i = 0; i < options.size(); ++i)
-    if (static_cast<double>(nca) * static_cast<double>(options[i].stored_bytes) +
-            static_cast<double>(options[i].transient_bytes) <=
-        budget_bytes)
+    if (static_cast<double>(remat::in_flight_bytes(
+            options[i].stored_bytes, options[i].transient_bytes, nca)) <= budget_bytes)
       return static_cast<int>(i);
   return -1;
 }
@@ -69,7 +68,7 @@ std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, 
   if (!enabled()) return -1;
   const auto key = std::make_pair(first, last);
   auto memory_of = [nca](const remat::RematOption& option) {
-    return nca * option.stored_bytes + option.transient_bytes;
+    return remat::in_flight_bytes(option.stored_bytes, option.transient_bytes, nca);
   };
   if (settings_.host_offload || cache_.count(key) > 0) {
     std::int64_t least = -1;

@@ -39,6 +39,14 @@ RematSequence parse_remat_sequence(const std::string& text, const RematChain& ch
 // F1all .. F(n+1)all B(n+1) .. B1: no rematerialization.
 RematSequence store_all_sequence(const RematChain& chain);
 
+// Activations of a stage that runs one sequence with `in_flight` micro-batches in flight: each
+// keeps `stored_bytes` between its forward and its backward, and the one running its ops needs
+// `transient_bytes` more (the stage term of schedule::StageMemory, with rematerialization).
+inline std::int64_t in_flight_bytes(std::int64_t stored_bytes, std::int64_t transient_bytes,
+                                    std::int64_t in_flight) noexcept {
+  return in_flight * stored_bytes + transient_bytes;
+}
+
 // What replaying a sequence on a chain gives, with exact byte sizes (no offloading).
 struct SequenceReplay {
   bool valid = false;
@@ -51,6 +59,9 @@ struct SequenceReplay {
   double total_ms() const noexcept { return forward_ms + backward_ms; }
   // Transient memory above what is held between forward and backward.
   std::int64_t transient_bytes() const noexcept { return peak_bytes - stored_bytes; }
+  std::int64_t in_flight_bytes(std::int64_t in_flight) const noexcept {
+    return remat::in_flight_bytes(stored_bytes, transient_bytes(), in_flight);
+  }
 };
 
 // Replays `sequence` with the semantics of thesis Table 2.1: an op needs its inputs present, F^none

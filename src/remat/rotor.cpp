@@ -205,7 +205,7 @@ madpipe::remat::RematResult madpipe::remat::optimal_pipelined_remat(
   table.set_loss_threshold(best_threshold);
   RematResult result = replayed(chain, table.sequence(best_top));
   const SequenceReplay& r = result.replay;
-  if ((nca - 1) * r.stored_bytes + r.peak_bytes > budget_bytes)
+  if (r.in_flight_bytes(nca) > budget_bytes)
     throw Error(ErrorKind::Internal, "", "", "pipelined ROTOR sequence exceeds its budget");
   return result;
 }

@@ -79,19 +79,50 @@ std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& patter
   return nca;
 }
 
+// The one formula of the memory model's terms.
+static madpipe::schedule::StageMemory stage_terms(
+    std::int64_t weight_bytes, std::int64_t stored_bytes, std::int64_t workspace_bytes,
+    std::int64_t received_bytes, std::int64_t sent_bytes, const madpipe::Platform& platform) {
+  madpipe::schedule::StageMemory memory;
+  memory.weights = saturated_mul(platform.weight_copies, weight_bytes);
+  memory.buffers = madpipe::schedule::saturated_add(saturated_mul(2, received_bytes),
+                                                    saturated_mul(2, sent_bytes));
+  memory.workspace = workspace_bytes;
+  memory.stored = stored_bytes;
+  return memory;
+}
+
+std::int64_t madpipe::schedule::StageMemory::total(std::int64_t in_flight) const noexcept {
+  return saturated_add(saturated_add(fixed(), saturated_mul(in_flight, stored)), workspace);
+}
+
+madpipe::schedule::StageMemory madpipe::schedule::stage_memory(const ChainCosts& costs, int first,
+                                                               int last, const Platform& platform) {
+  return stage_terms(costs.weight_bytes(first, last), costs.stored_bytes(first, last),
+                     costs.workspace_bytes(first, last),
+                     first > 0 ? costs.activation_bytes(first - 1) : 0,
+                     last + 1 < costs.num_layers() ? costs.activation_bytes(last) : 0, platform);
+}
+
+madpipe::schedule::StageMemory madpipe::schedule::stage_memory(const std::vector<Stage>& stages,
+                                                               int s, const Platform& platform) {
+  const Stage& stage = stages[s];
+  const bool receives = s > 0 && stages[s - 1].gpu != stage.gpu;
+  const bool sends = s + 1 < static_cast<int>(stages.size()) && stages[s + 1].gpu != stage.gpu;
+  return stage_terms(stage.weight_bytes, stage.stored_bytes, stage.workspace_bytes,
+                     receives ? stages[s - 1].output_bytes : 0, sends ? stage.output_bytes : 0,
+                     platform);
+}
+
 madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<Stage>& stages,
                                                               int gpu, const Platform& platform) {
   GpuMemory memory;
-  const int n = static_cast<int>(stages.size());
-  for (int s = 0; s < n; ++s) {
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
     if (stages[s].gpu != gpu) continue;
-    memory.weights = saturated_add(memory.weights,
-                                   saturated_mul(platform.weight_copies, stages[s].weight_bytes));
-    memory.workspace = std::max(memory.workspace, stages[s].workspace_bytes);
-    if (s > 0 && stages[s - 1].gpu != gpu)
-      memory.buffers = saturated_add(memory.buffers, saturated_mul(2, stages[s - 1].output_bytes));
-    if (s + 1 < n && stages[s + 1].gpu != gpu)
-      memory.buffers = saturated_add(memory.buffers, saturated_mul(2, stages[s].output_bytes));
+    const StageMemory terms = stage_memory(stages, s, platform);
+    memory.weights = saturated_add(memory.weights, terms.weights);
+    memory.buffers = saturated_add(memory.buffers, terms.buffers);
+    memory.workspace = std::max(memory.workspace, terms.workspace);
   }
   return memory;
 }

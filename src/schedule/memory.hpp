@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
@@ -31,6 +32,33 @@ struct GpuMemory {
   std::int64_t lower_bound() const noexcept { return saturated_add(weights, activations); }
 };
 
+// The memory model's terms for one stage (README.md, "Concepts"). Every estimate of a stage's or a
+// GPU's memory is made of them: the partitioners' DPs, the memory floor and the explanation of a
+// refusal through stage_memory(costs, ...), evaluate_memory (hence the plan's prediction and the
+// validator) through stage_memory(stages, ...).
+struct StageMemory {
+  std::int64_t weights = 0;  // weight_copies times its weights
+  // Communication buffers for each neighbour on another GPU: the received activation and sent
+  // gradient of its input, the sent activation and received gradient of its output (thesis
+  // ch. 7.1.1).
+  std::int64_t buffers = 0;
+  std::int64_t workspace = 0;  // largest transient workspace of its layers
+  std::int64_t stored = 0;     // what each micro-batch in flight keeps from forward to backward
+
+  // What the stage holds whatever runs: its weights and buffers.
+  std::int64_t fixed() const noexcept { return saturated_add(weights, buffers); }
+  // The stage alone on its GPU with `in_flight` micro-batches in flight.
+  std::int64_t total(std::int64_t in_flight) const noexcept;
+};
+
+// Layers first..last of the chain as one stage, alone on its GPU: its input is received and its
+// output sent unless it starts or ends the chain.
+StageMemory stage_memory(const ChainCosts& costs, int first, int last, const Platform& platform);
+
+// Stage s of `stages` as it stands (rematerialization applied): buffers for the neighbours on
+// other GPUs only.
+StageMemory stage_memory(const std::vector<Stage>& stages, int s, const Platform& platform);
+
 // Largest number of micro-batches in flight on each stage (from the start of F to the end of B),
 // over the steady state of the periodic schedule: the NCA of the stage.
 std::vector<int> concurrent_activations(const Pattern& pattern, int num_stages);
@@ -39,8 +67,8 @@ std::vector<int> concurrent_activations(const Pattern& pattern, int num_stages);
 std::vector<GpuMemory> evaluate_memory(const std::vector<Stage>& stages, const Pattern& pattern,
                                        const Platform& platform);
 
-// Static part of a GPU's memory (everything but activations), shared with the partitioners'
-// estimates so that both use one model.
+// Static part of a GPU's memory (everything but activations): the terms of its stages, weights
+// and buffers added up, the largest workspace.
 GpuMemory static_memory(const std::vector<Stage>& stages, int gpu, const Platform& platform);
 
 std::vector<std::int64_t> totals(const std::vector<GpuMemory>& memory);
