@@ -252,7 +252,8 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   for (const Row& row : rows)
     if (row.feasible) best = std::min(best, row.period_ms);
 
-  const bool remat = options.planner.remat == "rotor" || options.planner.offload == "host";
+  const bool remat = options.planner.remat != partition::RematStrategy::None ||
+                     options.planner.offload != partition::OffloadStrategy::None;
   Table table;
   table.columns = options.csv ? csv_columns(remat) : table_columns(remat);
   for (const Row& row : rows)

@@ -1,9 +1,13 @@
 #pragma once
 
+#include "core/names.hpp"
+
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include <boost/program_options/options_description.hpp>
+#include <boost/program_options/value_semantic.hpp>
 
 namespace madpipe::cli {
 
@@ -23,6 +27,20 @@ struct ConfigSection {
   std::string name;
   std::vector<std::string> keys;
 };
+
+// An option whose values are the names of `table`, stored into `target` as the enum; its default
+// is the name of target's value. An unknown name throws Error{InvalidInput} for `option`
+// ("--mode: unknown mode 'x' (valid: sync, 2bw)").
+template <typename Enum, std::size_t N>
+po::typed_value<std::string>* enum_value(Enum& target, const Named<Enum> (&table)[N],
+                                         const std::string& what, const std::string& option) {
+  return po::value<std::string>()
+      ->value_name("NAME")
+      ->default_value(name_of(table, target))
+      ->notifier([&target, &table, what, option](const std::string& name) {
+        target = value_named(table, name, what, option);
+      });
+}
 
 // The long names of the options of a group, for a ConfigSection.
 std::vector<std::string> option_names(const po::options_description& group);

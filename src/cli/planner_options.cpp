@@ -9,16 +9,18 @@
 
 namespace po = boost::program_options;
 
-po::options_description madpipe::cli::planner_options_description(PlannerSettings& settings) {
+po::options_description madpipe::cli::planner_options_description(PlannerSettings& settings,
+                                                                  bool gpipe_micro_batches) {
   partition::Discretization& d = settings.discretization;
   po::options_description group("Planner options ([planner] in a --config file)", 100);
   auto add_group = group.add_options();
-  add_group("micro-batches",
-            po::value(&settings.gpipe_micro_batches)
-                ->value_name("N")
-                ->default_value(0)
-                ->notifier(at_least(0, "--micro-batches")),
-            "micro-batches per GPipe step (0: the number of GPUs)");
+  if (gpipe_micro_batches)
+    add_group("micro-batches",
+              po::value(&settings.gpipe_micro_batches)
+                  ->value_name("N")
+                  ->default_value(0)
+                  ->notifier(at_least(0, "--micro-batches")),
+              "micro-batches per GPipe step (0: the number of GPUs)");
   add_group("max-k",
             po::value(&settings.max_k)
                 ->value_name("K")
@@ -71,25 +73,11 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
   add_group("write-mps", po::value(&settings.milp.mps_prefix)->value_name("PREFIX"),
             "also write every ILP solved in MPS: PREFIX-schedule-N.mps, PREFIX-full.mps");
   add_group("remat",
-            po::value(&settings.remat)
-                ->value_name("NAME")
-                ->default_value(settings.remat)
-                ->notifier([](const std::string& name) {
-                  if (name != "none" && name != "rotor")
-                    throw_invalid("", "--remat",
-                                  "unknown strategy '" + name + "' (valid: none, rotor)");
-                }),
+            enum_value(settings.remat, partition::kRematStrategyNames, "strategy", "--remat"),
             "per-stage rematerialization: rotor lets a stage that does not fit recompute "
             "activations in its backward (optimal ROTOR sequences), none keeps everything");
   add_group("offload",
-            po::value(&settings.offload)
-                ->value_name("NAME")
-                ->default_value(settings.offload)
-                ->notifier([](const std::string& name) {
-                  if (name != "none" && name != "host")
-                    throw_invalid("", "--offload",
-                                  "unknown strategy '" + name + "' (valid: none, host)");
-                }),
+            enum_value(settings.offload, partition::kOffloadStrategyNames, "strategy", "--offload"),
             "per-stage offloading: host lets a stage that does not fit copy activations to host "
             "memory during its forward and back for its backward (with recomputation, thesis "
             "ch. 4); needs --host-bandwidth");
@@ -147,9 +135,9 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(const Planne
   options.time_limit_s = settings.time_limit_s;
   options.milp.time_limit_s = settings.time_limit_s;
   options.detailed_progress = settings.verbose;
-  options.remat.rotor = settings.remat == "rotor";
+  options.remat.rotor = settings.remat == partition::RematStrategy::Rotor;
   options.remat.slots = settings.remat_slots;
-  options.remat.host_offload = settings.offload == "host";
+  options.remat.host_offload = settings.offload == partition::OffloadStrategy::Host;
   if (options.remat.host_offload && !(platform.host_bandwidth_bytes_per_ms > 0))
     throw_invalid("", "--offload", "host needs the host link's speed: give --host-bandwidth");
   options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;

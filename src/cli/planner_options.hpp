@@ -2,6 +2,7 @@
 
 #include "cli/options.hpp"
 #include "partition/planner.hpp"
+#include "partition/stage_options.hpp"
 
 #include <string>
 
@@ -18,12 +19,15 @@ struct PlannerSettings {
   partition::MilpSettings milp{};
   double time_limit_s = partition::kCommandTimeLimitS;  // --time-limit: the whole request
   bool verbose = false;                                 // --verbose: every planning step on stderr
-  std::string remat = "none";                           // --remat none|rotor
-  std::string offload = "none";                         // --offload none|host
+  partition::RematStrategy remat = partition::RematStrategy::None;
+  partition::OffloadStrategy offload = partition::OffloadStrategy::None;
   int remat_slots = 200;
 };
 
-po::options_description planner_options_description(PlannerSettings& settings);
+// With `gpipe_micro_batches` false, no --micro-batches: `train` has its own, which is also
+// GPipe's step size.
+po::options_description planner_options_description(PlannerSettings& settings,
+                                                    bool gpipe_micro_batches = true);
 // Includes "algorithm" (plan) and "algorithms" (compare).
 ConfigSection planner_config_section();
 // `platform` gives the host bandwidth of --offload host; an error names the missing option.

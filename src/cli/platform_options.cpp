@@ -20,25 +20,41 @@ std::function<void(int)> madpipe::cli::at_least(int min, const std::string& opti
   };
 }
 
-po::options_description madpipe::cli::platform_options_description(PlatformOptions& options) {
+po::options_description madpipe::cli::platform_options_description(
+    PlatformOptions& options, const PlatformDefaults* defaults) {
   po::options_description group("Platform options ([platform] in a --config file)", 100);
   auto add_group = group.add_options();
-  add_group("gpus",
-            po::value(&options.gpus)->value_name("N")->required()->notifier(at_least(1, "--gpus")),
-            "number of identical GPUs (P)");
+  auto given_or_default = [defaults](auto* value, const std::string& text) {
+    if (defaults) return value->default_value(text);
+    return value->required();
+  };
+  po::typed_value<int>* gpus =
+      po::value(&options.gpus)->value_name("N")->notifier(at_least(1, "--gpus"));
+  if (defaults) {
+    options.gpus = defaults->platform.gpus;
+    options.weight_copies = defaults->platform.weight_copies;
+    gpus->default_value(options.gpus);
+  } else {
+    gpus->required();
+  }
+  add_group("gpus", gpus, defaults ? defaults->gpus_help.c_str() : "number of identical GPUs (P)");
   add_group("memory",
-            po::value<std::string>()->value_name("SIZE")->required()->notifier(
-                [&options](const std::string& text) {
-                  options.memory_bytes = parse_bytes(text, "--memory");
-                  if (options.memory_bytes <= 0) throw_invalid("", "--memory", "must be > 0");
-                }),
+            given_or_default(
+                po::value<std::string>()->value_name("SIZE")->notifier(
+                    [&options](const std::string& text) {
+                      options.memory_bytes = parse_bytes(text, "--memory");
+                      if (options.memory_bytes <= 0) throw_invalid("", "--memory", "must be > 0");
+                    }),
+                defaults ? format_bytes(static_cast<double>(defaults->platform.memory_bytes)) : ""),
             "memory of each GPU (M), e.g. 16GiB, 80GB");
-  add_group("bandwidth",
-            po::value<std::string>()->value_name("RATE")->required()->notifier(
-                [&options](const std::string& text) {
-                  options.bandwidth_bytes_per_ms = parse_bandwidth(text, "--bandwidth");
-                }),
-            "bandwidth between any two GPUs (beta), e.g. 12GB/s, 100Gbit/s");
+  add_group(
+      "bandwidth",
+      given_or_default(po::value<std::string>()->value_name("RATE")->notifier(
+                           [&options](const std::string& text) {
+                             options.bandwidth_bytes_per_ms = parse_bandwidth(text, "--bandwidth");
+                           }),
+                       defaults ? format_bandwidth(defaults->platform.bandwidth_bytes_per_ms) : ""),
+      "bandwidth between any two GPUs (beta), e.g. 12GB/s, 100Gbit/s");
   add_group("weight-copies",
             po::value(&options.weight_copies)
                 ->value_name("C")

@@ -23,7 +23,15 @@ struct PlatformOptions {
   double inter_node_bandwidth_bytes_per_ms = 0;  // --inter-node-bandwidth; 0: --bandwidth
 };
 
-po::options_description platform_options_description(PlatformOptions& options);
+// For a command with a platform to fall back on (`train`): --gpus, --memory, --bandwidth and
+// --weight-copies default to it instead of being required.
+struct PlatformDefaults {
+  Platform platform;
+  std::string gpus_help;  // what --gpus counts
+};
+
+po::options_description platform_options_description(PlatformOptions& options,
+                                                     const PlatformDefaults* defaults = nullptr);
 ConfigSection platform_config_section();
 // The platform of the options; throws Error{InvalidInput} naming the option of its first problem
 // (check_platform_options).

@@ -15,15 +15,19 @@ static const madpipe::cli::CommandSyntax kSyntax{
 
 int madpipe::cli::train_command(const std::vector<std::string>& args) {
   runtime::TrainConfig config;
+  TrainPlanningOptions planning;
   po::options_description all(100);
   const po::options_description model = model_group(config);
   const po::options_description training = training_group(config);
-  const po::options_description platform = platform_group(config);
+  const po::options_description platform = platform_group(planning, config);
+  const po::options_description planner = planner_group(planning, config);
   const po::options_description output = output_group(config);
-  all.add(model).add(training).add(platform).add(output);
+  all.add(model).add(training).add(platform).add(planner).add(output);
   const std::vector<ConfigSection> sections = train_config_sections();
   if (!parse_options(args, kSyntax, all, sections)) return 0;
+  finish_train_config(planning, config);
 #ifdef MADPIPE_HAS_RUNTIME
+  runtime::check_train_config(config);  // before MPI starts: every rank would fail alike
   return runtime::train(config, nullptr, nullptr);
 #else
   throw Error(ErrorKind::Unsupported, "", "train",

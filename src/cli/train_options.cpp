@@ -1,11 +1,13 @@
 #include "cli/train_options.hpp"
 
+#include "cli/planner_options.hpp"
 #include "cli/platform_options.hpp"
 
 #include <boost/program_options/value_semantic.hpp>
 
 // Option groups double as INI sections: "[training] steps = 100" is "--steps 100".
-madpipe::cli::po::options_description madpipe::cli::model_group(madpipe::runtime::TrainConfig& c) {
+madpipe::cli::po::options_description madpipe::cli::model_group(
+    madpipe::runtime::ModelSettings& c) {
   po::options_description g("Model [model]", 100);
   g.add_options()("model", po::value(&c.model)->default_value(c.model), "gpt, mlp or cnn")(
       "layers", po::value(&c.layers)->default_value(c.layers)->notifier(at_least(1, "--layers")),
@@ -28,11 +30,11 @@ madpipe::cli::po::options_description madpipe::cli::model_group(madpipe::runtime
 }
 
 madpipe::cli::po::options_description madpipe::cli::training_group(
-    madpipe::runtime::TrainConfig& c) {
+    madpipe::runtime::TrainingSettings& c) {
   po::options_description g("Training [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
                   "text file or directory of text files (gpt)")(
-      "mode", po::value(&c.mode)->default_value(c.mode),
+      "mode", enum_value(c.mode, runtime::kTrainingModeNames, "mode", "--mode"),
       "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
       "versions per stage, one update per micro-batches")(
       "steps", po::value(&c.steps)->default_value(c.steps)->notifier(at_least(1, "--steps")),
@@ -64,36 +66,26 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
 }
 
 madpipe::cli::po::options_description madpipe::cli::platform_group(
-    madpipe::runtime::TrainConfig& c) {
-  po::options_description g("Platform and planner [platform] [planner]", 100);
+    TrainPlanningOptions& options, madpipe::runtime::PlanningSettings& c) {
+  PlatformDefaults defaults{runtime::default_train_platform(),
+                            "ranks in all (replicas x pipeline ranks); must equal the number of "
+                            "MPI processes"};
+  po::options_description g = platform_options_description(options.platform, &defaults);
   g.add_options()(
-      "gpus", po::value(&c.gpus)->default_value(c.gpus)->notifier(at_least(1, "--gpus")),
-      "ranks in all (replicas x pipeline ranks); must equal the number of MPI processes")(
       "replicas",
       po::value(&c.replicas)->default_value(c.replicas)->notifier(at_least(1, "--replicas")),
       "data-parallel copies of the pipeline: rank r is GPU r % (gpus / replicas) of replica "
       "r / (gpus / replicas); gradients are averaged over the replicas at every step")(
       "device", po::value(&c.device)->default_value(c.device),
-      "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
-      "memory", po::value(&c.memory)->default_value(c.memory),
-      "memory per rank the planner may use")("bandwidth",
-                                             po::value(&c.bandwidth)->default_value(c.bandwidth),
-                                             "link bandwidth the planner assumes (within a node)")(
-      "gpus-per-node",
-      po::value(&c.gpus_per_node)
-          ->default_value(c.gpus_per_node)
-          ->notifier(at_least(0, "--gpus-per-node")),
-      "ranks per node (rank r on node r / N, as launch/madpipe-run places them); 0: one node")(
-      "inter-node-bandwidth", po::value(&c.inter_node_bandwidth),
-      "bandwidth between ranks of different nodes (default: --bandwidth)")(
-      "weight-copies",
-      po::value(&c.weight_copies)
-          ->default_value(c.weight_copies)
-          ->notifier(at_least(1, "--weight-copies")),
-      "weight-sized copies per layer (AdamW: 4)")(
-      "algorithm", po::value(&c.algorithm)->default_value(c.algorithm),
-      "planner: madpipe, contiguous, pipedream, 1f1b or gpipe")(
-      "plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning")(
+      "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N");
+  return g;
+}
+
+madpipe::cli::po::options_description madpipe::cli::planner_group(
+    TrainPlanningOptions& options, madpipe::runtime::PlanningSettings& c) {
+  po::options_description g = planner_options_description(options.planner, false);
+  add_algorithm_option(g, options.algorithm, ("planner: " + algorithm_names()).c_str());
+  g.add_options()("plan", po::value(&c.plan), "run this madpipe.plan/1 file instead of planning")(
       "profile", po::value(&c.profile),
       "plan from this madpipe.profile/1 file (madpipe profile) instead of measuring the model")(
       "replan-after",
@@ -107,7 +99,15 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(
   return g;
 }
 
-madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtime::TrainConfig& c) {
+void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
+                                       madpipe::runtime::TrainConfig& config) {
+  config.platform = to_platform(options.platform);
+  config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
+  config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step
+}
+
+madpipe::cli::po::options_description madpipe::cli::output_group(
+    madpipe::runtime::OutputSettings& c) {
   po::options_description g("Output [output]", 100);
   g.add_options()("output-dir", po::value(&c.output_dir)->default_value(c.output_dir),
                   "where plan.json, profile.json, metrics.jsonl, trace.json and checkpoints/ go")(
@@ -124,7 +124,8 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
       "transfer-timeout", po::value(&c.transfer_timeout)->default_value(c.transfer_timeout),
       "seconds a rank waits for an activation or gradient before stopping the run with an error "
       "naming the ranks (0: wait for ever)")(
-      "receive-buffers", po::value(&c.receive_buffers)->default_value(c.receive_buffers),
+      "receive-buffers",
+      enum_value(c.receive_buffers, runtime::kReceiveBuffersNames, "value", "--receive-buffers"),
       "arena: each receive posted --receive-lookahead compute steps before its use, into one "
       "arena per rank at a planned offset; upfront: every receive of a step posted at its start, "
       "each its own allocation")(
@@ -133,7 +134,7 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
           ->default_value(c.receive_lookahead)
           ->notifier(at_least(0, "--receive-lookahead")),
       "forwards and backwards a receive is posted ahead of the one that needs it (arena)")(
-      "on-nan", po::value(&c.on_nan)->default_value(c.on_nan),
+      "on-nan", enum_value(c.on_nan, runtime::kOnNonFiniteNames, "action", "--on-nan"),
       "a NaN or Inf loss or gradient: stop (exit with the step, micro-batch and stage named) or "
       "skip (that step's update)")(
       "resume", po::bool_switch(&c.resume),
@@ -148,12 +149,16 @@ madpipe::cli::po::options_description madpipe::cli::output_group(madpipe::runtim
 std::vector<madpipe::cli::ConfigSection> madpipe::cli::train_config_sections(
     const std::vector<ConfigSection>& extra) {
   runtime::TrainConfig unused;
-  const std::vector<std::string> platform_keys = option_names(platform_group(unused));
+  TrainPlanningOptions unused_options;
+  // [platform] and [planner] take each other's keys, as they always have.
+  std::vector<std::string> planning_keys = option_names(platform_group(unused_options, unused));
+  for (const std::string& key : option_names(planner_group(unused_options, unused)))
+    planning_keys.push_back(key);
   std::vector<ConfigSection> sections{
       {"model", option_names(model_group(unused))},
       {"training", option_names(training_group(unused))},
-      {"platform", platform_keys},
-      {"planner", platform_keys},
+      {"platform", planning_keys},
+      {"planner", planning_keys},
       {"output", option_names(output_group(unused))},
   };
   sections.insert(sections.end(), extra.begin(), extra.end());

@@ -2,6 +2,7 @@
 
 #include "core/chain.hpp"
 #include "core/error.hpp"
+#include "core/names.hpp"
 #include "core/units.hpp"
 #include "partition/allocation.hpp"
 #include "partition/plan_search.hpp"
@@ -17,11 +18,7 @@
 #include <sstream>
 
 namespace {
-template <typename Enum>
-struct Named {
-  Enum value;
-  const char* name;
-};
+using madpipe::Named;
 constexpr Named<madpipe::partition::Algorithm> kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::MadPipe, "madpipe"},
     {madpipe::partition::Algorithm::Contiguous, "contiguous"},
@@ -36,28 +33,6 @@ constexpr Named<madpipe::partition::Scheduler> kSchedulerNames[] = {
     {madpipe::partition::Scheduler::Heuristic, "heuristic"},
 };
 
-template <typename Enum, std::size_t N>
-const char* name_of(const Named<Enum> (&table)[N], Enum value) {
-  for (const Named<Enum>& entry : table)
-    if (entry.value == value) return entry.name;
-  MADPIPE_UNREACHABLE("value without a name");
-}
-
-// Case-insensitive lookup; the error names `what` and lists the valid names.
-template <typename Enum, std::size_t N>
-Enum value_of(const Named<Enum> (&table)[N], const std::string& name, const std::string& what) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const Named<Enum>& entry : table)
-    if (lower == entry.name) return entry.value;
-  std::string valid;
-  for (const Named<Enum>& entry : table)
-    valid += std::string(valid.empty() ? "" : ", ") + entry.name;
-  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", what,
-                       "unknown " + what + " '" + name + "' (valid: " + valid + ")");
-}
-
 }  // namespace
 
 const char* madpipe::partition::to_string(Algorithm algorithm) {
@@ -65,7 +40,7 @@ const char* madpipe::partition::to_string(Algorithm algorithm) {
 }
 
 madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const std::string& name) {
-  return value_of(kAlgorithmNames, name, "algorithm");
+  return value_named(kAlgorithmNames, name, "algorithm", "algorithm");
 }
 
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
@@ -80,7 +55,7 @@ const char* madpipe::partition::to_string(Scheduler scheduler) {
 }
 
 madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const std::string& name) {
-  return value_of(kSchedulerNames, name, "scheduler");
+  return value_named(kSchedulerNames, name, "scheduler", "scheduler");
 }
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile, const Platform& platform) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/names.hpp"
 #include "core/profile.hpp"
 #include "remat/rotor.hpp"
 
@@ -10,6 +11,15 @@
 #include <vector>
 
 namespace madpipe::partition {
+
+// What a stage that does not fit may recompute (`--remat`) and where it may put activations
+// (`--offload`).
+enum class RematStrategy { None, Rotor };
+inline constexpr Named<RematStrategy> kRematStrategyNames[] = {{RematStrategy::None, "none"},
+                                                               {RematStrategy::Rotor, "rotor"}};
+enum class OffloadStrategy { None, Host };
+inline constexpr Named<OffloadStrategy> kOffloadStrategyNames[] = {{OffloadStrategy::None, "none"},
+                                                                   {OffloadStrategy::Host, "host"}};
 
 // Per-stage rematerialization and offloading the partitioners may use (`--remat rotor`,
 // `--offload host`).

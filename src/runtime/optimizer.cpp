@@ -1,7 +1,7 @@
 #include "runtime/optimizer.hpp"
 
 #include "core/error.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/train_config.hpp"
 
 #include <sstream>
 #include <type_traits>
@@ -25,7 +25,7 @@ torch::Tensor copy_of(const torch::Tensor& t) { return t.defined() ? t.detach().
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
-    const TrainConfig& c, std::vector<torch::Tensor> parameters) {
+    const TrainingSettings& c, std::vector<torch::Tensor> parameters) {
   if (c.optimizer == "adamw")
     return std::make_unique<torch::optim::AdamW>(
         parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));

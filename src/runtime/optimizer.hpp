@@ -9,11 +9,11 @@
 
 namespace madpipe::runtime {
 
-struct TrainConfig;
+struct TrainingSettings;
 
 // The optimizer of the config (adamw | sgd) over `parameters`; throws Error{InvalidInput} naming
 // `optimizer` for another name.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainConfig& config,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainingSettings& config,
                                                         std::vector<torch::Tensor> parameters);
 
 // An optimizer's state of one parameter as plain tensors (AdamW: step, exp_avg, exp_avg_sq and,

@@ -101,7 +101,7 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                 {"heads", c.heads},     {"context", c.context}, {"inputs", c.inputs},
                 {"outputs", c.outputs}, {"image", c.image}};
   j["training"] = {{"data", c.data},
-                   {"mode", c.mode},
+                   {"mode", name_of(kTrainingModeNames, c.mode)},
                    {"steps", c.steps},
                    {"micro_batches", c.micro_batches},
                    {"micro_batch_size", c.micro_batch_size},
@@ -110,12 +110,15 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                    {"momentum", c.momentum},
                    {"weight_decay", c.weight_decay},
                    {"seed", c.seed}};
-  j["platform"] = {{"gpus", c.gpus},
-                   {"device", c.device},
-                   {"memory", c.memory},
-                   {"bandwidth", c.bandwidth},
-                   {"gpus_per_node", c.gpus_per_node},
-                   {"inter_node_bandwidth", c.inter_node_bandwidth},
-                   {"algorithm", c.algorithm}};
+  j["platform"] = {
+      {"gpus", c.platform.gpus},
+      {"replicas", c.replicas},
+      {"device", c.device},
+      {"memory_bytes", c.platform.memory_bytes},
+      {"bandwidth_bytes_per_ms", c.platform.bandwidth_bytes_per_ms},
+      {"weight_copies", c.platform.weight_copies},
+      {"gpus_per_node", c.platform.gpus_per_node},
+      {"inter_node_bandwidth_bytes_per_ms", c.platform.inter_node_bandwidth_bytes_per_ms},
+      {"algorithm", partition::to_string(c.planner.algorithm)}};
   return j.dump(1) + "\n";
 }

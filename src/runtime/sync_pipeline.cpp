@@ -25,10 +25,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 madpipe::runtime::PipelineExecutor::Receives receive_mode(const madpipe::runtime::TrainConfig& c) {
-  if (c.receive_buffers == "arena") return madpipe::runtime::PipelineExecutor::Receives::Arena;
-  if (c.receive_buffers == "upfront") return madpipe::runtime::PipelineExecutor::Receives::Upfront;
-  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "receive-buffers",
-                       "unknown value '" + c.receive_buffers + "' (valid: arena, upfront)");
+  return c.receive_buffers == madpipe::runtime::ReceiveBuffers::Arena
+             ? madpipe::runtime::PipelineExecutor::Receives::Arena
+             : madpipe::runtime::PipelineExecutor::Receives::Upfront;
 }
 
 void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
@@ -144,7 +143,7 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
         " on the stage times measured in steps " + std::to_string(first_measured) + ".." +
         std::to_string(step) + ":\n" + table);
     const partition::ReplanOutcome outcome = partition::replan_from_measurements(
-        profile, pipeline->plan, measured, planner_options(c), c.replan_min_gain);
+        profile, pipeline->plan, measured, c.planner, c.replan_min_gain);
     say(outcome.reason);
     return outcome.switch_plan ? plan_text(outcome.plan) : std::string();
   });

@@ -24,34 +24,11 @@ std::string plan_text(const madpipe::plan::Plan& plan) {
   return out.str();
 }
 
-int pipeline_ranks(const madpipe::runtime::TrainConfig& c) {
-  if (c.replicas < 1 || c.gpus % c.replicas != 0)
-    throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "replicas",
-                         "--replicas " + std::to_string(c.replicas) + " does not divide --gpus " +
-                             std::to_string(c.gpus) + " into equal pipelines");
-  return c.gpus / c.replicas;
-}
-
 // The platform of one replica's pipeline (partition::replica_platform: its own nodes when the
 // replicas sit alike on them, else every link at the slowest bandwidth).
 madpipe::Platform platform_of(const madpipe::runtime::TrainConfig& c) {
-  madpipe::Platform platform;
-  platform.gpus = c.gpus;
-  platform.memory_bytes = madpipe::parse_bytes(c.memory, "memory");
-  platform.bandwidth_bytes_per_ms = madpipe::parse_bandwidth(c.bandwidth, "bandwidth");
-  platform.weight_copies = c.weight_copies;
-  platform.gpus_per_node = c.gpus_per_node;
-  if (!c.inter_node_bandwidth.empty())
-    platform.inter_node_bandwidth_bytes_per_ms =
-        madpipe::parse_bandwidth(c.inter_node_bandwidth, "inter-node-bandwidth");
-  if (c.replicas == 1) return platform;  // its own nodes, a partial last one included
-  return madpipe::partition::replica_platform(platform, pipeline_ranks(c));
-}
-
-madpipe::partition::PlannerOptions planner_options(const madpipe::runtime::TrainConfig& c) {
-  madpipe::partition::PlannerOptions options;
-  options.algorithm = madpipe::partition::algorithm_from_string(c.algorithm);
-  return options;
+  if (c.replicas == 1) return c.platform;  // its own nodes, a partial last one included
+  return madpipe::partition::replica_platform(c.platform, pipeline_ranks(c));
 }
 
 // Rank 0 plans (or reads the plan) and every rank gets the same plan.
@@ -64,15 +41,16 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       plan = madpipe::plan::read_plan(c.plan);
       madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), c.plan);
     } else {
-      const auto result =
-          madpipe::partition::make_plan(profile, platform_of(c), planner_options(c));
+      madpipe::partition::PlannerOptions options = c.planner;
+      options.progress = [&say](const std::string& line) { say("planning: " + line); };
+      const auto result = madpipe::partition::make_plan(profile, platform_of(c), options);
       if (!result.feasible)
         throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory",
-                             madpipe::partition::explain_infeasible(
-                                 result.reason, profile, platform_of(c), planner_options(c)));
+                             madpipe::partition::explain_infeasible(result.reason, profile,
+                                                                    platform_of(c), options));
       plan = result.plan;
       for (const std::string& note : result.notes) say("planner note: " + note);
-      say("planned with " + c.algorithm + " in " +
+      say(std::string("planned with ") + madpipe::partition::to_string(options.algorithm) + " in " +
           std::to_string(result.planning_seconds).substr(0, 5) + " s");
     }
     if (!c.plan.empty() && plan.replicas != c.replicas)
@@ -87,8 +65,8 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       throw madpipe::Error(
           madpipe::ErrorKind::InvalidInput, c.plan, "/platform/gpus",
           "the plan is for " + std::to_string(plan.platform.gpus) + " GPUs but " +
-              (c.replicas == 1 ? "--gpus is " + std::to_string(c.gpus)
-                               : "--gpus " + std::to_string(c.gpus) + " with --replicas " +
+              (c.replicas == 1 ? "--gpus is " + std::to_string(c.platform.gpus)
+                               : "--gpus " + std::to_string(c.platform.gpus) + " with --replicas " +
                                      std::to_string(c.replicas) + " gives pipelines of " +
                                      std::to_string(pipeline_ranks(c)) + " GPUs"));
     if (plan.stages.back().last_layer + 1 != static_cast<int>(profile.layers.size()))

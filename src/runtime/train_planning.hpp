@@ -6,7 +6,7 @@
 #include "plan/plan.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/train_config.hpp"
 
 #include <functional>
 #include <string>
@@ -21,15 +21,9 @@ using Say = std::function<void(const std::string&)>;  // a progress line (rank 0
 
 std::string plan_text(const plan::Plan& plan);  // the plan file's JSON
 
-// Ranks of one pipeline: --gpus counts every rank of every replica. Throws Error{InvalidInput}
-// when --replicas does not divide --gpus.
-int pipeline_ranks(const TrainConfig& c);
-
 // The platform of one replica's pipeline (partition::replica_platform: its own nodes when the
 // replicas sit alike on them, else every link at the slowest bandwidth).
 Platform platform_of(const TrainConfig& c);
-
-partition::PlannerOptions planner_options(const TrainConfig& c);
 
 // Collective: rank 0 plans (or reads --plan, which must match the run's ranks, replicas and
 // model) and every rank gets the same plan, with the run's replicas.

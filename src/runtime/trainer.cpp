@@ -80,7 +80,7 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
   trace.profile = plan.profile;
   trace.algorithm = plan.algorithm;
   trace.device = device.str();
-  trace.mode = c.mode;
+  trace.mode = madpipe::name_of(madpipe::runtime::kTrainingModeNames, c.mode);
   trace.micro_batches = c.micro_batches;
   trace.steps = steps;
   trace.predicted_period_ms = plan.predicted.period_ms;
@@ -183,41 +183,18 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
   };
   try {
+    check_train_config(c);
     if (c.dry_run && session.size() != 1)
       throw Error(
           ErrorKind::InvalidInput, "", "dry-run",
           "a dry run is one process (no mpirun -np " + std::to_string(session.size()) + ")");
-    if (!c.dry_run && session.size() != c.gpus)
+    if (!c.dry_run && session.size() != c.platform.gpus)
       throw Error(ErrorKind::InvalidInput, "", "gpus",
-                  "--gpus is " + std::to_string(c.gpus) + " but " + std::to_string(session.size()) +
-                      " MPI processes run (start them with mpirun -np " + std::to_string(c.gpus) +
-                      ")");
-    if (!(c.transfer_timeout >= 0))
-      throw Error(ErrorKind::InvalidInput, "", "transfer-timeout",
-                  "must be a number of seconds >= 0, got " + std::to_string(c.transfer_timeout));
-    if (c.on_nan != "stop" && c.on_nan != "skip")
-      throw Error(ErrorKind::InvalidInput, "", "on-nan",
-                  "unknown action '" + c.on_nan + "' (valid: stop, skip)");
-    receive_mode(c);  // an unknown --receive-buffers fails before any work
-    if (c.mode != "sync" && c.mode != "2bw")
-      throw Error(ErrorKind::InvalidInput, "", "mode",
-                  "unknown mode '" + c.mode + "' (valid: sync, 2bw)");
+                  "--gpus is " + std::to_string(c.platform.gpus) + " but " +
+                      std::to_string(session.size()) +
+                      " MPI processes run (start them with mpirun -np " +
+                      std::to_string(c.platform.gpus) + ")");
     const int pipeline_size = pipeline_ranks(c);
-    if (c.replicas > 1 && c.mode != "sync")
-      throw Error(ErrorKind::InvalidInput, "", "replicas",
-                  "data-parallel replicas need --mode sync (2bw has no flush at which to average "
-                  "gradients)");
-    if (c.replan_after > 0 && c.mode != "sync")
-      throw Error(ErrorKind::InvalidInput, "", "replan-after",
-                  "re-planning needs --mode sync (2bw never stops the pipeline to switch plans)");
-    if (c.replan_after > 0 && c.replan_after >= c.steps)
-      throw Error(ErrorKind::InvalidInput, "", "replan-after",
-                  "--replan-after " + std::to_string(c.replan_after) +
-                      " leaves no step to run with a new plan (--steps " + std::to_string(c.steps) +
-                      ")");
-    if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
-      throw Error(ErrorKind::InvalidInput, "", "replan-min-gain",
-                  "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
     torch::Device device = torch::kCPU;
     try {
       device = device_of(c.device, session.local_rank());
@@ -260,7 +237,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       return 0;
     }
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
-    if (c.mode == "2bw") {
+    if (c.mode == TrainingMode::TwoWeightVersions) {
       std::unique_ptr<Transport> transport =
           make_mpi_transport(static_cast<int>(first_plan.stages.size()), c.transfer_timeout);
       PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
@@ -275,11 +252,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
           std::to_string(pipeline_size) + "; each stage averages its gradients over the " +
           std::to_string(c.replicas) + " replicas at every step (" +
           std::to_string(c.replicas * c.micro_batches) + " micro-batches per step in all)");
-      if (c.gpus_per_node > 0 && pipeline_size % c.gpus_per_node != 0 &&
-          c.gpus_per_node % pipeline_size != 0)
+      const int per_node = c.platform.gpus_per_node;
+      if (per_node > 0 && pipeline_size % per_node != 0 && per_node % pipeline_size != 0)
         say("note: pipelines of " + std::to_string(pipeline_size) + " ranks straddle nodes of " +
-            std::to_string(c.gpus_per_node) +
-            " ranks differently, so every link is planned at the " +
+            std::to_string(per_node) + " ranks differently, so every link is planned at the " +
             "slowest bandwidth; --replicas such that the pipeline ranks divide --gpus-per-node "
             "(or " +
             "are a multiple of it) keeps pipeline neighbours on one node");
@@ -356,7 +332,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
       const bool skipped = !health.problem.empty();
-      if (skipped && c.on_nan == "stop")
+      if (skipped && c.on_nan == OnNonFinite::Stop)
         throw Error(ErrorKind::Runtime, "", "on-nan",
                     "step " + std::to_string(step) + ": " + health.problem +
                         "; stopping (--on-nan skip skips such steps instead)");

@@ -320,6 +320,58 @@ INI
     [[ $status -ne 0 ]] || fail "2bw with replicas must fail"
     grep -q "data-parallel replicas need --mode sync" err || fail "message should name the mode"
     ;;
+  options_checked_before_mpi)
+    # Bad options fail in the command line, before MPI starts or anything is written.
+    check_refused() {
+      local expected=$1
+      shift
+      "$madpipe" train "${small[@]}" --output-dir never "$@" >out 2>err &&
+        fail "'$*' must be refused"
+      grep -qF -- "$expected" err || fail "'$*': expected '$expected'"
+      [[ ! -e never ]] || fail "'$*': the run started"
+    }
+    check_refused "--mode: unknown mode 'fast' (valid: sync, 2bw)" --mode fast
+    check_refused "--on-nan: unknown action 'ignore' (valid: stop, skip)" --on-nan ignore
+    check_refused "--receive-buffers: unknown value 'pinned' (valid: arena, upfront)" \
+      --receive-buffers pinned
+    check_refused "--remat: unknown strategy 'all' (valid: none, rotor)" --remat all
+    check_refused "--offload: host needs the host link's speed" --offload host
+    check_refused "--scheduler: unknown scheduler 'fastest'" --scheduler fastest
+    check_refused "--time-limit: must be > 0 seconds" --time-limit 0
+    check_refused "--replicas 3 does not divide --gpus 4" --gpus 4 --replicas 3
+    check_refused "data-parallel replicas need --mode sync" --gpus 2 --replicas 2 --mode 2bw
+    check_refused "--replan-after 5 leaves no step" --steps 5 --replan-after 5
+    check_refused "--gpus: must be at most 4096" --gpus 5000
+    check_refused "--memory: must be > 0" --memory 0
+    ;;
+  train_plans_as_plan_does)
+    # Without --plan, train's plan is the one `madpipe plan` makes from the same profile and
+    # options, rematerialization included.
+    deep=(--model mlp --layers 8 --width 64 --inputs 64 --outputs 8 --micro-batch-size 4096)
+    "$madpipe" profile "${deep[@]}" --repeats 1 --output prof.json >out 2>err || fail "profile failed"
+    shared=(--gpus 2 --bandwidth 12GB/s --weight-copies 4 --scheduler heuristic --time-limit 60
+      --micro-batches 4)
+    # Between the floor with rematerialization and the one without: only recomputing fits.
+    "$madpipe" plan --profile prof.json "${shared[@]}" --memory 1MB >out 2>err &&
+      fail "1 MB should not fit"
+    plain=$(sed -n 's/.*for which madpipe finds a plan is \([0-9.]*\) MiB.*/\1/p' err)
+    remat=$(sed -n 's/.*with --remat rotor (recompute activations in the backward) it is \([0-9.]*\) MiB.*/\1/p' err)
+    [[ -n $plain && -n $remat ]] || fail "no floors in: $(cat err)"
+    memory=$(python3 -c "print(f'{($plain + $remat) / 2:.2f}MiB')")
+    "$madpipe" plan --profile prof.json "${shared[@]}" --memory "$memory" --remat rotor \
+      -o plan.json >out 2>err || fail "plan with remat in $memory failed: $(cat err)"
+    grep -q '"strategy": "rotor"' plan.json || fail "the plan should recompute"
+    mpi 1 "${deep[@]}" --profile prof.json --dry-run "${shared[@]}" --memory "$memory" \
+      --remat rotor --output-dir dry
+    [[ $status -eq 0 ]] || fail "train --dry-run failed"
+    python3 - plan.json dry/plan.json <<'PY' || fail "train planned differently from plan"
+import json, sys
+plans = [json.load(open(path)) for path in sys.argv[1:]]
+for plan in plans:
+    plan.get("solver", {}).pop("seconds", None)
+sys.exit(0 if plans[0] == plans[1] else 1)
+PY
+    ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"

@@ -23,7 +23,8 @@ TEST(ChainCosts, WorkspaceOfEveryRangeIsTheLargestOfItsLayers) {
       std::int64_t largest = 0;
       for (int last = first; last < layers; ++last) {
         const madpipe::Layer& layer = profile.layers[last];
-        largest = std::max({largest, layer.forward_workspace_bytes, layer.backward_workspace_bytes});
+        largest =
+            std::max({largest, layer.forward_workspace_bytes, layer.backward_workspace_bytes});
         ASSERT_EQ(costs.workspace_bytes(first, last), largest)
             << layers << " layers, range " << first << ".." << last;
       }

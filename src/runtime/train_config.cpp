@@ -1,0 +1,47 @@
+#include "runtime/train_config.hpp"
+
+#include "core/error.hpp"
+
+#include <string>
+
+madpipe::Platform madpipe::runtime::default_train_platform() {
+  Platform platform;
+  platform.gpus = 1;
+  platform.memory_bytes = std::int64_t{16} << 30;
+  platform.bandwidth_bytes_per_ms = 12e6;  // 12 GB/s
+  platform.weight_copies = 4;
+  return platform;
+}
+
+int madpipe::runtime::pipeline_ranks(const TrainConfig& c) {
+  if (c.replicas < 1 || c.platform.gpus % c.replicas != 0)
+    throw Error(ErrorKind::InvalidInput, "", "replicas",
+                "--replicas " + std::to_string(c.replicas) + " does not divide --gpus " +
+                    std::to_string(c.platform.gpus) + " into equal pipelines");
+  return c.platform.gpus / c.replicas;
+}
+
+void madpipe::runtime::check_train_config(const TrainConfig& c) {
+  auto invalid = [](const std::string& option, const std::string& problem) {
+    throw Error(ErrorKind::InvalidInput, "", option, problem);
+  };
+  check_platform(c.platform);
+  if (!(c.transfer_timeout >= 0))
+    invalid("transfer-timeout",
+            "must be a number of seconds >= 0, got " + std::to_string(c.transfer_timeout));
+  pipeline_ranks(c);  // --replicas divides --gpus
+  if (c.replicas > 1 && c.mode != TrainingMode::Sync)
+    invalid("replicas",
+            "data-parallel replicas need --mode sync (2bw has no flush at which to average "
+            "gradients)");
+  if (c.replan_after > 0 && c.mode != TrainingMode::Sync)
+    invalid("replan-after",
+            "re-planning needs --mode sync (2bw never stops the pipeline to switch plans)");
+  if (c.replan_after > 0 && c.replan_after >= c.steps)
+    invalid("replan-after", "--replan-after " + std::to_string(c.replan_after) +
+                                " leaves no step to run with a new plan (--steps " +
+                                std::to_string(c.steps) + ")");
+  if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
+    invalid("replan-min-gain",
+            "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
+}

@@ -1,0 +1,107 @@
+#pragma once
+
+#include "core/names.hpp"
+#include "core/platform.hpp"
+#include "partition/planner.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace madpipe::runtime {
+
+// How steps follow each other (--mode).
+enum class TrainingMode {
+  Sync,                // each step's gradients, then a flush
+  TwoWeightVersions,   // 2BW: no flush, two weight versions per stage
+};
+inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
+    {TrainingMode::Sync, "sync"}, {TrainingMode::TwoWeightVersions, "2bw"}};
+
+// What a NaN or Inf loss or gradient does (--on-nan).
+enum class OnNonFinite { Stop, Skip };
+inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "stop"},
+                                                          {OnNonFinite::Skip, "skip"}};
+
+// Where received activations and gradients land (--receive-buffers).
+enum class ReceiveBuffers {
+  Arena,    // one arena per rank at planned offsets, each receive posted ahead of its use
+  Upfront,  // every receive of a step posted at its start, each its own allocation
+};
+inline constexpr Named<ReceiveBuffers> kReceiveBuffersNames[] = {
+    {ReceiveBuffers::Arena, "arena"}, {ReceiveBuffers::Upfront, "upfront"}};
+
+// [model]: a built-in model's sizes.
+struct ModelSettings {
+  std::string model = "gpt";  // gpt | mlp | cnn
+  int layers = 4;
+  int width = 64;
+  int heads = 4;
+  int context = 32;
+  int inputs = 16;  // mlp
+  int outputs = 4;  // mlp outputs, cnn classes
+  int image = 32;   // cnn
+};
+
+// [training]: data, steps and the optimizer.
+struct TrainingSettings {
+  std::string data = "/usr/share/common-licenses";  // text corpus (gpt)
+  TrainingMode mode = TrainingMode::Sync;
+  int steps = 100;
+  int micro_batches = 8;  // per step
+  int micro_batch_size = 8;
+  std::string optimizer = "adamw";  // adamw | sgd
+  double learning_rate = 1e-3;
+  double momentum = 0.9;  // sgd
+  double weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  int eval_every = 10;  // steps between validation losses; 0: never
+  int eval_micro_batches = 8;
+};
+
+// The platform defaults of `madpipe train`: one CPU rank with 16 GiB, 12 GB/s
+// links, AdamW's 4 weight-sized copies.
+Platform default_train_platform();
+
+// [platform] and [planner]: the ranks, what the planner assumes of them and how it plans.
+struct PlanningSettings {
+  // Every rank of every replica: platform.gpus is --gpus, which must equal the MPI world size.
+  Platform platform = default_train_platform();
+  int replicas = 1;  // data-parallel copies of the pipeline
+  std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
+  // As `madpipe plan` plans (its option group); gpipe_micro_batches is --micro-batches.
+  partition::PlannerOptions planner{};
+  std::string plan;     // load this plan instead of planning
+  std::string profile;  // plan from this profile instead of measuring the model
+  int replan_after = 0;  // measure steps up to this one, then re-plan on the measured costs
+  double replan_min_gain = 0.05;  // switch plans only when the period drops by this fraction
+};
+
+// [output]: files, checkpoints, traces and how the run reacts to trouble.
+struct OutputSettings {
+  std::string output_dir = "runs/default";
+  int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
+  bool resume = false;       // continue from the newest whole checkpoint in <output_dir>
+  double transfer_timeout = 600;  // seconds a rank waits for a transfer (0: for ever)
+  ReceiveBuffers receive_buffers = ReceiveBuffers::Arena;
+  int receive_lookahead = 2;  // arena: compute instructions between a receive's post and its use
+  OnNonFinite on_nan = OnNonFinite::Stop;
+  bool quiet = false;
+  // Profile and plan, write profile.json and plan.json, train nothing; needs one process only,
+  // and profiles on the CPU when the device is not on this machine.
+  bool dry_run = false;
+};
+
+// Everything `madpipe train` needs; INI keys and flags share the names of the fields (src/cli).
+struct TrainConfig : ModelSettings, TrainingSettings, PlanningSettings, OutputSettings {};
+
+// Throws Error{InvalidInput} naming the option of the first setting that no run can use, or
+// that conflicts with another (--replicas not dividing --gpus, 2bw with replicas, ...). Needs no
+// MPI: the CLI calls it before any rank starts work.
+void check_train_config(const TrainConfig& config);
+
+// Ranks of one pipeline: --gpus counts every rank of every replica. Throws Error{InvalidInput}
+// when --replicas does not divide --gpus.
+int pipeline_ranks(const TrainConfig& config);
+
+}  // namespace madpipe::runtime
