@@ -28,7 +28,8 @@ const char* name_of(const Named<Enum> (&table)[N], Enum value) {
 template <typename Enum, std::size_t N>
 std::string names_of(const Named<Enum> (&table)[N]) {
   std::string names;
-  for (const Named<Enum>& entry : table) names += std::string(names.empty() ? "" : ", ") + entry.name;
+  for (const Named<Enum>& entry : table)
+    names += std::string(names.empty() ? "" : ", ") + entry.name;
   return names;
 }
 

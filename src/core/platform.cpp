@@ -1,6 +1,7 @@
 #include "core/platform.hpp"
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -59,13 +60,6 @@ madpipe::Platform madpipe::with_uniform_links(const Platform& platform, double b
   return uniform;
 }
 
-static std::string number(double x) {
-  std::ostringstream out;
-  out.precision(12);
-  out << x;
-  return out.str();
-}
-
 std::vector<madpipe::PlatformProblem> madpipe::platform_problems(const Platform& platform) {
   std::vector<PlatformProblem> problems;
   const auto at_least = [&](const char* field, int value, int min) {
@@ -76,7 +70,8 @@ std::vector<madpipe::PlatformProblem> madpipe::platform_problems(const Platform&
   const auto bandwidth = [&](const char* field, double value, bool zero_allowed) {
     if (!std::isfinite(value) || value < 0 || (!zero_allowed && value == 0))
       problems.push_back({field, std::string("must be a finite number ") +
-                                     (zero_allowed ? ">= 0" : "> 0") + ", got " + number(value)});
+                                     (zero_allowed ? ">= 0" : "> 0") + ", got " +
+                                     format_number(value)});
   };
   at_least("gpus", platform.gpus, 1);
   if (platform.gpus > kMaxGpus)

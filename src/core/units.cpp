@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -206,4 +207,11 @@ std::string madpipe::format_ms(double ms) {
 
 std::string madpipe::format_percent(double ratio) {
   return printf_string("%.2f%s", 100.0 * ratio, "%");
+}
+
+std::string madpipe::format_number(double x) {
+  std::ostringstream out;
+  out.precision(12);
+  out << x;
+  return out.str();
 }

@@ -20,5 +20,7 @@ std::string format_bytes(double bytes);
 std::string format_bandwidth(double bytes_per_ms);
 std::string format_ms(double ms);
 std::string format_percent(double ratio);  // 0.0147 -> "1.47%"
+// A value quoted in an error message: 12 significant digits ("0.1", "1e+30", "nan").
+std::string format_number(double x);
 
 }  // namespace madpipe

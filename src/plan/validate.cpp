@@ -2,6 +2,7 @@
 
 #include "core/chain.hpp"
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "remat/offload_replay.hpp"
 #include "remat/remat_sequence.hpp"
 #include "schedule/memory.hpp"
@@ -17,6 +18,7 @@
 #include <utility>
 
 namespace {
+using madpipe::format_number;
 using madpipe::plan::Violation;
 
 // Collects violations; `add` takes the JSON pointer and the problem text.
@@ -40,13 +42,6 @@ struct OpStatus {
 static constexpr double kCostTolerance = 1e-6;  // relative, stage costs and durations
 static constexpr double kDurationAbsTolerance = 1e-9;
 static constexpr double kTimeTolerance = 1e-9;  // relative to the period, overlaps and dependencies
-
-static std::string num(double x) {
-  std::ostringstream out;
-  out.precision(12);
-  out << x;
-  return out.str();
-}
 
 static std::string op_ptr(std::size_t i) { return "/pattern/ops/" + std::to_string(i); }
 
@@ -124,7 +119,7 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
                                                     {"backward_ms", stage.backward_ms}};
     for (const auto& [key, value] : times) {
       if (std::isfinite(value) && value >= 0) continue;
-      report.add(p + "/" + key, "must be a finite number >= 0, got " + num(value));
+      report.add(p + "/" + key, "must be a finite number >= 0, got " + format_number(value));
       sound = false;
     }
     const std::pair<const char*, std::int64_t> sizes[] = {
@@ -159,8 +154,8 @@ static void check_offload_sequence(const madpipe::schedule::Stage& stage,
   }
   auto at_least = [&](const char* key, double value, double expected) {
     if (value < expected * (1 - kCostTolerance) - 1e-9)
-      report.add(p + "/" + key, "must be at least the replay of the sequence (" + num(expected) +
-                                    "), got " + num(value));
+      report.add(p + "/" + key, "must be at least the replay of the sequence (" +
+                                    format_number(expected) + "), got " + format_number(value));
   };
   at_least("forward_ms", stage.forward_ms, replay.forward_ms);
   at_least("backward_ms", stage.backward_ms, replay.backward_ms);
@@ -221,8 +216,8 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
   }
   auto check = [&](const char* key, double value, double expected) {
     if (!close_to(value, expected, kCostTolerance, 1e-9))
-      report.add(p + "/" + key, "must equal the replay of the sequence (" + num(expected) +
-                                    "), got " + num(value));
+      report.add(p + "/" + key, "must equal the replay of the sequence (" +
+                                    format_number(expected) + "), got " + format_number(value));
   };
   check("forward_ms", stage.forward_ms, replay.forward_ms);
   check("backward_ms", stage.backward_ms, replay.backward_ms);
@@ -264,11 +259,11 @@ static void check_against_profile(const madpipe::plan::Plan& plan, const madpipe
     auto check_ms = [&](const char* key, double value, double expected) {
       if (close_to(value, expected, kCostTolerance, 0.0)) return;
       if (plain)
-        report.add(p + "/" + key,
-                   "must equal the sum" + range + " (" + num(expected) + "), got " + num(value));
+        report.add(p + "/" + key, "must equal the sum" + range + " (" + format_number(expected) +
+                                      "), got " + format_number(value));
       else if (value < expected)
-        report.add(p + "/" + key, "must be at least the sum" + range + " (" + num(expected) +
-                                      "), got " + num(value));
+        report.add(p + "/" + key, "must be at least the sum" + range + " (" +
+                                      format_number(expected) + "), got " + format_number(value));
     };
     auto check_bytes = [&](const char* key, std::int64_t value, std::int64_t expected,
                            const char* what) {
@@ -315,17 +310,19 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing, std::vector<
     bool timed = true;
     bool placed = true;
     if (!std::isfinite(op.start_ms) || op.start_ms < 0 || (timing && op.start_ms >= period)) {
-      report.add(p + "/start_ms", (timing ? "must lie in [0, period_ms) = [0, " + num(period) + ")"
-                                          : std::string("must be a finite number >= 0")) +
-                                      ", got " + num(op.start_ms));
+      report.add(p + "/start_ms",
+                 (timing ? "must lie in [0, period_ms) = [0, " + format_number(period) + ")"
+                         : std::string("must be a finite number >= 0")) +
+                     ", got " + format_number(op.start_ms));
       timed = false;
     }
     if (!std::isfinite(op.duration_ms) || op.duration_ms < 0) {
-      report.add(p + "/duration_ms", "must be a finite number >= 0, got " + num(op.duration_ms));
+      report.add(p + "/duration_ms",
+                 "must be a finite number >= 0, got " + format_number(op.duration_ms));
       timed = false;
     } else if (timing && op.duration_ms > period) {
-      report.add(p + "/duration_ms",
-                 "must be <= period_ms (" + num(period) + "), got " + num(op.duration_ms));
+      report.add(p + "/duration_ms", "must be <= period_ms (" + format_number(period) + "), got " +
+                                         format_number(op.duration_ms));
       timed = false;
     }
     if (op.stage < 0 || op.stage >= num_stages) {
@@ -374,8 +371,8 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing, std::vector<
     if (std::isfinite(op.duration_ms) &&
         !close_to(op.duration_ms, expected, kCostTolerance, kDurationAbsTolerance))
       report.add(p + "/duration_ms", std::string("must equal ") + expected_what + " of " +
-                                         stage_text + " (" + num(expected) + "), got " +
-                                         num(op.duration_ms));
+                                         stage_text + " (" + format_number(expected) + "), got " +
+                                         format_number(op.duration_ms));
     if (pattern.k >= 1)
       by_key[{op.stage, static_cast<int>(op.kind), residue(op.shift, pattern.k)}].push_back(i);
     status[i] = OpStatus{timed, placed};
@@ -459,12 +456,13 @@ static void check_overlaps(const madpipe::plan::Plan& plan, const std::vector<Op
             starts_inside(b.start_ms, b.duration_ms, a.start_ms, a.duration_ms, period, eps) ||
             starts_inside(a.start_ms, a.duration_ms, b.start_ms, b.duration_ms, period, eps);
         if (!overlap) continue;
-        report.add(op_ptr(list[y]),
-                   op_name(b) + " [" + num(b.start_ms) + ", " + num(b.start_ms + b.duration_ms) +
-                       ") overlaps " + op_name(a) + " [" + num(a.start_ms) + ", " +
-                       num(a.start_ms + a.duration_ms) + ") (op " + std::to_string(list[x]) +
-                       ") on " + resource_name(resource, gpus) + " modulo the period " +
-                       num(period));
+        report.add(op_ptr(list[y]), op_name(b) + " [" + format_number(b.start_ms) + ", " +
+                                        format_number(b.start_ms + b.duration_ms) + ") overlaps " +
+                                        op_name(a) + " [" + format_number(a.start_ms) + ", " +
+                                        format_number(a.start_ms + a.duration_ms) + ") (op " +
+                                        std::to_string(list[x]) + ") on " +
+                                        resource_name(resource, gpus) + " modulo the period " +
+                                        format_number(period));
       }
     }
   }
@@ -510,9 +508,9 @@ static void check_dependencies(const madpipe::plan::Plan& plan, const std::vecto
         const madpipe::schedule::Op& before = ops[index[c - 1]];
         report.add(op_ptr(index[c]) + "/start_ms",
                    madpipe::schedule::op_token(op.kind, op.stage, static_cast<int>(i)) +
-                       " starts at " + num(start) + " before " +
+                       " starts at " + format_number(start) + " before " +
                        madpipe::schedule::op_token(before.kind, before.stage, static_cast<int>(i)) +
-                       ", which it depends on, ends at " + num(previous_end) +
+                       ", which it depends on, ends at " + format_number(previous_end) +
                        " (absolute times of micro-batch " + std::to_string(i) + ")");
       }
       previous_end = start + op.duration_ms;
@@ -567,29 +565,30 @@ static void check_predicted(const madpipe::plan::Plan& plan, bool pattern_ok, Re
       std::isfinite(plan.pattern.period_ms) && plan.pattern.period_ms > 0 && plan.pattern.k >= 1;
   if (!std::isfinite(predicted.period_ms) || predicted.period_ms <= 0) {
     report.add("/predicted/period_ms",
-               "must be a finite number > 0, got " + num(predicted.period_ms));
+               "must be a finite number > 0, got " + format_number(predicted.period_ms));
   } else {
     if (period_sane) {
       const double expected = plan.pattern.period_ms / plan.pattern.k;
       if (!close_to(predicted.period_ms, expected, kCostTolerance, 0.0))
-        report.add("/predicted/period_ms", "must equal pattern period_ms / k (" + num(expected) +
-                                               "), got " + num(predicted.period_ms));
+        report.add("/predicted/period_ms", "must equal pattern period_ms / k (" +
+                                               format_number(expected) + "), got " +
+                                               format_number(predicted.period_ms));
     }
     const double throughput = 1000.0 / predicted.period_ms;
     if (!close_to(predicted.throughput_per_s, throughput, kCostTolerance, 0.0))
       report.add("/predicted/throughput_per_s", "must equal 1000 / predicted period_ms (" +
-                                                    num(throughput) + "), got " +
-                                                    num(predicted.throughput_per_s));
+                                                    format_number(throughput) + "), got " +
+                                                    format_number(predicted.throughput_per_s));
   }
   const double bound = predicted.lower_bound_period_ms;
   if (!std::isfinite(bound) || bound < 0) {
     report.add("/predicted/lower_bound_period_ms",
-               "must be a finite number >= 0, got " + num(bound));
+               "must be a finite number >= 0, got " + format_number(bound));
   } else if (std::isfinite(predicted.period_ms) &&
              bound > predicted.period_ms * (1 + kCostTolerance)) {
     report.add("/predicted/lower_bound_period_ms", "must not exceed the predicted period_ms (" +
-                                                       num(predicted.period_ms) + "), got " +
-                                                       num(bound));
+                                                       format_number(predicted.period_ms) +
+                                                       "), got " + format_number(bound));
   }
   if (plan.solver) {
     const std::string& status = plan.solver->status;
@@ -607,7 +606,8 @@ static std::vector<Violation> validate_plan(const madpipe::plan::Plan& plan,
   const auto& pattern = plan.pattern;
   const bool period_ok = std::isfinite(pattern.period_ms) && pattern.period_ms > 0;
   if (!period_ok)
-    report.add("/pattern/period_ms", "must be a finite number > 0, got " + num(pattern.period_ms));
+    report.add("/pattern/period_ms",
+               "must be a finite number > 0, got " + format_number(pattern.period_ms));
   if (pattern.k < 1) report.add("/pattern/k", "must be >= 1, got " + std::to_string(pattern.k));
   const bool timing = period_ok && pattern.k >= 1;
 

@@ -11,8 +11,8 @@ namespace madpipe::runtime {
 
 // How steps follow each other (--mode).
 enum class TrainingMode {
-  Sync,                // each step's gradients, then a flush
-  TwoWeightVersions,   // 2BW: no flush, two weight versions per stage
+  Sync,               // each step's gradients, then a flush
+  TwoWeightVersions,  // 2BW: no flush, two weight versions per stage
 };
 inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
     {TrainingMode::Sync, "sync"}, {TrainingMode::TwoWeightVersions, "2bw"}};
@@ -20,7 +20,7 @@ inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
 // What a NaN or Inf loss or gradient does (--on-nan).
 enum class OnNonFinite { Stop, Skip };
 inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "stop"},
-                                                          {OnNonFinite::Skip, "skip"}};
+                                                           {OnNonFinite::Skip, "skip"}};
 
 // Where received activations and gradients land (--receive-buffers).
 enum class ReceiveBuffers {
@@ -66,12 +66,12 @@ Platform default_train_platform();
 struct PlanningSettings {
   // Every rank of every replica: platform.gpus is --gpus, which must equal the MPI world size.
   Platform platform = default_train_platform();
-  int replicas = 1;  // data-parallel copies of the pipeline
+  int replicas = 1;            // data-parallel copies of the pipeline
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
   // As `madpipe plan` plans (its option group); gpipe_micro_batches is --micro-batches.
   partition::PlannerOptions planner{};
-  std::string plan;     // load this plan instead of planning
-  std::string profile;  // plan from this profile instead of measuring the model
+  std::string plan;      // load this plan instead of planning
+  std::string profile;   // plan from this profile instead of measuring the model
   int replan_after = 0;  // measure steps up to this one, then re-plan on the measured costs
   double replan_min_gain = 0.05;  // switch plans only when the period drops by this fraction
 };
@@ -79,9 +79,9 @@ struct PlanningSettings {
 // [output]: files, checkpoints, traces and how the run reacts to trouble.
 struct OutputSettings {
   std::string output_dir = "runs/default";
-  int checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
-  int trace_steps = 5;       // steps recorded in <output_dir>/trace.json (0: no trace)
-  bool resume = false;       // continue from the newest whole checkpoint in <output_dir>
+  int checkpoint_every = 0;       // steps between checkpoints (0: only at the end)
+  int trace_steps = 5;            // steps recorded in <output_dir>/trace.json (0: no trace)
+  bool resume = false;            // continue from the newest whole checkpoint in <output_dir>
   double transfer_timeout = 600;  // seconds a rank waits for a transfer (0: for ever)
   ReceiveBuffers receive_buffers = ReceiveBuffers::Arena;
   int receive_lookahead = 2;  // arena: compute instructions between a receive's post and its use
