@@ -4,15 +4,6 @@
 
 #include <string>
 
-madpipe::Platform madpipe::runtime::default_train_platform() {
-  Platform platform;
-  platform.gpus = 1;
-  platform.memory_bytes = std::int64_t{16} << 30;
-  platform.bandwidth_bytes_per_ms = 12e6;  // 12 GB/s
-  platform.weight_copies = 4;
-  return platform;
-}
-
 int madpipe::runtime::pipeline_ranks(const TrainConfig& c) {
   if (c.replicas < 1 || c.platform.gpus % c.replicas != 0)
     throw Error(ErrorKind::InvalidInput, "", "replicas",

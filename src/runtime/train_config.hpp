@@ -59,8 +59,15 @@ struct TrainingSettings {
 };
 
 // The platform defaults of `madpipe train`: one CPU rank with 16 GiB, 12 GB/s
-// links, AdamW's 4 weight-sized copies.
-Platform default_train_platform();
+// links, AdamW's 4 weight-sized copies. Inline: the command line uses it without the runtime.
+inline Platform default_train_platform() {
+  Platform platform;
+  platform.gpus = 1;
+  platform.memory_bytes = std::int64_t{16} << 30;
+  platform.bandwidth_bytes_per_ms = 12e6;  // 12 GB/s
+  platform.weight_copies = 4;
+  return platform;
+}
 
 // [platform] and [planner]: the ranks, what the planner assumes of them and how it plans.
 struct PlanningSettings {
