@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -49,6 +50,7 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     int post = first_use;
     for (int seen = 0; post > 0 && seen < lookahead;)
       if (is_compute(list[--post].kind)) ++seen;
+    post = std::min(post, k);  // posted before it is waited for
     const std::int64_t size = message_bytes.at(static_cast<std::size_t>(r.stage));
     ReceiveSlot slot;
     slot.instr = k;
@@ -56,8 +58,23 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     slot.last_use = last_use;
     slot.bytes = (size + kReceiveAlignment - 1) / kReceiveAlignment * kReceiveAlignment;
     plan.slots.push_back(slot);
-    buffers.push_back({to_string(r), slot.bytes, post, last_use});
   }
+  // One posting order per peer, the order it sends in: a receive is posted no later than any
+  // receive from the same peer that it sends after.
+  std::map<int, std::vector<std::pair<int, int>>> from_peer;  // peer -> (order, slot index)
+  for (int j = 0; j < static_cast<int>(plan.slots.size()); ++j) {
+    const Instr& r = list[plan.slots[j].instr];
+    from_peer[r.peer].push_back({r.sequence >= 0 ? r.sequence : plan.slots[j].instr, j});
+  }
+  for (auto& [peer, order] : from_peer) {
+    std::sort(order.begin(), order.end());
+    for (std::size_t q = order.size() - 1; q-- > 0;) {
+      int& post = plan.slots[order[q].second].post_before;
+      post = std::min(post, plan.slots[order[q + 1].second].post_before);
+    }
+  }
+  for (const ReceiveSlot& slot : plan.slots)
+    buffers.push_back({to_string(list[slot.instr]), slot.bytes, slot.post_before, slot.last_use});
   if (static_cast<int>(buffers.size()) > max_placed) {
     for (ReceiveSlot& slot : plan.slots) slot.offset = -1;
     return plan;

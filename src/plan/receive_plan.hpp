@@ -8,13 +8,15 @@
 
 namespace madpipe::plan {
 
-// Where and when a rank's receive buffers live (the runtime's arena, runtime.md): every
-// activation and gradient the rank receives in a program gets a planned offset in one arena
-// (OLLA's address plan on the rank's instruction list, address_plan.hpp). A receive is posted
-// `lookahead` compute instructions (forwards and backwards) before the instruction that first
-// needs it, so that the transfer overlaps them, and its buffer is live until its last use: the
-// backward of its micro-batch in training (autograd keeps a stage's input), the forward in
-// validation, the backward for a gradient.
+// Where and when a rank's receive buffers live (the runtime's arena, runtime.md), the part of
+// lowering (program.hpp) that places receives: every activation and gradient the rank receives
+// gets a planned offset in one arena (OLLA's address plan on the rank's instruction list,
+// address_plan.hpp). A receive is posted `lookahead` compute instructions (forwards and
+// backwards) before the instruction that first needs it, so that the transfer overlaps them, and
+// no later than any receive from the same peer that comes after it in the peer's sending order
+// (Instr::sequence; list order when unset): one order per GPU pair. Its buffer is live until its
+// last use: the backward of its micro-batch in training (autograd keeps a stage's input), the
+// forward in validation, the backward for a gradient.
 struct ReceiveSlot {
   int instr = -1;       // index of the RecvAct / RecvGrad instruction in the rank's list
   int post_before = 0;  // posted just before the instruction of this index runs
@@ -32,9 +34,8 @@ struct ReceivePlan {
   std::int64_t arena_bytes() const noexcept { return addresses.arena_bytes; }
 };
 
-inline constexpr std::int64_t kReceiveAlignment = 256;  // bytes; CUDA allocations are 256-aligned
-
-// Plans the receives of `list` (one rank's instructions of `program`); `message_bytes[s]` is the
+// Plans the receives of `list` (one rank's instructions, receives marking where data is waited
+// for, before any PostRecv is inserted); `message_bytes[s]` is the
 // size of stage s's output (its gradient has the same size). Training programs keep an activation
 // until the backward; validation programs (train = false) run no backward and receive no
 // gradient. Offsets are planned when there are at most `max_placed` receives (first-fit is

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <tuple>
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
@@ -41,6 +42,18 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
   return outputs;
 }
 
+std::vector<std::int64_t> madpipe::runtime::stage_message_bytes(const plan::Plan& plan,
+                                                                const LayerOutputs& outputs) {
+  std::vector<std::int64_t> bytes;
+  for (const schedule::Stage& stage : plan.stages) {
+    std::int64_t numel = 1;
+    for (std::int64_t d : outputs.shapes.at(stage.last_layer)) numel *= d;
+    bytes.push_back(
+        numel * static_cast<std::int64_t>(c10::elementSize(outputs.dtypes.at(stage.last_layer))));
+  }
+  return bytes;
+}
+
 madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const plan::Plan& plan,
                                                      int rank, Transport& transport,
                                                      const Batch& sample)
@@ -66,6 +79,7 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const pl
     output_shapes_.push_back(outputs.shapes[stage.last_layer]);
     output_dtypes_.push_back(outputs.dtypes[stage.last_layer]);
   }
+  message_bytes_ = stage_message_bytes(plan, outputs);
   stage_times_.resize(plan.stages.size());
   device_ = outputs.device;
 }
@@ -88,10 +102,9 @@ std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(
 }
 
 void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
-    ChainModel& second, int update_micro_batches, std::function<int(int, int)> copy_of,
+    ChainModel& second, std::function<int(int, int)> copy_of,
     std::function<void(int, int)> after_backward) {
   second_ = &second;
-  update_micro_batches_ = update_micro_batches;
   copy_of_ = std::move(copy_of);
   after_backward_ = std::move(after_backward);
 }
@@ -115,111 +128,130 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::evaluate(
   return execute(program, batch_of, false);
 }
 
+namespace {
+// Where the executor keeps data between instructions, by what it is: (gradient, stage,
+// micro-batch) names the output of stage s for micro-batch i, or its gradient.
+using DataKey = std::tuple<bool, int, int>;
+
+torch::Tensor take(std::map<DataKey, torch::Tensor>& place, const DataKey& key, const Instr& instr,
+                   const char* what) {
+  auto it = place.find(key);
+  if (it == place.end())
+    throw madpipe::Error(
+        madpipe::ErrorKind::Internal, "", "program",
+        madpipe::plan::to_string(instr) + ": " + what + " was not delivered before it");
+  torch::Tensor out = std::move(it->second);
+  place.erase(it);
+  return out;
+}
+}  // namespace
+
 madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     const plan::Program& program, const std::function<Batch(int)>& batch_of, bool train) {
-  const int num_stages = static_cast<int>(plan_.stages.size());
+  if (program.train != train)
+    throw Error(ErrorKind::Internal, "", "program",
+                std::string(program.train ? "a training" : "a validation") + " program run as " +
+                    (train ? "training" : "validation"));
+  if (train && copy_of_ && program.update_micro_batches == 0)
+    throw Error(ErrorKind::Internal, "", "program",
+                "two weight versions need a program with its optimizer steps");
+  const int num_stages = static_cast<int>(program.slots.size());
   const int n = program.micro_batches;
   const std::vector<Instr>& list = program.per_gpu.at(rank_);
-  auto gpu_of = [&](int s) { return plan_.stages[s].gpu; };
-  auto post_receive = [&](const Instr& instr, torch::Tensor buffer) {
-    const bool act = instr.kind == InstrKind::RecvAct;
-    transport_.post_recv(
-        instr.peer,
-        {act ? Direction::Activation : Direction::Gradient, instr.stage, instr.micro_batch},
-        std::move(buffer));
-  };
-  // Receives are posted ahead of their use (Arena) or all at the start of the step (Upfront):
-  // either way data lands while earlier instructions compute.
-  const plan::ReceivePlan* receives = nullptr;
-  std::vector<std::vector<int>> post_before(list.size()), free_after(list.size());
-  if (receives_ == Receives::Arena) {
-    receives = &receive_plan(list, train);
-    if (receives->placed() && (!arena_.defined() || arena_.numel() < receives->arena_bytes()))
-      arena_ = torch::empty({receives->arena_bytes()},
-                            torch::TensorOptions().dtype(torch::kUInt8).device(device_));
-    for (int j = 0; j < static_cast<int>(receives->slots.size()); ++j) {
-      post_before[receives->slots[j].post_before].push_back(j);
-      free_after[receives->slots[j].last_use].push_back(j);
-    }
-  } else {
-    for (const Instr& instr : list)
-      if (instr.kind == InstrKind::RecvAct || (train && instr.kind == InstrKind::RecvGrad))
-        post_receive(instr, receive_buffer(instr.stage, -1));
-  }
+  const std::vector<plan::ReceiveBuffer>& buffers = program.receive_buffers.at(rank_);
+  const std::int64_t arena_bytes = program.arena_bytes.at(rank_);
+  if (arena_bytes > 0 && (!arena_.defined() || arena_.numel() < arena_bytes))
+    arena_ =
+        torch::empty({arena_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  std::vector<std::vector<int>> free_after(list.size());
   ArenaUse use;
-  std::map<int, const plan::ReceiveSlot*> live;  // by slot index
-  std::int64_t live_bytes = 0;
-  if (receives) {
-    use.planned_bytes = receives->arena_bytes();
-    use.buffers = static_cast<int>(receives->slots.size());
-    for (const auto& slot : receives->slots) use.sum_bytes += slot.bytes;
+  use.planned_bytes = arena_bytes;
+  use.buffers = static_cast<int>(buffers.size());
+  for (int b = 0; b < static_cast<int>(buffers.size()); ++b) {
+    free_after.at(buffers[b].last_use).push_back(b);
+    use.sum_bytes += buffers[b].bytes;
   }
-  auto post_planned = [&](int j) {
-    const plan::ReceiveSlot& slot = receives->slots[j];
-    if (slot.offset >= 0)
-      for (const auto& [other, placed] : live)
-        if (slot.offset < placed->offset + placed->bytes &&
-            placed->offset < slot.offset + slot.bytes)
-          throw Error(ErrorKind::Internal, "", "receive arena",
-                      "the buffer of " + plan::to_string(list[slot.instr]) +
-                          " overlaps the live buffer of " + plan::to_string(list[placed->instr]));
-    live.emplace(j, &slot);
-    live_bytes += slot.bytes;
-    use.peak_live_bytes = std::max(use.peak_live_bytes, live_bytes);
-    if (slot.offset >= 0)
-      use.high_water_bytes = std::max(use.high_water_bytes, slot.offset + slot.bytes);
-    post_receive(list[slot.instr], receive_buffer(list[slot.instr].stage, slot.offset));
-  };
+  std::map<int, const plan::ReceiveBuffer*> live;  // receive buffers in use, by index
+  std::int64_t live_bytes = 0;
   struct Slot {
     torch::Tensor input;               // leaf whose gradient goes to the previous stage
     torch::Tensor output;              // stage output (or the scaled loss on the last stage)
     std::unique_ptr<SequenceRun> run;  // a stage with a sequence: what its forward part kept
   };
-  std::map<std::pair<int, int>, Slot> slots;              // (stage, micro-batch)
-  std::map<std::pair<int, int>, torch::Tensor> handover;  // activations between local stages
-  std::map<std::pair<int, int>, torch::Tensor> grads;     // gradients for the previous stage
+  std::vector<std::vector<Slot>> slots(num_stages);
+  for (int s = 0; s < num_stages; ++s) slots[s].resize(program.slots[s]);
+  std::map<DataKey, torch::Tensor> delivered;  // inputs and gradients, before the op using them
+  std::map<DataKey, torch::Tensor> produced;   // gradients from a backward, before their move
   std::map<int, Batch> batches;
   auto batch = [&](int i) -> const Batch& {
     auto it = batches.find(i);
     if (it == batches.end()) it = batches.emplace(i, batch_of(i)).first;
     return it->second;
   };
+  auto key_of = [](const Instr& instr) {
+    return MessageKey{instr.kind == InstrKind::SendGrad || instr.kind == InstrKind::PostRecvGrad ||
+                              instr.kind == InstrKind::RecvGrad
+                          ? Direction::Gradient
+                          : Direction::Activation,
+                      instr.stage, instr.micro_batch, instr.sequence};
+  };
+  // The loss is divided so that accumulated gradients are those of one update: the step's
+  // micro-batches, or the m of an update inside the program (two weight versions).
+  const int loss_divisor = program.update_micro_batches > 0 ? program.update_micro_batches : n;
   TraceRecorder* const trace = train && recorder_ && recorder_->recording() ? recorder_ : nullptr;
   StepLoss loss;
   for (std::size_t k = 0; k < list.size(); ++k) {
-    for (int j : post_before[k]) post_planned(j);
     const Instr& instr = list[k];
     const int s = instr.stage, i = instr.micro_batch;
     const bool last = s == num_stages - 1;
     switch (instr.kind) {
+      case InstrKind::PostRecvAct:
+      case InstrKind::PostRecvGrad: {
+        const plan::ReceiveBuffer& buffer = buffers.at(instr.buffer);
+        if (buffer.offset >= 0)
+          for (const auto& [other, placed] : live)
+            if (buffer.offset < placed->offset + placed->bytes &&
+                placed->offset < buffer.offset + buffer.bytes)
+              throw Error(ErrorKind::Internal, "", "receive arena",
+                          "the buffer of " + plan::to_string(instr) + " overlaps the live buffer " +
+                              std::to_string(other));
+        live.emplace(instr.buffer, &buffer);
+        live_bytes += buffer.bytes;
+        use.peak_live_bytes = std::max(use.peak_live_bytes, live_bytes);
+        if (buffer.offset >= 0)
+          use.high_water_bytes = std::max(use.high_water_bytes, buffer.offset + buffer.bytes);
+        transport_.post_recv(instr.peer, key_of(instr), receive_buffer(instr, buffer));
+        break;
+      }
+      case InstrKind::RecvAct:
+      case InstrKind::RecvGrad: {
+        const bool gradient = instr.kind == InstrKind::RecvGrad;
+        delivered[{gradient, s, i}] = transport_.wait_recv(instr.peer, key_of(instr));
+        if (trace)
+          trace->received(gradient ? TraceTransferKind::Gradient : TraceTransferKind::Activation, s,
+                          i, instr.peer, trace->now_ms());
+        break;
+      }
       case InstrKind::Forward: {
-        torch::Tensor input;
-        if (s == 0) {
-          input = batch(i).input;
-        } else if (gpu_of(s - 1) == rank_) {
-          input = handover.at({s - 1, i});
-          handover.erase({s - 1, i});
-        } else {
-          input = transport_.wait_recv(gpu_of(s - 1), {Direction::Activation, s - 1, i});
-          if (trace)
-            trace->received(TraceTransferKind::Activation, s - 1, i, gpu_of(s - 1),
-                            trace->now_ms());
-        }
+        const torch::Tensor input =
+            s == 0 ? batch(i).input : take(delivered, {false, s - 1, i}, instr, "its input");
         const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
-        // The loss of the last stage, divided so that accumulated gradients are the batch's.
+        // The loss of the last stage, divided so that accumulated gradients are the update's.
         auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
           const double item = value.item<double>();
           loss.sum += item;
           ++loss.count;
           if (on_loss_) on_loss_(i, item);
-          // Synchronous: the step's gradient is the mean over its micro-batches. 2BW divides by
-          // the micro-batches of one update instead (the trainer's scale).
-          return value / (copy_of_ ? update_micro_batches_ : n);
+          return value / loss_divisor;
         };
         const int copy = copy_of_ ? copy_of_(s, i) : 0;
-        Slot slot;
+        Slot& slot = slots[s].at(instr.slot);
+        if (slot.output.defined())
+          throw Error(ErrorKind::Internal, "", "program",
+                      plan::to_string(instr) + ": activation slot " + std::to_string(instr.slot) +
+                          " of stage " + std::to_string(s) + " is still in use");
         if (train && sequences_[s]) {
           // A recomputation in the backward part uses this micro-batch's weight copy (kept in the
           // run), whatever copy_of would say then.
@@ -228,9 +260,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
               last ? StageSequence::LossFn(scaled_loss) : StageSequence::LossFn());
           slot.output = slot.run->output;
         } else {
-          if (s > 0 && train) input = input.detach().requires_grad_(true);
-          slot.input = input;
-          slot.output = forward_stage(s, input, copy);
+          torch::Tensor x = s > 0 && train ? input.detach().requires_grad_(true) : input;
+          if (train) slot.input = x;
+          slot.output = forward_stage(s, x, copy);
           if (last) slot.output = scaled_loss(slot.output);
         }
         const double took = ms_since(clock_start);
@@ -239,41 +271,30 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           ++stage_times_[s].forwards;
         }
         if (trace) trace->op(TraceOpKind::Forward, s, i, started, started + took);
-        if (last) {
-          batches.erase(i);
-        } else if (gpu_of(s + 1) == rank_) {
-          handover[{s, i}] = slot.output.detach();
-        }
-        if (s == 0 && !last) batches.erase(i);
-        if (train)
-          slots[{s, i}] = std::move(slot);
-        else if (gpu_of(std::min(s + 1, num_stages - 1)) != rank_)
-          slots[{s, i}] = Slot{{}, slot.output, nullptr};
+        if (last || s == 0) batches.erase(i);
+        if (!train && last) slot = Slot{};  // validation keeps nothing of the last stage
         break;
       }
+      case InstrKind::HandAct:
       case InstrKind::SendAct: {
-        auto it = slots.find({s, i});
-        transport_.post_send(instr.peer, {Direction::Activation, s, i}, it->second.output);
-        if (trace)
-          trace->sent(TraceTransferKind::Activation, s, i, instr.peer, bytes_of(it->second.output),
-                      trace->now_ms());
-        if (!train) slots.erase(it);
+        Slot& slot = slots[s].at(instr.slot);
+        if (instr.kind == InstrKind::HandAct) {
+          delivered[{false, s, i}] = slot.output.detach();
+        } else {
+          transport_.post_send(instr.peer, key_of(instr), slot.output);
+          if (trace)
+            trace->sent(TraceTransferKind::Activation, s, i, instr.peer, bytes_of(slot.output),
+                        trace->now_ms());
+        }
+        if (!train) slot = Slot{};  // validation: the output has gone
         break;
       }
       case InstrKind::Backward: {
-        if (!train) break;
-        Slot slot = std::move(slots.at({s, i}));
-        slots.erase({s, i});
+        Slot slot = std::move(slots[s].at(instr.slot));
+        slots[s][instr.slot] = Slot{};
         // The gradient from the next stage (none on the last), before the backward starts.
-        torch::Tensor grad;
-        if (!last && gpu_of(s + 1) == rank_) {
-          grad = grads.at({s, i});
-          grads.erase({s, i});
-        } else if (!last) {
-          grad = transport_.wait_recv(gpu_of(s + 1), {Direction::Gradient, s, i});
-          if (trace)
-            trace->received(TraceTransferKind::Gradient, s, i, gpu_of(s + 1), trace->now_ms());
-        }
+        const torch::Tensor grad =
+            last ? torch::Tensor() : take(delivered, {true, s, i}, instr, "its output's gradient");
         const auto clock_start = std::chrono::steady_clock::now();
         const double started = trace ? trace->now_ms() : 0;
         if (slot.run) {
@@ -281,14 +302,13 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
               *slot.run, last ? StageSequence::GradientFn()
                               : StageSequence::GradientFn([&grad]() { return grad; }));
           slot.run.reset();
-          if (s > 0) grads[{s - 1, i}] = delta;
+          if (s > 0) produced[{true, s - 1, i}] = delta;
         } else {
-          if (last) {
+          if (last)
             slot.output.backward();
-          } else {
+          else
             slot.output.backward(grad);
-          }
-          if (s > 0) grads[{s - 1, i}] = slot.input.grad();
+          if (s > 0) produced[{true, s - 1, i}] = slot.input.grad();
         }
         const double took = ms_since(clock_start);
         stage_times_[s].backward_ms += took;
@@ -298,64 +318,47 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (on_backward_) on_backward_(s, i);
         break;
       }
+      case InstrKind::HandGrad:
+        delivered[{true, s, i}] = take(produced, {true, s, i}, instr, "the gradient");
+        break;
       case InstrKind::SendGrad: {
-        if (!train) break;
-        auto it = grads.find({s, i});
-        transport_.post_send(instr.peer, {Direction::Gradient, s, i}, it->second);
+        const torch::Tensor grad = take(produced, {true, s, i}, instr, "the gradient");
+        transport_.post_send(instr.peer, key_of(instr), grad);
         if (trace)
-          trace->sent(TraceTransferKind::Gradient, s, i, instr.peer, bytes_of(it->second),
+          trace->sent(TraceTransferKind::Gradient, s, i, instr.peer, bytes_of(grad),
                       trace->now_ms());
-        grads.erase(it);
         break;
       }
-      case InstrKind::RecvAct:
-      case InstrKind::RecvGrad:
       case InstrKind::OptimizerStep:
-        break;  // receives are posted ahead (post_before); the caller steps the optimizers
+        if (!optimizer_step_)
+          throw Error(ErrorKind::Internal, "", "program",
+                      plan::to_string(instr) + ": the program steps optimizers but none is set");
+        optimizer_step_(s, i);
+        break;
     }
-    for (int j : free_after[k]) {
-      live_bytes -= receives->slots[j].bytes;
-      live.erase(j);
+    for (int b : free_after[k]) {
+      live_bytes -= buffers[b].bytes;
+      live.erase(b);
     }
   }
   transport_.wait_sends();
-  if (train && receives) arena_use_ = use;
+  if (train) arena_use_ = use;
   return loss;
 }
 
-void madpipe::runtime::PipelineExecutor::receive_buffers(Receives mode, int lookahead) {
-  if (lookahead < 0)
-    throw Error(ErrorKind::InvalidInput, "", "receive-lookahead",
-                "must be >= 0, got " + std::to_string(lookahead));
-  receives_ = mode;
-  lookahead_ = lookahead;
-  receive_plans_.clear();
-}
-
-const madpipe::plan::ReceivePlan& madpipe::runtime::PipelineExecutor::receive_plan(
-    const std::vector<Instr>& list, bool train) {
-  for (const PlannedReceives& planned : receive_plans_)
-    if (planned.train == train && planned.list == list) return planned.plan;
-  std::vector<std::int64_t> message_bytes;
-  for (std::size_t s = 0; s < output_shapes_.size(); ++s) {
-    std::int64_t numel = 1;
-    for (std::int64_t d : output_shapes_[s]) numel *= d;
-    message_bytes.push_back(numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[s])));
-  }
-  receive_plans_.push_back(
-      {list, train, plan::plan_receives(list, message_bytes, train, lookahead_)});
-  return receive_plans_.back().plan;
-}
-
-// A buffer for stage `stage`'s output: at `offset` in the arena, or its own allocation (-1).
-torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(int stage, std::int64_t offset) {
-  const auto options = torch::TensorOptions().dtype(output_dtypes_[stage]).device(device_);
-  if (offset < 0) return torch::empty(output_shapes_[stage], options);
-  std::int64_t numel = 1;
-  for (std::int64_t d : output_shapes_[stage]) numel *= d;
-  const std::int64_t bytes =
-      numel * static_cast<std::int64_t>(c10::elementSize(output_dtypes_[stage]));
-  return arena_.narrow(0, offset, bytes).view(output_dtypes_[stage]).view(output_shapes_[stage]);
+// A buffer for the message of a receive: at its offset in the arena, or its own allocation.
+torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(
+    const plan::Instr& instr, const plan::ReceiveBuffer& buffer) {
+  const auto& shape = output_shapes_.at(instr.stage);
+  const torch::Dtype dtype = output_dtypes_.at(instr.stage);
+  const auto options = torch::TensorOptions().dtype(dtype).device(device_);
+  if (buffer.offset < 0) return torch::empty(shape, options);
+  const std::int64_t bytes = message_bytes_.at(instr.stage);
+  if (bytes > buffer.bytes)
+    throw Error(ErrorKind::Internal, "", "program",
+                plan::to_string(instr) + ": a buffer of " + std::to_string(buffer.bytes) +
+                    " bytes for a message of " + std::to_string(bytes));
+  return arena_.narrow(0, buffer.offset, bytes).view(dtype).view(shape);
 }
 
 madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(

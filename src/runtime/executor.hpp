@@ -2,7 +2,6 @@
 
 #include "plan/plan.hpp"
 #include "plan/program.hpp"
-#include "plan/receive_plan.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/stage_sequence.hpp"
@@ -42,9 +41,15 @@ struct StepLoss {
   int count = 0;
 };
 
-// Runs the instructions of one rank (one GPU) for a training step: forwards and backwards of its
-// stages in program order, transfers through the transport, local hand-over between stages that
-// share the GPU. Gradients accumulate in the parameters; the optimizer step is the caller's.
+// Bytes of each stage's output message for one micro-batch (its gradient has the same size):
+// what lowering needs to place receive buffers (plan::LowerOptions::message_bytes).
+std::vector<std::int64_t> stage_message_bytes(const plan::Plan& plan, const LayerOutputs& outputs);
+
+// Runs the instructions of one rank (one GPU) of a lowered program (plan/program.hpp), each as it
+// says and nothing else: forwards and backwards of its stages, local hand-overs, sends, receives
+// posted into the buffers the program assigns, optimizer steps. Gradients accumulate in the
+// parameters; a program without optimizer steps leaves the step to the caller. The plan only
+// says which layers form a stage.
 // A stage with an operation sequence (Stage::sequence: rematerialization and offloading) runs it
 // in training: its forward part (up to Loss) at the stage's F of a micro-batch, the rest at its B,
 // keeping in between what the forward part stored (stage_sequence.hpp); validation runs plain
@@ -59,38 +64,38 @@ class PipelineExecutor {
   PipelineExecutor(ChainModel& model, const plan::Plan& plan, int rank, Transport& transport,
                    const LayerOutputs& outputs);
 
-  // `batch_of(i)` gives micro-batch i; each loss is divided by the number of micro-batches so
-  // that accumulated gradients equal those of the whole batch.
+  // Runs a training program (Program::train). `batch_of(i)` gives micro-batch i; each loss is
+  // divided by the micro-batches of one update (the program's, or all of them) so that
+  // accumulated gradients equal those of the whole batch. Throws Error{Internal} when the program
+  // contradicts itself (data used before it is delivered, a slot or buffer still in use).
   StepLoss run(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
-  // Forward only (validation): the same program's forwards and activation transfers.
+  // Runs a validation program (forwards only, lowered with LowerOptions::train = false).
   StepLoss evaluate(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
   std::vector<int> local_stages() const;
+  // stage_message_bytes of the plan and the model.
+  const std::vector<std::int64_t>& message_bytes() const noexcept { return message_bytes_; }
   const torch::Device& device() const noexcept { return device_; }
   std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
 
   // Asynchronous training with two weight versions (2BW): micro-batch i runs its forward and its
   // backward on stage s with weight copy copy_of(s, i) (0: the constructor's model, 1: `second`;
-  // called once, at the forward), and
-  // after_backward(stage, i) runs when the backward of micro-batch i on a local stage is done
-  // (the trainer updates weights there). on_loss(i, loss) reports each micro-batch's loss.
-  void use_two_weight_copies(ChainModel& second, int update_micro_batches,
-                             std::function<int(int, int)> copy_of,
+  // called once, at the forward), and after_backward(stage, i) runs when the backward of
+  // micro-batch i on a local stage is done. Programs then need their optimizer steps.
+  // on_loss(i, loss) reports each micro-batch's loss.
+  void use_two_weight_copies(ChainModel& second, std::function<int(int, int)> copy_of,
                              std::function<void(int, int)> after_backward);
+  // What an OptimizerStep instruction does: step(stage, update).
+  void on_optimizer_step(std::function<void(int, int)> step) { optimizer_step_ = std::move(step); }
   void on_loss(std::function<void(int, double)> callback) { on_loss_ = std::move(callback); }
   // on_backward(stage, i) runs when the backward of micro-batch i on a local stage is done (the
   // trainer starts a stage's gradient all-reduce after its last one).
   void on_backward(std::function<void(int, int)> callback) { on_backward_ = std::move(callback); }
 
-  // How receive buffers are made. Arena (the default): each receive is posted `lookahead` compute
-  // instructions before its use, into one arena at an offset planned for the whole step
-  // (schedule/receive_plan.hpp), so the rank's receive memory is fixed and unfragmented. Upfront:
-  // every receive of a step is posted at its start, each into its own allocation.
-  enum class Receives { Arena, Upfront };
-  void receive_buffers(Receives mode, int lookahead = 2);
-
   // What the receive buffers of the last training run used.
+  // Receive buffers come from the program: posted where it posts them, at the offsets it
+  // planned in one arena (or each in its own allocation).
   struct ArenaUse {
     std::int64_t planned_bytes = 0;     // the arena (0 when the offsets were not planned)
     std::int64_t high_water_bytes = 0;  // highest end of a buffer in use
@@ -113,34 +118,26 @@ class PipelineExecutor {
                    bool train);
   torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
-  const plan::ReceivePlan& receive_plan(const std::vector<plan::Instr>& list, bool train);
-  torch::Tensor receive_buffer(int stage, std::int64_t offset);
+  torch::Tensor receive_buffer(const plan::Instr& instr, const plan::ReceiveBuffer& buffer);
 
   ChainModel& model_;
   ChainModel* second_ = nullptr;
-  int update_micro_batches_ = 1;
   std::function<int(int, int)> copy_of_;
   std::function<void(int, int)> after_backward_;
   std::function<void(int, double)> on_loss_;
   std::function<void(int, int)> on_backward_;
+  std::function<void(int, int)> optimizer_step_;
   TraceRecorder* recorder_ = nullptr;
   const plan::Plan& plan_;
   int rank_;
   Transport& transport_;
   std::vector<std::vector<std::int64_t>> output_shapes_;  // per stage
   std::vector<torch::Dtype> output_dtypes_;
+  std::vector<std::int64_t> message_bytes_;  // per stage
   torch::Device device_ = torch::kCPU;
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
   std::vector<StageTime> stage_times_;
-  Receives receives_ = Receives::Arena;
-  int lookahead_ = 2;
-  struct PlannedReceives {
-    std::vector<plan::Instr> list;
-    bool train = true;
-    plan::ReceivePlan plan;
-  };
-  std::vector<PlannedReceives> receive_plans_;  // one per program run so far
-  torch::Tensor arena_;                         // bytes on device_
+  torch::Tensor arena_;  // bytes on device_
   ArenaUse arena_use_;
 };
 

@@ -24,10 +24,29 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 }  // namespace
 
-madpipe::runtime::PipelineExecutor::Receives receive_mode(const madpipe::runtime::TrainConfig& c) {
-  return c.receive_buffers == madpipe::runtime::ReceiveBuffers::Arena
-             ? madpipe::runtime::PipelineExecutor::Receives::Arena
-             : madpipe::runtime::PipelineExecutor::Receives::Upfront;
+madpipe::plan::LowerOptions lower_options(const madpipe::runtime::TrainConfig& c,
+                                          const madpipe::plan::Plan& plan,
+                                          const madpipe::runtime::LayerOutputs& outputs,
+                                          int micro_batches, bool train) {
+  madpipe::plan::LowerOptions options;
+  options.micro_batches = micro_batches;
+  options.train = train;
+  options.posting = c.receive_buffers == madpipe::runtime::ReceiveBuffers::Arena
+                        ? madpipe::plan::ReceivePosting::Arena
+                        : madpipe::plan::ReceivePosting::Upfront;
+  options.lookahead = c.receive_lookahead;
+  options.message_bytes = madpipe::runtime::stage_message_bytes(plan, outputs);
+  return options;
+}
+
+madpipe::plan::Program lower_checked(const madpipe::plan::Plan& plan,
+                                     const madpipe::plan::LowerOptions& options) {
+  madpipe::plan::Program program = madpipe::plan::lower(plan, options);
+  const std::string stuck = madpipe::plan::dry_run(program);
+  if (!stuck.empty())
+    throw madpipe::Error(madpipe::ErrorKind::Internal, "", "plan",
+                         "the lowered plan deadlocks:\n" + stuck);
+  return program;
 }
 
 void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
@@ -68,19 +87,14 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
   using namespace madpipe;
   auto p = std::make_unique<SyncPipeline>();
   p->plan = plan;
-  p->program = plan::lower(p->plan, c.micro_batches);
-  p->eval_program = plan::lower(p->plan, c.eval_micro_batches);
-  for (const plan::Program* program : {&p->program, &p->eval_program}) {
-    const std::string stuck = plan::dry_run(*program);
-    if (!stuck.empty())
-      throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
-  }
+  p->program = lower_checked(p->plan, lower_options(c, p->plan, outputs, c.micro_batches, true));
+  p->eval_program =
+      lower_checked(p->plan, lower_options(c, p->plan, outputs, c.eval_micro_batches, false));
   const int rank = groups.layout().position;
   p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()),
                                              c.transfer_timeout, groups.pipeline());
   p->executor =
       std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
-  p->executor->receive_buffers(receive_mode(c), c.receive_lookahead);
   if (groups.layout().replicas > 1) {
     p->averager = std::make_unique<runtime::GradientAverager>(
         groups.replicas(), groups.layout().replicas, static_cast<int>(p->plan.stages.size()),

@@ -34,8 +34,13 @@ struct SyncPipeline {
   std::unique_ptr<GradientAverager> averager;
 };
 
-// --receive-buffers; throws Error{InvalidInput} for an unknown value.
-PipelineExecutor::Receives receive_mode(const TrainConfig& c);
+// How the trainer lowers a plan: --receive-buffers and --receive-lookahead, receive buffers sized
+// for the model's stage outputs; a validation program (train = false) runs forwards only.
+plan::LowerOptions lower_options(const TrainConfig& c, const plan::Plan& plan,
+                                 const LayerOutputs& outputs, int micro_batches, bool train);
+
+// Lowers and dry-runs: throws Error{Internal} when the program of the plan would deadlock.
+plan::Program lower_checked(const plan::Plan& plan, const plan::LowerOptions& options);
 
 // Collective: each pipeline rank's receive arena after a step, printed by rank 0.
 void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout& layout,

@@ -97,6 +97,7 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
                               const madpipe::plan::Plan& plan,
                               const madpipe::runtime::ModelConfig& model_config,
+                              const madpipe::runtime::LayerOutputs& outputs,
                               madpipe::runtime::PipelineExecutor& executor,
                               const madpipe::runtime::DataSource& data,
                               const std::function<void(const std::string&)>& say) {
@@ -120,10 +121,9 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
   release_other_layers(second, plan, rank);
-  const plan::Program program = plan::lower(plan, c.steps * m);
-  const std::string stuck = plan::dry_run(program);
-  if (!stuck.empty())
-    throw Error(ErrorKind::Internal, "", "plan", "the lowered plan deadlocks:\n" + stuck);
+  plan::LowerOptions options = runtime::lower_options(c, plan, outputs, c.steps * m, true);
+  options.update_micro_batches = m;
+  const plan::Program program = runtime::lower_checked(plan, options);
   say("2bw: " + std::to_string(c.steps) + " updates of " + std::to_string(m) +
       " micro-batches without a flush; two weight versions per stage");
   std::ofstream metrics;
@@ -241,9 +241,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       std::unique_ptr<Transport> transport =
           make_mpi_transport(static_cast<int>(first_plan.stages.size()), c.transfer_timeout);
       PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
-      executor.receive_buffers(receive_mode(c), c.receive_lookahead);
       release_other_layers(model, first_plan, rank);
-      return train_two_weight_versions(c, first_plan, model_config, executor, *data, say);
+      return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data, say);
     }
     const ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const int position = groups.layout().position;
@@ -327,7 +326,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         return on_device(data->micro_batch(step, first_micro_batch + i, false), device);
       });
       if (pipeline->averager) pipeline->averager->finish();
-      if (step == first_step && receive_mode(c) == PipelineExecutor::Receives::Arena)
+      if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena)
         report_receive_arena(*pipeline->executor, groups.layout(), say);
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);

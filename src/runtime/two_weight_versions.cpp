@@ -14,8 +14,9 @@ madpipe::runtime::TwoWeightVersions::TwoWeightVersions(PipelineExecutor& executo
     newest_[s] = std::move(newest);
   }
   executor.use_two_weight_copies(
-      second, m_, [this](int stage, int i) { return copy_of(stage, i); },
-      [this](int stage, int i) { after_backward(stage, i); });
+      second, [this](int stage, int i) { return copy_of(stage, i); },
+      [this](int stage, int i) { in_flight_[stage].erase(i); });
+  executor.on_optimizer_step([this](int stage, int generation) { update(stage, generation); });
   // Both copies start as W(0): copy 1 serves generation 0 (as W(-1)), copy 0 generation 1.
   torch::NoGradGuard no_grad;
   for (int s : executor.local_stages()) {
@@ -30,11 +31,7 @@ int madpipe::runtime::TwoWeightVersions::copy_of(int stage, int micro_batch) {
   return (micro_batch / m_ + 1) % 2;
 }
 
-void madpipe::runtime::TwoWeightVersions::after_backward(int stage, int micro_batch) {
-  in_flight_[stage].erase(micro_batch);
-  const int generation = micro_batch / m_;
-  if (++done_[{stage, generation}] < m_) return;
-  done_.erase({stage, generation});
+void madpipe::runtime::TwoWeightVersions::update(int stage, int generation) {
   // W(g+1) = W(g) - step(gradient of generation g), written into the copy generation g used.
   const int copy = (generation + 1) % 2;
   for (int i : in_flight_[stage])

@@ -18,7 +18,8 @@ namespace madpipe::runtime {
 // the stage computes W(g+1) = W(g) - optimizer(gradient of generation g). With m >= NCA no
 // micro-batch of generation g+1 starts before generation g-1 is done, so exactly two versions
 // are alive: they live in two model copies, micro-batch i using copy (i/m + 1) mod 2. The
-// optimizer keeps its own copy of the newest version (and its state).
+// optimizer keeps its own copy of the newest version (and its state). The updates are the
+// program's OptimizerStep instructions (lowered with LowerOptions::update_micro_batches = m).
 class TwoWeightVersions {
  public:
   using OptimizerFactory =
@@ -33,14 +34,13 @@ class TwoWeightVersions {
 
  private:
   int copy_of(int stage, int micro_batch);
-  void after_backward(int stage, int micro_batch);
+  void update(int stage, int generation);
 
   PipelineExecutor& executor_;
   int m_;
   std::map<int, std::vector<torch::Tensor>> newest_;  // stage -> newest version
   std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers_;
-  std::map<std::pair<int, int>, int> done_;  // (stage, generation) -> backwards done
-  std::map<int, std::set<int>> in_flight_;   // stage -> its micro-batches between F and B
+  std::map<int, std::set<int>> in_flight_;  // stage -> its micro-batches between F and B
   int updates_ = 0;
 };
 

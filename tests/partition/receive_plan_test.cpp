@@ -33,7 +33,7 @@ TEST(ReceivePlan, ActivationsLiveFromTheirPostToTheBackward) {
   const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 0);
   ASSERT_EQ(plan.slots.size(), 3u);
   EXPECT_EQ(plan.slots[1].instr, 4);
-  EXPECT_EQ(plan.slots[1].post_before, 5);  // no lookahead: right before F1.1
+  EXPECT_EQ(plan.slots[1].post_before, 4);  // no lookahead: right before it is waited for
   EXPECT_EQ(plan.slots[1].last_use, 6);     // B1.1
   EXPECT_EQ(plan.slots[1].bytes, 1024);     // rounded up to the alignment
   // The lifetimes are disjoint: one slot serves all three.
@@ -71,6 +71,23 @@ TEST(ReceivePlan, GradientsLiveUntilTheirBackward) {
   EXPECT_EQ(plan.arena_bytes(), 1024);
   // Validation programs receive no gradient.
   EXPECT_TRUE(mplan::plan_receives(list_of(first_stage), {512, 512}, false, 1).slots.empty());
+}
+
+// A peer sends the activation of stage 0 before that of stage 2; the rank needs them the other
+// way round. Posting follows the sender (one order per GPU pair): stage 0's is posted first.
+TEST(ReceivePlan, ReceivesFromAPeerArePostedInItsSendingOrder) {
+  std::vector<mplan::Instr> list =
+      list_of({"RECV_ACT2.0<0", "F3.0", "F3.1", "RECV_ACT0.0<0", "F1.0"});
+  list[0].sequence = 1;
+  list[3].sequence = 0;
+  const mplan::ReceivePlan plan = mplan::plan_receives(list, {64, 64, 64, 64}, false, 0);
+  ASSERT_EQ(plan.slots.size(), 2u);
+  EXPECT_EQ(plan.slots[0].post_before, 0);
+  EXPECT_EQ(plan.slots[1].post_before, 0);  // not 3: it comes first from peer 0
+  EXPECT_EQ(plan.arena_bytes(), 512);       // both live at once
+  // Without sequence numbers the list order is the sending order.
+  list[0].sequence = list[3].sequence = -1;
+  EXPECT_EQ(mplan::plan_receives(list, {64, 64, 64, 64}, false, 0).slots[1].post_before, 3);
 }
 
 TEST(ReceivePlan, AReceiveNobodyUsesIsAnError) {

@@ -144,7 +144,10 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
-  const mplan::Program program = mplan::lower(plan, generations * m);
+  mplan::LowerOptions lowering;
+  lowering.micro_batches = generations * m;
+  lowering.update_micro_batches = m;  // the updates are the program's optimizer steps
+  const mplan::Program program = mplan::lower(plan, lowering);
   EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
   auto make_sgd =

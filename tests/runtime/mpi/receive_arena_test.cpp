@@ -24,7 +24,7 @@ struct Outcome {
   mr::PipelineExecutor::ArenaUse use;
 };
 
-Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule schedule, int steps,
+Outcome train_with(mplan::ReceivePosting posting, int lookahead, Schedule schedule, int steps,
                    int micro_batches) {
   mr::ModelConfig config = small_config("mlp", 5);
   std::unique_ptr<mr::DataSource> data = data_for(config);
@@ -36,11 +36,17 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
     gpus.push_back(l % world_size());
   }
   const mplan::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, nullptr);
-  const mplan::Program program = mplan::lower(plan, micro_batches);
   auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
-  executor.receive_buffers(mode, lookahead);
+  mplan::LowerOptions lowering;
+  lowering.micro_batches = micro_batches;
+  lowering.posting = posting;
+  lowering.lookahead = lookahead;
+  lowering.message_bytes = executor.message_bytes();
+  const mplan::Program program = mplan::lower(plan, lowering);
+  lowering.train = false;
+  const mplan::Program validation = mplan::lower(plan, lowering);
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   for (int s : executor.local_stages())
     optimizers.push_back(std::make_unique<torch::optim::SGD>(executor.stage_parameters(s),
@@ -49,7 +55,7 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
     for (auto& o : optimizers) o->zero_grad();
     executor.run(program, [&](int i) { return data->micro_batch(step, i, false); });
     for (auto& o : optimizers) o->step();
-    executor.evaluate(program, [&](int i) { return data->micro_batch(step, i, true); });
+    executor.evaluate(validation, [&](int i) { return data->micro_batch(step, i, true); });
   }
   Outcome out;
   for (int s : executor.local_stages())
@@ -63,10 +69,8 @@ Outcome train_with(mr::PipelineExecutor::Receives mode, int lookahead, Schedule 
 TEST(ReceiveArena, TrainsLikeReceivesPostedUpFront) {
   for (Schedule schedule : {Schedule::OneFOneBStar, Schedule::GPipe}) {
     for (int lookahead : {0, 1, 3}) {
-      const Outcome upfront =
-          train_with(mr::PipelineExecutor::Receives::Upfront, 0, schedule, 2, 6);
-      const Outcome arena =
-          train_with(mr::PipelineExecutor::Receives::Arena, lookahead, schedule, 2, 6);
+      const Outcome upfront = train_with(mplan::ReceivePosting::Upfront, 0, schedule, 2, 6);
+      const Outcome arena = train_with(mplan::ReceivePosting::Arena, lookahead, schedule, 2, 6);
       ASSERT_EQ(upfront.weights.size(), arena.weights.size());
       for (std::size_t p = 0; p < arena.weights.size(); ++p)
         EXPECT_TRUE(torch::equal(upfront.weights[p], arena.weights[p]))

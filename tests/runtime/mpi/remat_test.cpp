@@ -190,7 +190,10 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   }
   // Validation runs plain forwards on stages with sequences.
   auto eval_batch = [&](int i) { return data->micro_batch(0, i, true); };
-  const mr::StepLoss evaluated = executor.evaluate(program, eval_batch);
+  mplan::LowerOptions forwards;
+  forwards.micro_batches = micro_batches;
+  forwards.train = false;
+  const mr::StepLoss evaluated = executor.evaluate(mplan::lower(plan, forwards), eval_batch);
   if (evaluated.count > 0) {
     torch::NoGradGuard no_grad;
     double expected = 0;
@@ -408,7 +411,10 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
   const int m = std::max(3, *std::max_element(nca.begin(), nca.end()));
-  const mplan::Program program = mplan::lower(plan, generations * m);
+  mplan::LowerOptions lowering;
+  lowering.micro_batches = generations * m;
+  lowering.update_micro_batches = m;  // the updates are the program's optimizer steps
+  const mplan::Program program = mplan::lower(plan, lowering);
   EXPECT_EQ(mplan::dry_run(program), "");
   auto batch_of = [&](int i) { return data.micro_batch(i / m + 1, i % m, false); };
   auto make_sgd =
