@@ -1,21 +1,48 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages that madpipe (planner, runtime, CLI, tests) builds against,
-# clang for launch/sanitize.sh and launch/fuzz.sh, and clang-format for launch/format.sh.
-# Skips apt entirely when every package is already installed. Used by launch/quickstart.sh and
-# .ci/run.
+# clang for launch/sanitize.sh and launch/fuzz.sh, and clang-format for launch/format.sh; then
+# PyTorch (whose LibTorch the runtime builds against) and numpy from PyPI into .venv/ at the
+# repository root. Skips apt when every package is already installed, and pip when .venv/ has the
+# wanted torch. Used by launch/quickstart.sh and .ci/run.
+#
+#   MADPIPE_TORCH=torch==2.15.0   the pip requirement for PyTorch (the default wheel is
+#                                 CUDA-enabled; it runs on machines without a GPU too)
 set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+torch_requirement=${MADPIPE_TORCH:-torch==2.15.0}
 
 packages=(
   build-essential cmake ninja-build ccache
   nlohmann-json3-dev libboost-program-options-dev
   libgtest-dev libbenchmark-dev
   coinor-libcbc-dev libglpk-dev
-  libtorch-dev libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev clang-format
 )
 
 is_installed() {
   dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
+}
+
+# PyTorch in .venv/: CMake finds its LibTorch there (CMakeLists.txt).
+install_torch() {
+  local venv=$repo/.venv
+  if [[ -x $venv/bin/python ]] &&
+    "$venv/bin/python" - "$torch_requirement" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+name, _, wanted = sys.argv[1].partition("==")
+have = version(name)
+sys.exit(0 if not wanted or have == wanted else 1)
+PY
+    echo "install-deps: $torch_requirement is installed in .venv/"
+    return
+  fi
+  echo "install-deps: installing $torch_requirement and numpy into .venv/ (a few GB)"
+  [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$torch_requirement" numpy
+  echo "install-deps: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
 }
 
 missing=()
@@ -24,6 +51,7 @@ for package in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
+  install_torch
   exit 0
 fi
 
@@ -43,3 +71,4 @@ echo "install-deps: installing ${missing[*]}"
 as_root apt-get update
 as_root env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${packages[@]}"
+install_torch

@@ -99,11 +99,13 @@ bool madpipe::runtime::MemoryMeter::counting() const {
 
 #ifdef MADPIPE_WITH_CUDA
 namespace {
-// Index 0 of the per-pool statistics is the aggregate over all pools.
-const c10::cuda::CUDACachingAllocator::Stat& cuda_allocated(const c10::Device& device) {
-  static thread_local c10::cuda::CUDACachingAllocator::DeviceStats stats;
-  stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-  return stats.allocated_bytes[0];
+// Bytes allocated on the device now, or at most since the last reset. Index 0 of the per-pool
+// statistics is the aggregate over all pools.
+std::int64_t cuda_allocated(const c10::Device& device, bool peak) {
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  const auto& allocated = stats.allocated_bytes[0];
+  return peak ? allocated.peak : allocated.current;
 }
 }  // namespace
 #endif
@@ -111,7 +113,7 @@ const c10::cuda::CUDACachingAllocator::Stat& cuda_allocated(const c10::Device& d
 std::int64_t madpipe::runtime::MemoryMeter::current_bytes() const {
   if (device_.is_cpu()) return g_cpu_current.load();
 #ifdef MADPIPE_WITH_CUDA
-  if (device_.is_cuda()) return cuda_allocated(device_).current;
+  if (device_.is_cuda()) return cuda_allocated(device_, false);
 #endif
   return 0;
 }
@@ -119,7 +121,7 @@ std::int64_t madpipe::runtime::MemoryMeter::current_bytes() const {
 std::int64_t madpipe::runtime::MemoryMeter::peak_bytes() const {
   if (device_.is_cpu()) return g_cpu_peak.load();
 #ifdef MADPIPE_WITH_CUDA
-  if (device_.is_cuda()) return cuda_allocated(device_).peak;
+  if (device_.is_cuda()) return cuda_allocated(device_, true);
 #endif
   return 0;
 }
