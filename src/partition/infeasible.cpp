@@ -92,8 +92,7 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   int largest = 0;
   std::int64_t largest_bytes = -1;
   for (int l = 0; l < costs.num_layers(); ++l) {
-    const schedule::StageMemory terms = schedule::stage_memory(costs, l, l, platform);
-    const std::int64_t layer_bytes = terms.total(1) - terms.buffers;
+    const std::int64_t layer_bytes = schedule::layer_alone_bytes(costs, l, platform);
     if (layer_bytes > largest_bytes) {
       largest_bytes = layer_bytes;
       largest = l;

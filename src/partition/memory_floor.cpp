@@ -247,7 +247,8 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
     for (int l = 0; l < L; ++l) {
       const madpipe::schedule::StageMemory layer =
           madpipe::schedule::stage_memory(costs, l, l, platform);
-      largest_layer = std::max(largest_layer, layer.total(1) - layer.buffers);
+      largest_layer =
+          std::max(largest_layer, madpipe::schedule::layer_alone_bytes(costs, l, platform));
       everything += layer.weights + layer.stored;
     }
     const std::int64_t spread = (everything + platform.gpus - 1) / platform.gpus;

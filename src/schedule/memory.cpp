@@ -104,6 +104,13 @@ madpipe::schedule::StageMemory madpipe::schedule::stage_memory(const ChainCosts&
                      last + 1 < costs.num_layers() ? costs.activation_bytes(last) : 0, platform);
 }
 
+std::int64_t madpipe::schedule::layer_alone_bytes(const ChainCosts& costs, int layer,
+                                                  const Platform& platform) {
+  StageMemory terms = stage_memory(costs, layer, layer, platform);
+  terms.buffers = 0;
+  return terms.total(1);
+}
+
 madpipe::schedule::StageMemory madpipe::schedule::stage_memory(const std::vector<Stage>& stages,
                                                                int s, const Platform& platform) {
   const Stage& stage = stages[s];

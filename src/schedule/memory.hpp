@@ -55,6 +55,11 @@ struct StageMemory {
 // output sent unless it starts or ends the chain.
 StageMemory stage_memory(const ChainCosts& costs, int first, int last, const Platform& platform);
 
+// Layer l with its neighbours on the same GPU (no buffers) and one micro-batch in flight: its
+// weights times the copies, what one micro-batch keeps, its workspace. No GPU that holds the
+// layer needs less without rematerialization.
+std::int64_t layer_alone_bytes(const ChainCosts& costs, int layer, const Platform& platform);
+
 // Stage s of `stages` as it stands (rematerialization applied): buffers for the neighbours on
 // other GPUs only.
 StageMemory stage_memory(const std::vector<Stage>& stages, int s, const Platform& platform);

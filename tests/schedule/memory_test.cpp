@@ -42,6 +42,8 @@ TEST(StageMemory, TermsOfAStageAloneOnItsGpu) {
   EXPECT_EQ(whole.buffers, 0);
   EXPECT_EQ(whole.workspace, 3000);
   EXPECT_EQ(whole.stored, 5 + 1000 + 10 + 20);
+  // The middle layer with its neighbours on its GPU: no buffers, one micro-batch in flight.
+  EXPECT_EQ(ms::layer_alone_bytes(costs, 1, platform), 400 + 10 + 3000);
 }
 
 TEST(StageMemory, PlannedStagesAndChainRangesGiveTheSameTerms) {
