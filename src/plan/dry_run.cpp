@@ -46,8 +46,8 @@ std::string check_message_orders(const Program& program) {
                  std::to_string(post.sequence) + ")\n";
       }
       if (sends.size() > posts.size())
-        return "messages sent but never received: " + pair + ": " +
-               std::to_string(sends.size()) + " sent, " + std::to_string(posts.size()) +
+        return "messages sent but never received: " + pair + ": " + std::to_string(sends.size()) +
+               " sent, " + std::to_string(posts.size()) +
                " receives posted (first unreceived: " + to_string(*sends[posts.size()]) + ")\n";
       if (posts.size() > sends.size())
         return "receives posted for messages never sent: " + pair + ": " +
@@ -77,8 +77,8 @@ std::string dry_run(const Program& program) {
   if (!order.empty()) return order;
   const int gpus = static_cast<int>(program.per_gpu.size());
   const int num_stages = static_cast<int>(program.slots.size());  // 0: deliveries not checked
-  using Data = std::tuple<bool, int, int>;               // (gradient, stage, micro-batch)
-  using Message = std::tuple<bool, int, int, int, int>;  // ... from, to
+  using Data = std::tuple<bool, int, int>;                        // (gradient, stage, micro-batch)
+  using Message = std::tuple<bool, int, int, int, int>;           // ... from, to
   std::vector<std::size_t> pc(gpus, 0);
   std::vector<std::set<Data>> posted(gpus), delivered(gpus);
   std::set<Message> in_flight;
@@ -145,7 +145,8 @@ std::string dry_run(const Program& program) {
   if (done && in_flight.empty()) return "";
   std::ostringstream report;
   report << (done ? "messages sent but never received" : "program deadlocks") << ":\n";
-  for (int g = 0; g < gpus; ++g) report << "gpu " << g << ": " << where(program.per_gpu[g], pc[g]) << '\n';
+  for (int g = 0; g < gpus; ++g)
+    report << "gpu " << g << ": " << where(program.per_gpu[g], pc[g]) << '\n';
   return report.str();
 }
 

@@ -33,7 +33,8 @@ void check_options(const LowerOptions& options, int num_stages) {
   if (options.lookahead < 0)
     bad("receive-lookahead", "must be >= 0, got " + std::to_string(options.lookahead));
   if (options.update_micro_batches < 0)
-    bad("update micro-batches", "must be >= 0, got " + std::to_string(options.update_micro_batches));
+    bad("update micro-batches",
+        "must be >= 0, got " + std::to_string(options.update_micro_batches));
   if (!options.message_bytes.empty() &&
       static_cast<int>(options.message_bytes.size()) != num_stages)
     bad("message bytes", "one size per stage: " + std::to_string(options.message_bytes.size()) +
@@ -74,8 +75,8 @@ std::vector<Instr> compute_list(const Plan& plan, const LowerOptions& options, i
   const int num_stages = static_cast<int>(plan.stages.size());
   const int m = options.update_micro_batches;
   std::vector<std::set<int>> free_slots(num_stages);
-  std::map<std::pair<int, int>, int> slot_of;     // (stage, micro-batch) -> slot
-  std::map<std::pair<int, int>, int> backwards;   // (stage, update) -> backwards done
+  std::map<std::pair<int, int>, int> slot_of;    // (stage, micro-batch) -> slot
+  std::map<std::pair<int, int>, int> backwards;  // (stage, update) -> backwards done
   auto take_slot = [&](int s) {
     if (free_slots[s].empty()) return program.slots[s]++;
     const int slot = *free_slots[s].begin();
@@ -149,9 +150,9 @@ void number_messages(std::vector<std::vector<Instr>>& lists) {
         auto it = sequence_of.find(
             {instr.kind == InstrKind::RecvGrad, instr.stage, instr.micro_batch, instr.peer, g});
         if (it == sequence_of.end())
-          throw Error(ErrorKind::Internal, "", "program",
-                      "gpu " + std::to_string(g) + " receives " + to_string(instr) +
-                          " that nobody sends");
+          throw Error(
+              ErrorKind::Internal, "", "program",
+              "gpu " + std::to_string(g) + " receives " + to_string(instr) + " that nobody sends");
         instr.sequence = it->second;
       }
 }
@@ -160,12 +161,11 @@ void number_messages(std::vector<std::vector<Instr>>& lists) {
 // buffers.
 void post_receives(const LowerOptions& options, int g, std::vector<Instr> list, Program& program) {
   const bool placed = options.posting == ReceivePosting::Arena && !options.message_bytes.empty();
-  const std::vector<std::int64_t> bytes =
-      options.message_bytes.empty() ? std::vector<std::int64_t>(program.slots.size(), 0)
-                                    : options.message_bytes;
-  const int lookahead = options.posting == ReceivePosting::Upfront
-                            ? std::numeric_limits<int>::max()
-                            : options.lookahead;
+  const std::vector<std::int64_t> bytes = options.message_bytes.empty()
+                                              ? std::vector<std::int64_t>(program.slots.size(), 0)
+                                              : options.message_bytes;
+  const int lookahead = options.posting == ReceivePosting::Upfront ? std::numeric_limits<int>::max()
+                                                                   : options.lookahead;
   const ReceivePlan receives =
       plan_receives(list, bytes, options.train, lookahead, placed ? options.max_placed : 0);
   const int n = static_cast<int>(list.size());
@@ -185,7 +185,8 @@ void post_receives(const LowerOptions& options, int g, std::vector<Instr> list, 
     });
     for (int j : posts) {
       Instr post = list[receives.slots[j].instr];
-      post.kind = post.kind == InstrKind::RecvAct ? InstrKind::PostRecvAct : InstrKind::PostRecvGrad;
+      post.kind =
+          post.kind == InstrKind::RecvAct ? InstrKind::PostRecvAct : InstrKind::PostRecvGrad;
       buffers[j].post = static_cast<int>(out.size());
       out.push_back(post);
     }
@@ -197,7 +198,8 @@ void post_receives(const LowerOptions& options, int g, std::vector<Instr> list, 
     buffers[j].bytes = receives.slots[j].bytes;
     buffers[j].last_use = new_index[receives.slots[j].last_use];
   }
-  program.arena_bytes[g] = receives.slots.empty() || !receives.placed() ? 0 : receives.arena_bytes();
+  program.arena_bytes[g] =
+      receives.slots.empty() || !receives.placed() ? 0 : receives.arena_bytes();
 }
 
 }  // namespace
