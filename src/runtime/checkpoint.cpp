@@ -53,18 +53,21 @@ fs::path madpipe::runtime::checkpoint_plan_path(const std::string& dir, int step
 }
 
 void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
-                                  const std::vector<torch::Tensor>& parameters,
-                                  torch::optim::Optimizer* optimizer) {
+                                  const StageState& state) {
   fs::create_directories(checkpoint_dir(dir, step));
   torch::serialize::OutputArchive archive;
   archive.write("step", torch::tensor(static_cast<std::int64_t>(step)));
-  archive.write("parameters", torch::tensor(static_cast<std::int64_t>(parameters.size())));
-  for (std::size_t i = 0; i < parameters.size(); ++i)
-    archive.write("parameter" + std::to_string(i), parameters[i].detach().cpu());
-  if (optimizer) {
-    torch::serialize::OutputArchive state;
-    optimizer->save(state);
-    archive.write("optimizer", state);
+  for (const auto& [kind, tensors] :
+       {std::pair{"parameter", &state.parameters}, std::pair{"buffer", &state.buffers}}) {
+    archive.write(std::string(kind) + "s",
+                  torch::tensor(static_cast<std::int64_t>(tensors->size())));
+    for (std::size_t i = 0; i < tensors->size(); ++i)
+      archive.write(kind + std::to_string(i), (*tensors)[i].detach().cpu());
+  }
+  if (state.optimizer) {
+    torch::serialize::OutputArchive optimizer;
+    state.optimizer->save(optimizer);
+    archive.write("optimizer", optimizer);
   }
   const fs::path target = stage_file(dir, step, stage);
   const fs::path tmp = target.string() + ".tmp";
@@ -94,37 +97,42 @@ std::string madpipe::runtime::verify_stage(const std::string& dir, int step, int
 }
 
 void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
-                                  const std::vector<torch::Tensor>& parameters,
-                                  torch::optim::Optimizer* optimizer) {
+                                  const StageState& state, const torch::Device& device) {
   const fs::path file = stage_file(dir, step, stage);
   const std::string problem = verify_stage(dir, step, stage);
   if (!problem.empty()) throw Error(ErrorKind::Io, file.string(), "", problem);
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(file.string());
+    archive.load_from(file.string(), device);
   } catch (const c10::Error& e) {
     throw Error(ErrorKind::Io, file.string(), "",
                 std::string("cannot read checkpoint: ") + e.what_without_backtrace());
   }
-  torch::Tensor count;
-  archive.read("parameters", count);
-  if (count.item<std::int64_t>() != static_cast<std::int64_t>(parameters.size()))
-    throw Error(ErrorKind::InvalidInput, file.string(), "parameters",
-                "the checkpoint holds " + std::to_string(count.item<std::int64_t>()) +
-                    " tensors but the stage has " + std::to_string(parameters.size()));
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
-    torch::Tensor value;
-    archive.read("parameter" + std::to_string(i), value);
-    if (!value.sizes().equals(parameters[i].sizes()))
-      throw Error(ErrorKind::InvalidInput, file.string(), "parameter" + std::to_string(i),
-                  "shape differs from the model's");
-    parameters[i].copy_(value);
+  for (const auto& [kind, tensors] :
+       {std::pair{"parameter", &state.parameters}, std::pair{"buffer", &state.buffers}}) {
+    const std::string field = std::string(kind) + "s";
+    torch::Tensor count;
+    if (!archive.try_read(field, count))
+      throw Error(ErrorKind::InvalidInput, file.string(), field,
+                  "missing (a checkpoint of an older madpipe, without the stage's " + field + "?)");
+    if (count.item<std::int64_t>() != static_cast<std::int64_t>(tensors->size()))
+      throw Error(ErrorKind::InvalidInput, file.string(), field,
+                  "the checkpoint holds " + std::to_string(count.item<std::int64_t>()) + " " +
+                      field + " but the stage has " + std::to_string(tensors->size()));
+    for (std::size_t i = 0; i < tensors->size(); ++i) {
+      torch::Tensor value;
+      archive.read(kind + std::to_string(i), value);
+      if (!value.sizes().equals((*tensors)[i].sizes()))
+        throw Error(ErrorKind::InvalidInput, file.string(), kind + std::to_string(i),
+                    "shape differs from the model's");
+      (*tensors)[i].copy_(value);
+    }
   }
-  if (optimizer) {
-    torch::serialize::InputArchive state;
-    archive.read("optimizer", state);
-    optimizer->load(state);
+  if (state.optimizer) {
+    torch::serialize::InputArchive optimizer;
+    archive.read("optimizer", optimizer);
+    state.optimizer->load(optimizer);
   }
 }
 

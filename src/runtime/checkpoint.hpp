@@ -16,16 +16,23 @@ namespace madpipe::runtime {
 //   complete           written by rank 0 once every rank saved: the checkpoint is whole
 // Every file is written to a temporary name and renamed. <dir>/checkpoints/latest names the newest
 // complete checkpoint.
-void save_stage(const std::string& dir, int step, int stage,
-                const std::vector<torch::Tensor>& parameters, torch::optim::Optimizer* optimizer);
+// What a stage keeps from step to step: its weights, its buffers (batch-norm running
+// statistics) and its optimizer (null: none).
+struct StageState {
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> buffers;
+  torch::optim::Optimizer* optimizer = nullptr;
+};
+
+void save_stage(const std::string& dir, int step, int stage, const StageState& state);
 // Empty when stage-<s>.pt of step k is whole (present, checksum present and equal); else what is
 // wrong, naming the file.
 std::string verify_stage(const std::string& dir, int step, int stage);
-// Loads a stage's weights and optimizer state after verifying its checksum; throws Error{Io}
-// naming the file when missing, damaged or unreadable, Error{InvalidInput} when it does not match
-// the stage.
-void load_stage(const std::string& dir, int step, int stage,
-                const std::vector<torch::Tensor>& parameters, torch::optim::Optimizer* optimizer);
+// Loads a stage's weights, buffers and optimizer state onto `device` (the rank's, whichever
+// device saved them) after verifying its checksum; throws Error{Io} naming the file when
+// missing, damaged or unreadable, Error{InvalidInput} when it does not match the stage.
+void load_stage(const std::string& dir, int step, int stage, const StageState& state,
+                const torch::Device& device);
 
 // Rank 0, after every rank saved: `complete` in the step's directory, then `latest`.
 void mark_complete(const std::string& dir, int step);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <tuple>
+#include <utility>
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
@@ -95,6 +96,10 @@ std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
   return out;
 }
 
+std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_buffers(int stage) const {
+  return model_.buffers(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
+}
+
 std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage,
                                                                                 int copy) const {
   const ChainModel& model = copy == 1 && second_ ? *second_ : model_;
@@ -125,6 +130,19 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::run(
 madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::evaluate(
     const plan::Program& program, const std::function<Batch(int)>& batch_of) {
   torch::NoGradGuard no_grad;
+  std::vector<std::pair<torch::nn::Module*, bool>> modes;  // each local layer's mode before
+  for (int s : local_stages())
+    for (int l = plan_.stages[s].first_layer; l <= plan_.stages[s].last_layer; ++l) {
+      torch::nn::Module* layer = model_.layers[l].ptr().get();
+      modes.emplace_back(layer, layer->is_training());
+      layer->eval();
+    }
+  struct RestoreModes {
+    std::vector<std::pair<torch::nn::Module*, bool>>& modes;
+    ~RestoreModes() {
+      for (auto& [layer, training] : modes) layer->train(training);
+    }
+  } restore{modes};
   return execute(program, batch_of, false);
 }
 

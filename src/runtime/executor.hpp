@@ -70,7 +70,9 @@ class PipelineExecutor {
   // contradicts itself (data used before it is delivered, a slot or buffer still in use).
   StepLoss run(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
-  // Runs a validation program (forwards only, lowered with LowerOptions::train = false).
+  // Runs a validation program (forwards only, lowered with LowerOptions::train = false) with the
+  // local stages in evaluation mode (batch norm uses and keeps its running statistics; dropout is
+  // off) and no autograd; each layer's mode is restored afterwards.
   StepLoss evaluate(const plan::Program& program, const std::function<Batch(int)>& batch_of);
 
   std::vector<int> local_stages() const;
@@ -78,6 +80,7 @@ class PipelineExecutor {
   const std::vector<std::int64_t>& message_bytes() const noexcept { return message_bytes_; }
   const torch::Device& device() const noexcept { return device_; }
   std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
+  std::vector<torch::Tensor> stage_buffers(int stage) const;
 
   // Asynchronous training with two weight versions (2BW): micro-batch i runs its forward and its
   // backward on stage s with weight copy copy_of(s, i) (0: the constructor's model, 1: `second`;

@@ -131,6 +131,13 @@ std::vector<torch::Tensor> madpipe::runtime::ChainModel::parameters(int first, i
   return out;
 }
 
+std::vector<torch::Tensor> madpipe::runtime::ChainModel::buffers(int first, int last) const {
+  std::vector<torch::Tensor> out;
+  for (int l = first; l <= last; ++l)
+    for (const torch::Tensor& b : layers[l].ptr()->buffers()) out.push_back(b);
+  return out;
+}
+
 madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& config) {
   torch::manual_seed(config.seed);
   ChainModel model;

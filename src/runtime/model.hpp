@@ -30,6 +30,8 @@ struct ChainModel {
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
 
   std::vector<torch::Tensor> parameters(int first, int last) const;
+  // The layers' buffers (batch-norm running statistics), in a fixed order.
+  std::vector<torch::Tensor> buffers(int first, int last) const;
 };
 
 // Builds a model with deterministic initial weights (same on every rank for the same config).

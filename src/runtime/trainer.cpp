@@ -267,7 +267,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     auto checkpoint = [&](int step) {
       if (groups.layout().replica == 0)  // replicas hold the same weights: one writes them
         for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-          save_stage(c.output_dir, step, s, pipeline->executor->stage_parameters(s), optimizer);
+          save_stage(c.output_dir, step, s,
+                     {pipeline->executor->stage_parameters(s), pipeline->executor->stage_buffers(s),
+                      optimizer});
       if (rank == 0) {
         plan::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
         write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(),
@@ -280,8 +282,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     int first_step = 1;
     if (c.resume && resume.step > 0) {
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-        load_stage(c.output_dir, resume.step, s, pipeline->executor->stage_parameters(s),
-                   optimizer);
+        load_stage(c.output_dir, resume.step, s,
+                   {pipeline->executor->stage_parameters(s), pipeline->executor->stage_buffers(s),
+                    optimizer},
+                   device);
       first_step = resume.step + 1;
       if (rank == 0)
         truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);

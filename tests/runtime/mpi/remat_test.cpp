@@ -188,7 +188,7 @@ Comparison train_and_compare(const std::string& model, int model_layers,
     out.buffers = std::max(
         out.buffers, relative_difference(buffers_of(pipelined, f, l), buffers_of(reference, f, l)));
   }
-  // Validation runs plain forwards on stages with sequences.
+  // Validation runs plain forwards on stages with sequences, in evaluation mode.
   auto eval_batch = [&](int i) { return data->micro_batch(0, i, true); };
   mplan::LowerOptions forwards;
   forwards.micro_batches = micro_batches;
@@ -197,12 +197,14 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   if (evaluated.count > 0) {
     torch::NoGradGuard no_grad;
     double expected = 0;
+    for (auto& layer : reference.layers) layer.ptr()->eval();
     for (int i = 0; i < micro_batches; ++i) {
       const mr::Batch b = eval_batch(i);
       torch::Tensor x = b.input;
       for (auto& layer : reference.layers) x = layer.forward(x);
       expected += reference.loss(x, b.target).item<double>();
     }
+    for (auto& layer : reference.layers) layer.ptr()->train();
     EXPECT_EQ(evaluated.count, micro_batches);
     EXPECT_NEAR(evaluated.sum, expected, 1e-5 * std::abs(expected) + 1e-6);
   }

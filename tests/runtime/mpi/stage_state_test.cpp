@@ -1,0 +1,109 @@
+// Run under mpirun -np 1..4: what a stage keeps besides its weights. Validation runs in
+// evaluation mode and leaves batch-norm statistics alone; checkpoints keep them.
+
+#include "plan/program.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/data.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/transport.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace mr = madpipe::runtime;
+namespace mplan = madpipe::plan;
+
+using namespace madpipe::testing;
+
+namespace {
+std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& t : tensors) out.push_back(t.detach().clone());
+  return out;
+}
+
+bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+}  // namespace
+
+// Validation of a ResNet-style model split over the ranks: its losses are those of the unsplit
+// model in evaluation mode, no running statistic moves, and the layers are back in training mode.
+TEST(Validation, RunsInEvaluationModeAndKeepsBatchNormStatistics) {
+  mr::ModelConfig config = small_config("cnn", 3);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
+  mr::ChainModel model = mr::build_model(config);
+  mr::ChainModel reference = mr::build_model(config);
+  const int layers = static_cast<int>(model.layers.size());
+  std::vector<int> first, gpus;
+  for (int l = 0; l < layers; ++l) {
+    first.push_back(l);
+    gpus.push_back(l % world_size());
+  }
+  const mplan::Plan plan = make_plan(layers, first, gpus, Schedule::OneFOneBStar, 4, nullptr);
+  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, true));
+  mplan::LowerOptions forwards;
+  forwards.micro_batches = 4;
+  forwards.train = false;
+  const std::vector<torch::Tensor> before = copies(model.buffers(0, layers - 1));
+  ASSERT_FALSE(before.empty());  // batch norm's running mean, variance and batch count
+  auto batch_of = [&](int i) { return data->micro_batch(0, i, true); };
+  const mr::StepLoss loss = executor.evaluate(mplan::lower(plan, forwards), batch_of);
+
+  EXPECT_TRUE(all_equal(before, model.buffers(0, layers - 1)));
+  for (const auto& layer : model.layers) EXPECT_TRUE(layer.ptr()->is_training());
+  if (plan.stages.back().gpu == world_rank()) {
+    ASSERT_EQ(loss.count, 4);
+    torch::NoGradGuard no_grad;
+    double expected = 0;
+    for (auto& layer : reference.layers) layer.ptr()->eval();
+    for (int i = 0; i < 4; ++i) {
+      torch::Tensor x = batch_of(i).input;
+      for (auto& layer : reference.layers) x = layer.forward(x);
+      expected += reference.loss(x, batch_of(i).target).item<double>();
+    }
+    EXPECT_NEAR(loss.sum, expected, 1e-5 * std::abs(expected));
+  }
+}
+
+// A stage's checkpoint holds its buffers too (batch-norm statistics), and loads onto the device
+// it is asked for.
+TEST(Checkpoint, KeepsAStagesBuffers) {
+  mr::ModelConfig config = small_config("cnn", 2);
+  mr::ChainModel trained = mr::build_model(config);
+  mr::ChainModel fresh = mr::build_model(config);
+  const int last = static_cast<int>(trained.layers.size()) - 1;
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& b : trained.buffers(0, last)) b.add_(1);
+  }
+  ASSERT_FALSE(all_equal(trained.buffers(0, last), fresh.buffers(0, last)));
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("madpipe_stage_state_" + std::to_string(world_rank())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  mr::save_stage(dir, 3, 0, {trained.parameters(0, last), trained.buffers(0, last), nullptr});
+  mr::load_stage(dir, 3, 0, {fresh.parameters(0, last), fresh.buffers(0, last), nullptr},
+                 torch::kCPU);
+  EXPECT_TRUE(all_equal(trained.buffers(0, last), fresh.buffers(0, last)));
+  EXPECT_TRUE(all_equal(trained.parameters(0, last), fresh.parameters(0, last)));
+  // A stage whose buffers do not match is refused, naming the field.
+  try {
+    mr::load_stage(dir, 3, 0, {fresh.parameters(0, last), {}, nullptr}, torch::kCPU);
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("buffers"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
