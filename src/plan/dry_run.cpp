@@ -12,15 +12,6 @@
 namespace madpipe::plan {
 namespace {
 
-bool is_send(InstrKind kind) { return kind == InstrKind::SendAct || kind == InstrKind::SendGrad; }
-bool is_post(InstrKind kind) {
-  return kind == InstrKind::PostRecvAct || kind == InstrKind::PostRecvGrad;
-}
-bool carries_gradient(InstrKind kind) {
-  return kind == InstrKind::SendGrad || kind == InstrKind::PostRecvGrad ||
-         kind == InstrKind::RecvGrad || kind == InstrKind::HandGrad;
-}
-
 // The k-th message from GPU a to GPU b is the k-th receive b posts from a, with the same number.
 std::string check_message_orders(const Program& program) {
   const int gpus = static_cast<int>(program.per_gpu.size());

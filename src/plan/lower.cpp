@@ -129,9 +129,6 @@ std::vector<Instr> compute_list(const Plan& plan, const LowerOptions& options, i
   return out;
 }
 
-bool is_send(InstrKind kind) { return kind == InstrKind::SendAct || kind == InstrKind::SendGrad; }
-bool is_wait(InstrKind kind) { return kind == InstrKind::RecvAct || kind == InstrKind::RecvGrad; }
-
 // Numbers the messages of every GPU pair in sending order; a receive gets its send's number.
 void number_messages(std::vector<std::vector<Instr>>& lists) {
   using Key = std::tuple<bool, int, int, int, int>;  // (gradient, stage, micro-batch, from, to)
@@ -141,14 +138,14 @@ void number_messages(std::vector<std::vector<Instr>>& lists) {
     for (Instr& instr : lists[g])
       if (is_send(instr.kind)) {
         instr.sequence = sent[{g, instr.peer}]++;
-        sequence_of[{instr.kind == InstrKind::SendGrad, instr.stage, instr.micro_batch, g,
-                     instr.peer}] = instr.sequence;
+        sequence_of[{carries_gradient(instr.kind), instr.stage, instr.micro_batch, g, instr.peer}] =
+            instr.sequence;
       }
   for (int g = 0; g < static_cast<int>(lists.size()); ++g)
     for (Instr& instr : lists[g])
       if (is_wait(instr.kind)) {
         auto it = sequence_of.find(
-            {instr.kind == InstrKind::RecvGrad, instr.stage, instr.micro_batch, instr.peer, g});
+            {carries_gradient(instr.kind), instr.stage, instr.micro_batch, instr.peer, g});
         if (it == sequence_of.end())
           throw Error(
               ErrorKind::Internal, "", "program",

@@ -63,6 +63,21 @@ struct Program {
 
 bool operator==(const Instr& a, const Instr& b);
 
+inline bool is_send(InstrKind kind) {
+  return kind == InstrKind::SendAct || kind == InstrKind::SendGrad;
+}
+inline bool is_post(InstrKind kind) {
+  return kind == InstrKind::PostRecvAct || kind == InstrKind::PostRecvGrad;
+}
+inline bool is_wait(InstrKind kind) {
+  return kind == InstrKind::RecvAct || kind == InstrKind::RecvGrad;
+}
+// A transfer or hand-over of a gradient (else of an activation).
+inline bool carries_gradient(InstrKind kind) {
+  return kind == InstrKind::SendGrad || kind == InstrKind::PostRecvGrad ||
+         kind == InstrKind::RecvGrad || kind == InstrKind::HandGrad;
+}
+
 // Round-trip tokens: "F2.7", "B2.7", "HAND_ACT2.7", "HAND_GRAD2.7", "SEND_ACT2.7>1",
 // "SEND_GRAD2.7>0", "POST_RECV_ACT2.7<0", "POST_RECV_GRAD2.7<1", "RECV_ACT2.7<0",
 // "RECV_GRAD2.7<1", "OPT2.0". Slots, buffers and sequence numbers are not part of the token.

@@ -207,11 +207,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     return it->second;
   };
   auto key_of = [](const Instr& instr) {
-    return MessageKey{instr.kind == InstrKind::SendGrad || instr.kind == InstrKind::PostRecvGrad ||
-                              instr.kind == InstrKind::RecvGrad
-                          ? Direction::Gradient
-                          : Direction::Activation,
-                      instr.stage, instr.micro_batch, instr.sequence};
+    return MessageKey{
+        plan::carries_gradient(instr.kind) ? Direction::Gradient : Direction::Activation,
+        instr.stage, instr.micro_batch, instr.sequence};
   };
   // The loss is divided so that accumulated gradients are those of one update: the step's
   // micro-batches, or the m of an update inside the program (two weight versions).
