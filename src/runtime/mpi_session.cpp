@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <mpi.h>
 
@@ -99,4 +101,11 @@ void madpipe::runtime::wait_with_deadline(MPI_Request& request, double timeout_s
     }
     std::this_thread::yield();
   }
+}
+
+void madpipe::runtime::keep_alive_until_exit(std::shared_ptr<void> owned) {
+  static auto* kept = new std::vector<std::shared_ptr<void>>();  // never destroyed, on purpose
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(owned));
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ std::string computed_on_rank0(int rank, const std::function<std::string()>& prod
 // (field "transfer-timeout") "rank R waited more than T s <what>", so that a lost or stuck peer
 // stops the run instead of hanging it.
 void wait_with_deadline(MPI_Request& request, double timeout_s, int rank, const std::string& what);
+
+// Keeps `owned` alive until the process exits. For what an active request still reads or writes
+// when its owner is destroyed by an error: such a request may be neither waited for (the peer may
+// never come; the rank must reach its abort) nor freed (MPI forbids freeing an active collective),
+// so its buffer must outlive it.
+void keep_alive_until_exit(std::shared_ptr<void> owned);
 
 // Sum over all ranks.
 double all_reduce_sum(double value);

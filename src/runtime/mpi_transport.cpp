@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -25,9 +27,16 @@ class MpiTransport final : public madpipe::runtime::Transport {
   }
 
   ~MpiTransport() override {
-    try {
-      wait_sends();
-    } catch (...) {
+    if (std::uncaught_exceptions() > 0) {
+      // An error unwinds: the rank must reach its abort, so the sends are not waited for (their
+      // receiver may never come), and their buffers stay alive, as MPI may still read them.
+      for (Pending& pending : sends_)
+        madpipe::runtime::keep_alive_until_exit(std::make_shared<torch::Tensor>(pending.host));
+    } else {
+      try {
+        wait_sends();
+      } catch (...) {
+      }
     }
     // Receives left behind by an error: withdrawn, so that MPI can finalize.
     for (auto& [id, pending] : receives_) {

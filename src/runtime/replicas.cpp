@@ -4,6 +4,7 @@
 #include "runtime/mpi_session.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 madpipe::runtime::ReplicaLayout madpipe::runtime::replica_layout(int world_rank, int world_size,
@@ -42,9 +43,12 @@ madpipe::runtime::GradientAverager::GradientAverager(MPI_Comm replicas, int coun
       backwards_(static_cast<std::size_t>(num_stages), 0) {}
 
 madpipe::runtime::GradientAverager::~GradientAverager() {
-  // Left behind by an error: the run is aborting, so the requests are only released.
+  // All-reduces left behind by an error: the run is aborting. An active collective may not be
+  // freed (MPI_Request_free), and waiting could hang on a replica that never joins: it stays
+  // active, with its buffer alive, until the abort or MPI_Finalize.
   for (Pending& p : pending_)
-    if (p.request != MPI_REQUEST_NULL) MPI_Request_free(&p.request);
+    if (p.request != MPI_REQUEST_NULL)
+      keep_alive_until_exit(std::make_shared<torch::Tensor>(std::move(p.buffer)));
 }
 
 void madpipe::runtime::GradientAverager::backward_done(
