@@ -1,11 +1,13 @@
 // Runtime overhead on one rank: `madpipe train`'s executor running a one-GPU plan against a
 // plain LibTorch loop (forward, loss, backward, optimizer step) on the same model and data.
-// Prints samples/s of both and their ratio; run it as `mpirun -np 1 build/bench/runtime_bench`.
+// Prints samples/s of both and their ratio; run it as `mpirun -np 1 build/bench/runtime_bench
+// [DEVICE [WIDTH]]` (DEVICE: cpu, the default, or cuda:N; WIDTH: the model's, 64 by default).
 
 #include "core/chain.hpp"
 #include "partition/planner.hpp"
 #include "plan/program.hpp"
 #include "runtime/data.hpp"
+#include "runtime/device.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
@@ -13,6 +15,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <mpi.h>
 
@@ -22,15 +26,23 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);
   const int micro_batches = 8, steps = 12;
+  const torch::Device device = runtime::device_of(argc > 1 ? argv[1] : "cpu");
+  runtime::make_current(device);
   runtime::ModelConfig config;
   config.layers = 4;
-  config.width = 64;
+  config.width = argc > 2 ? std::atoi(argv[2]) : 64;
   config.context = 64;
   runtime::TextData data("/usr/share/common-licenses", config.context, 8, 1);
   config.vocab = data.vocab();
   runtime::ChainModel pipelined = runtime::build_model(config);
   runtime::ChainModel plain = runtime::build_model(config);
-  const runtime::Batch sample = data.micro_batch(0, 0, false);
+  runtime::move_model(pipelined, device);
+  runtime::move_model(plain, device);
+  // The device's queue is drained before each clock reading.
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
+  const runtime::Batch sample = runtime::on_device(data.micro_batch(0, 0, false), device);
   const Profile profile = runtime::profile_model(pipelined, sample, "gpt").profile;
   Platform platform;
   platform.gpus = 1;
@@ -46,11 +58,15 @@ int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   double pipelined_s = 0, plain_s = 0;
   for (int step = 0; step < steps; ++step) {
-    auto batch_of = [&](int i) { return data.micro_batch(step, i, false); };
+    auto batch_of = [&](int i) {
+      return runtime::on_device(data.micro_batch(step, i, false), device);
+    };
+    sync();
     auto t0 = Clock::now();
     pipelined_optimizer.zero_grad();
     executor.run(program, batch_of);
     pipelined_optimizer.step();
+    sync();
     auto t1 = Clock::now();
     plain_optimizer.zero_grad();
     for (int i = 0; i < micro_batches; ++i) {
@@ -60,6 +76,7 @@ int main(int argc, char** argv) {
       (plain.loss(x, b.target) / micro_batches).backward();
     }
     plain_optimizer.step();
+    sync();
     auto t2 = Clock::now();
     if (step < 2) continue;  // warm-up
     pipelined_s += std::chrono::duration<double>(t1 - t0).count();
@@ -67,8 +84,8 @@ int main(int argc, char** argv) {
   }
   const double samples = (steps - 2.0) * micro_batches * 8;
   std::printf(
-      "one rank, gpt (4 blocks, width 64, context 64), %d micro-batches of 8, CPU, 1 thread\n",
-      micro_batches);
+      "one rank, gpt (4 blocks, width %d, context 64), %d micro-batches of 8, %s, 1 thread\n",
+      config.width, micro_batches, device.str().c_str());
   std::printf("executor: %.1f samples/s  plain loop: %.1f samples/s  overhead: %+.1f%%\n",
               samples / pipelined_s, samples / plain_s, 100.0 * (pipelined_s / plain_s - 1.0));
   MPI_Finalize();

@@ -77,7 +77,10 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(
       "data-parallel copies of the pipeline: rank r is GPU r % (gpus / replicas) of replica "
       "r / (gpus / replicas); gradients are averaged over the replicas at every step")(
       "device", po::value(&c.device)->default_value(c.device),
-      "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N");
+      "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
+      "transport", enum_value(c.transport, runtime::kTransportNames, "value", "--transport"),
+      "how activations and gradients travel: nccl (GPU to GPU, one GPU per rank), mpi, or auto "
+      "(nccl with --device cuda when NCCL is built in, else mpi)");
   return g;
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <regex>
+#include <set>
 #include <tuple>
 
 namespace {
@@ -70,4 +71,16 @@ madpipe::plan::Instr madpipe::plan::instr_from_string(const std::string& token) 
               "cannot parse '" + token +
                   "' (examples: F2.7, HAND_ACT2.7, SEND_ACT2.7>1, POST_RECV_GRAD0.3<1, "
                   "RECV_GRAD0.3<1, OPT2.0)");
+}
+
+std::vector<std::pair<int, int>> madpipe::plan::message_channels(const Plan& plan) {
+  std::set<std::pair<int, int>> channels;
+  for (std::size_t s = 0; s + 1 < plan.stages.size(); ++s) {
+    const int a = plan.stages[s].gpu;
+    const int b = plan.stages[s + 1].gpu;
+    if (a == b) continue;
+    channels.insert({a, b});
+    channels.insert({b, a});
+  }
+  return {channels.begin(), channels.end()};
 }

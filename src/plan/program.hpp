@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace madpipe::plan {
@@ -110,6 +111,11 @@ struct LowerOptions {
 // Error{InvalidInput} on bad options.
 Program lower(const Plan& plan, const LowerOptions& options);
 Program lower(const Plan& plan, int micro_batches);  // training, default options
+
+// The directed GPU pairs (from, to) that exchange messages under `plan`: an activation goes from
+// stage s's GPU to stage s+1's and its gradient back, when the two differ. Sorted; the same on
+// every rank (a transport that needs one channel per pair, as NCCL's, creates them from it).
+std::vector<std::pair<int, int>> message_channels(const Plan& plan);
 
 // Runs the program symbolically with non-blocking sends and blocking receives. Returns an empty
 // string when every GPU reaches its end with every message received, the k-th message from one

@@ -9,10 +9,20 @@
 
 namespace madpipe::runtime {
 
-// The device named `name`: "cpu", "cuda:N", or "cuda" (the GPU of this process: its rank among
-// the processes of its node, modulo the GPUs it sees; device 0 when `local_rank` < 0). Throws
-// Error naming the option `device` for an unknown name, a missing GPU or an index out of range.
-torch::Device device_of(const std::string& name, int local_rank = -1);
+// The device named `name`: "cpu", "cuda:N" (every process on GPU N: ranks may share it), or
+// "cuda" (one GPU per process: GPU `local_rank`, its rank among the `local_ranks` processes of its
+// node; device 0 when `local_rank` < 0). Throws Error naming the option `device` for an unknown
+// name, a missing GPU, an index out of range, or more processes on the node than GPUs.
+torch::Device device_of(const std::string& name, int local_rank = -1, int local_ranks = 1);
+
+// The GPU of the process of rank `local_rank` among `local_ranks` on a node with `gpus` GPUs:
+// its local rank. Throws Error{InvalidInput} (field "device") naming both counts when the
+// processes outnumber the GPUs (one GPU per process; "cuda:N" shares one on purpose).
+int gpu_of_local_rank(int local_rank, int local_ranks, int gpus);
+
+// Makes `device` the current device of this process (a CUDA device; nothing for the CPU), so that
+// CUDA contexts, streams and NCCL communicators are created on it and not on GPU 0.
+void make_current(const torch::Device& device);
 
 // Moves every layer's parameters and buffers to `device`.
 void move_model(ChainModel& model, const torch::Device& device);

@@ -3,7 +3,6 @@
 #include "core/error.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -12,11 +11,6 @@ using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
 using madpipe::plan::TraceOpKind;
 using madpipe::plan::TraceTransferKind;
-
-static double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 static std::int64_t bytes_of(const torch::Tensor& t) {
   return static_cast<std::int64_t>(t.numel()) * t.element_size();
@@ -83,6 +77,7 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const pl
   message_bytes_ = stage_message_bytes(plan, outputs);
   stage_times_.resize(plan.stages.size());
   device_ = outputs.device;
+  timer_ = make_op_timer(device_);
 }
 
 void madpipe::runtime::PipelineExecutor::reset_stage_times() {
@@ -215,6 +210,13 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   // micro-batches, or the m of an update inside the program (two weight versions).
   const int loss_divisor = program.update_micro_batches > 0 ? program.update_micro_batches : n;
   TraceRecorder* const trace = train && recorder_ && recorder_->recording() ? recorder_ : nullptr;
+  // Forwards and backwards of a training run are timed on the device and accounted at its end.
+  struct TimedOp {
+    TraceOpKind kind;
+    int stage, micro_batch;
+  };
+  std::vector<TimedOp> timed;
+  if (train) timer_->start_run(trace ? trace->now_ms() : 0);
   StepLoss loss;
   for (std::size_t k = 0; k < list.size(); ++k) {
     const Instr& instr = list[k];
@@ -251,8 +253,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
       case InstrKind::Forward: {
         const torch::Tensor input =
             s == 0 ? batch(i).input : take(delivered, {false, s - 1, i}, instr, "its input");
-        const auto clock_start = std::chrono::steady_clock::now();
-        const double started = trace ? trace->now_ms() : 0;
+        const int op = train ? timer_->begin() : -1;
         // The loss of the last stage, divided so that accumulated gradients are the update's.
         auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
@@ -281,12 +282,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           slot.output = forward_stage(s, x, copy);
           if (last) slot.output = scaled_loss(slot.output);
         }
-        const double took = ms_since(clock_start);
         if (train) {
-          stage_times_[s].forward_ms += took;
-          ++stage_times_[s].forwards;
+          timer_->end(op);
+          timed.push_back({TraceOpKind::Forward, s, i});
         }
-        if (trace) trace->op(TraceOpKind::Forward, s, i, started, started + took);
         if (last || s == 0) batches.erase(i);
         if (!train && last) slot = Slot{};  // validation keeps nothing of the last stage
         break;
@@ -311,8 +310,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         // The gradient from the next stage (none on the last), before the backward starts.
         const torch::Tensor grad =
             last ? torch::Tensor() : take(delivered, {true, s, i}, instr, "its output's gradient");
-        const auto clock_start = std::chrono::steady_clock::now();
-        const double started = trace ? trace->now_ms() : 0;
+        const int op = timer_->begin();
         if (slot.run) {
           torch::Tensor delta = sequences_[s]->backward(
               *slot.run, last ? StageSequence::GradientFn()
@@ -326,10 +324,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
             slot.output.backward(grad);
           if (s > 0) produced[{true, s - 1, i}] = slot.input.grad();
         }
-        const double took = ms_since(clock_start);
-        stage_times_[s].backward_ms += took;
-        ++stage_times_[s].backwards;
-        if (trace) trace->op(TraceOpKind::Backward, s, i, started, started + took);
+        timer_->end(op);
+        timed.push_back({TraceOpKind::Backward, s, i});
         if (after_backward_) after_backward_(s, i);
         if (on_backward_) on_backward_(s, i);
         break;
@@ -358,7 +354,23 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     }
   }
   transport_.wait_sends();
-  if (train) arena_use_ = use;
+  if (train) {
+    arena_use_ = use;
+    const std::vector<OpTimer::Span> spans = timer_->finish_run();
+    for (std::size_t k = 0; k < spans.size() && k < timed.size(); ++k) {
+      const TimedOp& t = timed[k];
+      StageTime& time = stage_times_[t.stage];
+      const double took = spans[k].end_ms - spans[k].start_ms;
+      if (t.kind == TraceOpKind::Forward) {
+        time.forward_ms += took;
+        ++time.forwards;
+      } else {
+        time.backward_ms += took;
+        ++time.backwards;
+      }
+      if (trace) trace->op(t.kind, t.stage, t.micro_batch, spans[k].start_ms, spans[k].end_ms);
+    }
+  }
   return loss;
 }
 

@@ -4,6 +4,7 @@
 #include "plan/program.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/op_timer.hpp"
 #include "runtime/stage_sequence.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
@@ -140,6 +141,7 @@ class PipelineExecutor {
   torch::Device device_ = torch::kCPU;
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
   std::vector<StageTime> stage_times_;
+  std::unique_ptr<OpTimer> timer_;
   torch::Tensor arena_;  // bytes on device_
   ArenaUse arena_use_;
 };

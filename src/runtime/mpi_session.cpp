@@ -24,6 +24,7 @@ madpipe::runtime::MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
 }
 

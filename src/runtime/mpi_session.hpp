@@ -20,6 +20,7 @@ class MpiSession {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   int local_rank() const noexcept { return local_rank_; }  // rank among the processes of its node
+  int local_size() const noexcept { return local_size_; }  // processes on this rank's node
 
   // Stops every rank: prints "rank N: <message>" and aborts the MPI job, so no peer waits forever.
   [[noreturn]] void abort(const std::string& message, int code = 1) const;
@@ -28,6 +29,7 @@ class MpiSession {
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
+  int local_size_ = 1;
   bool owns_mpi_ = false;
 };
 

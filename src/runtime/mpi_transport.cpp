@@ -1,4 +1,6 @@
 #include "core/error.hpp"
+#include "runtime/channel_order.hpp"
+#include "runtime/device_staging.hpp"
 #include "runtime/mpi_session.hpp"
 #include "runtime/transport.hpp"
 
@@ -48,20 +50,33 @@ class MpiTransport final : public madpipe::runtime::Transport {
   void post_send(int peer, const madpipe::runtime::MessageKey& key,
                  const torch::Tensor& tensor) override {
     Pending pending;
-    pending.host = to_host(tensor);
-    MPI_Isend(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key), comm_,
-              &pending.request);
+    pending.peer = peer;
+    pending.tag = tag_of(key);
+    if (tensor.device().is_cpu()) {
+      pending.host = tensor.detach().contiguous();
+    } else {
+      // Copied to pinned memory on a side stream; MPI starts once the copy is done.
+      madpipe::runtime::DeviceStaging::ToHost staged = staging(tensor.device()).to_host(tensor);
+      pending.host = std::move(staged.host);
+      pending.copied = std::move(staged.copied);
+    }
     sends_.push_back(std::move(pending));
+    start_sends();
   }
 
   void post_recv(int peer, const madpipe::runtime::MessageKey& key, torch::Tensor buffer) override {
     Pending pending;
     if (buffer.device().is_cpu() && buffer.is_contiguous()) {
       pending.host = buffer;  // MPI writes straight into it (an arena slot, say)
-    } else {
+    } else if (buffer.device().is_cpu()) {
       pending.target = buffer;
-      pending.host = buffer.device().is_cpu() ? torch::empty(buffer.sizes(), buffer.options())
-                                              : torch::empty_like(buffer, torch::kCPU).pin_memory();
+      pending.host = torch::empty(buffer.sizes(), buffer.options());
+    } else {
+      // Into pinned memory from the pool, copied to the device at the wait (asynchronously).
+      pending.target = buffer.is_contiguous() ? buffer : buffer.contiguous();
+      pending.host =
+          staging(buffer.device()).host_buffer(static_cast<std::int64_t>(buffer.nbytes()));
+      pending.device_copy_back = buffer;
     }
     MPI_Irecv(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, peer, tag_of(key), comm_,
               &pending.request);
@@ -70,6 +85,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     if (!receives_.emplace(id, std::move(pending)).second)
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "receive posted twice for one message");
+    start_sends();
   }
 
   torch::Tensor wait_recv(int peer, const madpipe::runtime::MessageKey& key) override {
@@ -79,15 +95,32 @@ class MpiTransport final : public madpipe::runtime::Transport {
     if (it == receives_.end())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "waiting for a receive that was never posted");
-    wait(it->second.request, "for the " + what(key) + " from rank " + std::to_string(peer));
-    torch::Tensor out = it->second.host;
-    if (it->second.target.defined()) out = it->second.target.copy_(out);  // device or strided
+    wait(it->second.request,
+         "for the " + madpipe::runtime::message_name(key) + " from rank " + std::to_string(peer));
+    Pending& pending = it->second;
+    torch::Tensor out = pending.host;
+    if (pending.device_copy_back.defined()) {
+      staging(pending.target.device()).to_device(pending.host, pending.target);
+      out = pending.device_copy_back;
+      if (!out.is_same(pending.target)) out.copy_(pending.target);  // a strided buffer
+    } else if (pending.target.defined()) {
+      out = pending.target.copy_(out);  // a strided CPU buffer
+    }
     receives_.erase(it);
     return out;
   }
 
   void wait_sends() override {
-    for (Pending& pending : sends_) wait(pending.request, "for a rank to receive what it sent");
+    for (Pending& pending : sends_) {
+      if (!pending.started) {
+        pending.copied->synchronize();
+        start_sends();
+      }
+      wait(pending.request, "for a rank to receive what it sent");
+    }
+    if (staging_)
+      for (Pending& pending : sends_)
+        if (pending.copied) staging_->release(std::move(pending.host));
     sends_.clear();
   }
 
@@ -96,25 +129,57 @@ class MpiTransport final : public madpipe::runtime::Transport {
     MPI_Request request = MPI_REQUEST_NULL;
     torch::Tensor host;    // what MPI reads or writes
     torch::Tensor target;  // a receive's buffer when it is not `host` (on a device, or strided)
+    torch::Tensor device_copy_back;  // a device receive's buffer as posted
+    // A send of a device tensor: MPI starts once the copy to `host` is done.
+    std::shared_ptr<c10::Event> copied;
+    bool started = false;
+    int peer = 0, tag = 0;
   };
 
-  static std::string what(const madpipe::runtime::MessageKey& key) {
-    return std::string(key.direction == madpipe::runtime::Direction::Activation ? "activation"
-                                                                                : "gradient") +
-           " of stage " + std::to_string(key.stage) + ", micro-batch " +
-           std::to_string(key.micro_batch);
+  madpipe::runtime::DeviceStaging& staging(const torch::Device& device) {
+    if (!staging_) staging_ = std::make_unique<madpipe::runtime::DeviceStaging>(device);
+    return *staging_;
   }
 
-  void wait(MPI_Request& request, const std::string& awaited) const {
-    madpipe::runtime::wait_with_deadline(
-        request, timeout_s_, rank_,
-        awaited + " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout)");
+  // Starts the sends whose data is in host memory, in the order they were posted (MPI matches
+  // equal tags in sending order).
+  void start_sends() {
+    for (Pending& pending : sends_) {
+      if (pending.started) continue;
+      if (pending.copied && !pending.copied->query()) return;
+      MPI_Isend(pending.host.data_ptr(), count_of(pending.host), MPI_BYTE, pending.peer,
+                pending.tag, comm_, &pending.request);
+      pending.started = true;
+    }
   }
 
-  static torch::Tensor to_host(const torch::Tensor& tensor) {
-    torch::Tensor t = tensor.detach();
-    if (!t.device().is_cpu()) t = t.to(torch::kCPU);
-    return t.contiguous();
+  // While sends wait for their copies, a wait keeps starting them: a peer may wait for one.
+  void wait(MPI_Request& request, const std::string& awaited) {
+    const std::string what =
+        awaited + " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout)";
+    bool all_started = true;
+    for (const Pending& pending : sends_) all_started = all_started && pending.started;
+    if (all_started) {
+      madpipe::runtime::wait_with_deadline(request, timeout_s_, rank_, what);
+      return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    for (;;) {
+      int done = 0;
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      start_sends();
+      if (timeout_s_ > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() >
+              timeout_s_) {
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%g", timeout_s_);
+        throw madpipe::Error(
+            madpipe::ErrorKind::Runtime, "", "transfer-timeout",
+            "rank " + std::to_string(rank_) + " waited more than " + limit + " s " + what);
+      }
+      std::this_thread::yield();
+    }
   }
 
   static int count_of(const torch::Tensor& t) {
@@ -142,6 +207,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
   long long tag_limit_ = 32767;
   std::vector<Pending> sends_;
   std::map<std::tuple<int, int, int, int>, Pending> receives_;
+  std::unique_ptr<madpipe::runtime::DeviceStaging> staging_;  // made at the first device tensor
 };
 }  // namespace
 

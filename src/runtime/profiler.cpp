@@ -2,13 +2,13 @@
 
 #include "core/error.hpp"
 #include "runtime/memory_meter.hpp"
+#include "runtime/op_timer.hpp"
 
 #include <algorithm>
-#include <chrono>
+#include <memory>
 #include <vector>
 
 namespace {
-using Clock = std::chrono::steady_clock;
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -92,26 +92,24 @@ class LayerProbe {
   torch::Device device_;
 };
 
-double elapsed_ms(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
+// Each forward and backward is timed by the device (CUDA events on a GPU: op_timer.hpp).
 void time_layer(const LayerProbe& probe, const madpipe::runtime::ProfilerOptions& options,
-                madpipe::Layer& layer, madpipe::runtime::LayerSpread& spread) {
+                madpipe::runtime::OpTimer& timer, madpipe::Layer& layer,
+                madpipe::runtime::LayerSpread& spread) {
   std::vector<double> forward_ms, backward_ms;
   for (int r = 0; r < options.warmup + options.repeats; ++r) {
     const torch::Tensor leaf = probe.leaf();
-    probe.synchronize();
-    const auto f0 = Clock::now();
+    timer.start_run(0);
+    const int forward = timer.begin();
     torch::Tensor y = probe.forward(leaf);
-    probe.synchronize();
-    const double f = elapsed_ms(f0);
+    timer.end(forward);
     const torch::Tensor grad = torch::ones_like(y);
-    probe.synchronize();
-    const auto b0 = Clock::now();
+    const int backward = timer.begin();
     if (y.requires_grad()) y.backward(grad);
-    probe.synchronize();
-    const double b = elapsed_ms(b0);
+    timer.end(backward);
+    const std::vector<madpipe::runtime::OpTimer::Span> spans = timer.finish_run();
+    const double f = spans.at(0).end_ms - spans.at(0).start_ms;
+    const double b = spans.at(1).end_ms - spans.at(1).start_ms;
     probe.clear_gradients();
     if (r >= options.warmup) {
       forward_ms.push_back(f);
@@ -162,6 +160,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
                 "the profiler needs at least one timed run and a non-negative warm-up");
   if (options.device.is_cpu()) install_cpu_memory_counter();
   MemoryMeter meter(options.device);
+  const std::unique_ptr<OpTimer> timer = make_op_timer(options.device);
   ProfileMeasurement out;
   out.memory_measured = meter.counting();
   Profile& profile = out.profile;
@@ -177,7 +176,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     Layer layer;
     layer.name = model.names[l];
     LayerSpread spread;
-    time_layer(probe, options, layer, spread);
+    time_layer(probe, options, *timer, layer, spread);
     if (out.memory_measured) measure_layer_memory(probe, meter, layer);
     for (const auto& p : model.layers[l].ptr()->parameters()) layer.weight_bytes += bytes_of(p);
     for (const auto& b : model.layers[l].ptr()->buffers()) layer.weight_bytes += bytes_of(b);

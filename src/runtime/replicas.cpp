@@ -2,10 +2,12 @@
 
 #include "core/error.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/nccl.hpp"
 
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 
 madpipe::runtime::ReplicaLayout madpipe::runtime::replica_layout(int world_rank, int world_size,
                                                                  int replicas) {
@@ -27,7 +29,12 @@ madpipe::runtime::ReplicaGroups::ReplicaGroups(const ReplicaLayout& layout) : la
   MPI_Comm_split(MPI_COMM_WORLD, layout.position, layout.replica, &replicas_);
 }
 
+void madpipe::runtime::ReplicaGroups::set_nccl(std::unique_ptr<NcclCommunicators> nccl) {
+  nccl_ = std::move(nccl);
+}
+
 madpipe::runtime::ReplicaGroups::~ReplicaGroups() {
+  nccl_.reset();  // before the MPI communicators they were made over
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -35,20 +42,96 @@ madpipe::runtime::ReplicaGroups::~ReplicaGroups() {
   MPI_Comm_free(&replicas_);
 }
 
+std::vector<madpipe::runtime::GradientBucket> madpipe::runtime::gradient_buckets(
+    const std::vector<std::int64_t>& bytes, std::int64_t bucket_bytes) {
+  std::vector<GradientBucket> buckets;
+  std::int64_t filled = 0;
+  for (int i = 0; i < static_cast<int>(bytes.size()); ++i) {
+    const std::int64_t b = bytes[static_cast<std::size_t>(i)];
+    if (buckets.empty() || filled + b > bucket_bytes) {
+      buckets.push_back({i, i});
+      filled = 0;
+    }
+    buckets.back().last = i + 1;
+    filled += b;
+  }
+  return buckets;
+}
+
+namespace {
+class MpiSum final : public madpipe::runtime::PendingSum {
+ public:
+  MpiSum(torch::Tensor host, torch::Tensor target, MPI_Comm replicas)
+      : host_(std::move(host)), target_(std::move(target)) {
+    if (host_.numel() > 2147483647LL)
+      throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "replicas",
+                           "a gradient bucket above 2^31 elements is beyond MPI_Iallreduce");
+    MPI_Iallreduce(MPI_IN_PLACE, host_.data_ptr(), static_cast<int>(host_.numel()),
+                   host_.scalar_type() == torch::kFloat64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
+                   replicas, &request_);
+  }
+  ~MpiSum() override {
+    if (request_ != MPI_REQUEST_NULL) abandon();
+  }
+
+  void wait(double timeout_s, const std::string& what) override {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    madpipe::runtime::wait_with_deadline(request_, timeout_s, rank, what);
+    if (target_.defined()) target_.copy_(host_);
+  }
+
+  void abandon() override {
+    // An active collective may not be freed, and waiting could hang on a replica that never
+    // joins: it stays active, its buffer alive, until the abort or MPI_Finalize.
+    madpipe::runtime::keep_alive_until_exit(std::make_shared<torch::Tensor>(host_));
+    request_ = MPI_REQUEST_NULL;
+  }
+
+ private:
+  torch::Tensor host_;    // what MPI sums
+  torch::Tensor target_;  // the buffer on a device, when it is not host_
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+class MpiReducer final : public madpipe::runtime::ReplicaReducer {
+ public:
+  explicit MpiReducer(MPI_Comm replicas) : replicas_(replicas) {}
+  torch::Device buffer_device(const torch::Device&) const override { return torch::kCPU; }
+  std::unique_ptr<madpipe::runtime::PendingSum> start(torch::Tensor buffer) override {
+    if (buffer.device().is_cpu())
+      return std::make_unique<MpiSum>(buffer, torch::Tensor(), replicas_);
+    return std::make_unique<MpiSum>(buffer.to(torch::kCPU), buffer, replicas_);
+  }
+
+ private:
+  MPI_Comm replicas_;
+};
+}  // namespace
+
+std::unique_ptr<madpipe::runtime::ReplicaReducer> madpipe::runtime::make_mpi_reducer(
+    MPI_Comm replicas) {
+  return std::make_unique<MpiReducer>(replicas);
+}
+
 madpipe::runtime::GradientAverager::GradientAverager(MPI_Comm replicas, int count, int num_stages,
                                                      int micro_batches)
-    : replicas_(replicas),
+    : GradientAverager(make_mpi_reducer(replicas), count, num_stages, micro_batches) {}
+
+madpipe::runtime::GradientAverager::GradientAverager(std::unique_ptr<ReplicaReducer> reducer,
+                                                     int count, int num_stages, int micro_batches,
+                                                     std::int64_t bucket_bytes)
+    : reducer_(std::move(reducer)),
       count_(count),
       micro_batches_(micro_batches),
+      bucket_bytes_(bucket_bytes),
       backwards_(static_cast<std::size_t>(num_stages), 0) {}
 
 madpipe::runtime::GradientAverager::~GradientAverager() {
-  // All-reduces left behind by an error: the run is aborting. An active collective may not be
-  // freed (MPI_Request_free), and waiting could hang on a replica that never joins: it stays
-  // active, with its buffer alive, until the abort or MPI_Finalize.
+  // All-reduces left behind by an error: the run is aborting; they are neither waited for nor
+  // freed (PendingSum::abandon).
   for (Pending& p : pending_)
-    if (p.request != MPI_REQUEST_NULL)
-      keep_alive_until_exit(std::make_shared<torch::Tensor>(std::move(p.buffer)));
+    if (p.sum && !p.done) p.sum->abandon();
 }
 
 void madpipe::runtime::GradientAverager::backward_done(
@@ -62,38 +145,36 @@ void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Ten
   // Summed in the gradients' precision when it is float or double (as NCCL does), else in float.
   const torch::Dtype dtype =
       parameters.front().scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  std::vector<torch::Tensor> flat;
-  flat.reserve(parameters.size());
+  const torch::Device device = reducer_->buffer_device(parameters.front().device());
+  std::vector<std::int64_t> bytes;
+  bytes.reserve(parameters.size());
   for (torch::Tensor& p : parameters) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    flat.push_back(p.grad().detach().reshape({-1}).to(torch::kCPU, dtype));
+    bytes.push_back(p.numel() * static_cast<std::int64_t>(c10::elementSize(dtype)));
   }
-  Pending pending;
-  pending.stage = stage;
-  pending.parameters = std::move(parameters);
-  pending.buffer = torch::cat(flat).contiguous();
-  if (pending.buffer.numel() > 2147483647LL)
-    throw Error(ErrorKind::Unsupported, "", "replicas",
-                "a stage with more than 2^31 parameters is beyond the MPI gradient all-reduce");
-  MPI_Iallreduce(MPI_IN_PLACE, pending.buffer.data_ptr(), static_cast<int>(pending.buffer.numel()),
-                 dtype == torch::kFloat64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, replicas_,
-                 &pending.request);
-  pending_.push_back(std::move(pending));
-}
-
-void madpipe::runtime::GradientAverager::wait(Pending& pending) const {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  wait_with_deadline(pending.request, timeout_s_, rank,
-                     "for the gradient all-reduce of stage " + std::to_string(pending.stage) +
-                         " over its " + std::to_string(count_) +
-                         " replicas (is a replica stuck or gone? a longer step needs a larger "
-                         "--transfer-timeout)");
+  for (const GradientBucket& bucket : gradient_buckets(bytes, bucket_bytes_)) {
+    Pending pending;
+    pending.stage = stage;
+    std::vector<torch::Tensor> flat;
+    for (int i = bucket.first; i < bucket.last; ++i) {
+      torch::Tensor& p = parameters[static_cast<std::size_t>(i)];
+      flat.push_back(p.grad().detach().reshape({-1}).to(dtype));
+      pending.parameters.push_back(p);
+    }
+    pending.buffer = torch::cat(flat).to(device).contiguous();
+    pending.sum = reducer_->start(pending.buffer);
+    pending_.push_back(std::move(pending));
+  }
 }
 
 void madpipe::runtime::GradientAverager::finish() {
   for (Pending& p : pending_) {
-    if (p.request != MPI_REQUEST_NULL) wait(p);
+    if (p.done) continue;
+    p.sum->wait(timeout_s_, "for the gradient all-reduce of stage " + std::to_string(p.stage) +
+                                " over its " + std::to_string(count_) +
+                                " replicas (is a replica stuck or gone? a longer step needs a "
+                                "larger --transfer-timeout)");
+    p.done = true;
   }
   for (Pending& p : pending_) {
     p.buffer.div_(count_);

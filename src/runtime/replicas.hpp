@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -21,6 +24,8 @@ struct ReplicaLayout {
 // Throws Error{InvalidInput} (field "replicas") when `replicas` < 1 or does not divide the world.
 ReplicaLayout replica_layout(int world_rank, int world_size, int replicas);
 
+class NcclCommunicators;  // runtime/nccl.hpp
+
 // The communicators of a layout. Collective over MPI_COMM_WORLD (construction and destruction).
 class ReplicaGroups {
  public:
@@ -34,27 +39,66 @@ class ReplicaGroups {
   MPI_Comm pipeline() const noexcept { return pipeline_; }
   // The D ranks at this rank's position, ranked by replica.
   MPI_Comm replicas() const noexcept { return replicas_; }
+  // NCCL communicators over the same ranks (--transport nccl), or null.
+  NcclCommunicators* nccl() const noexcept { return nccl_.get(); }
+  void set_nccl(std::unique_ptr<NcclCommunicators> nccl);
 
  private:
   ReplicaLayout layout_;
   MPI_Comm pipeline_ = MPI_COMM_NULL;
   MPI_Comm replicas_ = MPI_COMM_NULL;
+  std::unique_ptr<NcclCommunicators> nccl_;
 };
 
-// Averages gradients over the replicas of a stage: all of a stage's gradients go in one
-// non-blocking all-reduce (MPI_Iallreduce of one flat buffer, staged in host memory), started as
-// soon as the stage's last backward of the step is done, so that it runs while the rank's other
+// Consecutive parameters grouped into buckets of at most `bucket_bytes` (a larger parameter is a
+// bucket alone), each summed by one collective: [first, last) indices into `bytes`.
+struct GradientBucket {
+  int first = 0;
+  int last = 0;
+};
+std::vector<GradientBucket> gradient_buckets(const std::vector<std::int64_t>& bytes,
+                                             std::int64_t bucket_bytes);
+
+// An all-reduce (sum) in flight.
+class PendingSum {
+ public:
+  virtual ~PendingSum() = default;
+  // Waits until the sum is in the buffer; longer than `timeout_s` (> 0) throws Error{Runtime}
+  // naming `what`, and the sum stays pending, so that wait() may be called again.
+  virtual void wait(double timeout_s, const std::string& what) = 0;
+  // For a destructor unwinding an error: the sum is left in flight, its buffer kept alive.
+  virtual void abandon() = 0;
+};
+
+// Sums buffers over the replicas of a stage, asynchronously: MPI (through host memory) or NCCL
+// (on the GPU, make_nccl_reducer in nccl.hpp).
+class ReplicaReducer {
+ public:
+  virtual ~ReplicaReducer() = default;
+  // Where a buffer to sum must be, for gradients on `gradients`.
+  virtual torch::Device buffer_device(const torch::Device& gradients) const = 0;
+  // Starts summing `buffer` (contiguous, float or double) in place over the replicas.
+  virtual std::unique_ptr<PendingSum> start(torch::Tensor buffer) = 0;
+};
+std::unique_ptr<ReplicaReducer> make_mpi_reducer(MPI_Comm replicas);
+
+// Averages gradients over the replicas of a stage: a stage's gradients go in buckets of
+// consecutive parameters (gradient_buckets), each one non-blocking all-reduce, all started as
+// soon as the stage's last backward of the step is done, so that they run while the rank's other
 // stages and the earlier stages on other ranks still compute. finish() waits for every started
 // all-reduce and writes the means back into the gradients.
 class GradientAverager {
  public:
-  // `count` replicas; a step runs `micro_batches` backwards of each stage.
+  static constexpr std::int64_t kDefaultBucketBytes = 25LL << 20;
+  // `count` replicas; a step runs `micro_batches` backwards of each stage. Sums over MPI.
   GradientAverager(MPI_Comm replicas, int count, int num_stages, int micro_batches);
+  GradientAverager(std::unique_ptr<ReplicaReducer> reducer, int count, int num_stages,
+                   int micro_batches, std::int64_t bucket_bytes = kDefaultBucketBytes);
   ~GradientAverager();
   GradientAverager(const GradientAverager&) = delete;
   GradientAverager& operator=(const GradientAverager&) = delete;
 
-  // After each backward of a local stage: the step's last one starts the all-reduce of the
+  // After each backward of a local stage: the step's last one starts the all-reduces of the
   // stage's parameters' gradients (an undefined gradient counts as zero). Replicas call it in
   // the same order, as they run the same program.
   void backward_done(int stage, const std::function<std::vector<torch::Tensor>()>& parameters);
@@ -64,21 +108,24 @@ class GradientAverager {
   void finish();
   void set_timeout(double seconds) noexcept { timeout_s_ = seconds; }
   int count() const noexcept { return count_; }
+  // All-reduces started since the last finish() (buckets of every stage).
+  int pending() const noexcept { return static_cast<int>(pending_.size()); }
 
  private:
   struct Pending {
     int stage = 0;
-    std::vector<torch::Tensor> parameters;
-    torch::Tensor buffer;  // host, contiguous
-    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<torch::Tensor> parameters;  // of the bucket
+    torch::Tensor buffer;                   // their gradients, flat
+    std::unique_ptr<PendingSum> sum;
+    bool done = false;
   };
   void start(int stage, std::vector<torch::Tensor> parameters);
-  void wait(Pending& pending) const;
 
-  MPI_Comm replicas_;
+  std::unique_ptr<ReplicaReducer> reducer_;
   int count_;
   double timeout_s_ = 0;
   int micro_batches_;
+  std::int64_t bucket_bytes_;
   std::vector<int> backwards_;  // this step's, per stage
   std::vector<Pending> pending_;
 };

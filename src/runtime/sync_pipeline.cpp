@@ -4,7 +4,9 @@
 #include "core/units.hpp"
 #include "runtime/layer_migration.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/nccl.hpp"
 #include "runtime/stop_request.hpp"
+#include "runtime/transport_choice.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -91,14 +93,14 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
   p->eval_program =
       lower_checked(p->plan, lower_options(c, p->plan, outputs, c.eval_micro_batches, false));
   const int rank = groups.layout().position;
-  p->transport = runtime::make_mpi_transport(static_cast<int>(p->plan.stages.size()),
-                                             c.transfer_timeout, groups.pipeline());
+  p->transport = runtime::make_transport(c, p->plan, groups);
   p->executor =
       std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
   if (groups.layout().replicas > 1) {
     p->averager = std::make_unique<runtime::GradientAverager>(
-        groups.replicas(), groups.layout().replicas, static_cast<int>(p->plan.stages.size()),
-        c.micro_batches);
+        groups.nccl() ? runtime::make_nccl_reducer(*groups.nccl())
+                      : runtime::make_mpi_reducer(groups.replicas()),
+        groups.layout().replicas, static_cast<int>(p->plan.stages.size()), c.micro_batches);
     p->averager->set_timeout(c.transfer_timeout);
     SyncPipeline* self = p.get();
     p->executor->on_backward([self](int s, int) {

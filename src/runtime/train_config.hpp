@@ -30,6 +30,15 @@ enum class ReceiveBuffers {
 inline constexpr Named<ReceiveBuffers> kReceiveBuffersNames[] = {
     {ReceiveBuffers::Arena, "arena"}, {ReceiveBuffers::Upfront, "upfront"}};
 
+// How activations and gradients travel between ranks (--transport).
+enum class TransportKind {
+  Auto,  // nccl when each rank has a GPU of its own and NCCL is built in, else mpi
+  Nccl,  // GPU to GPU (one GPU per rank)
+  Mpi,   // MPI point-to-point (CPU tensors; GPU tensors through host memory)
+};
+inline constexpr Named<TransportKind> kTransportNames[] = {
+    {TransportKind::Auto, "auto"}, {TransportKind::Nccl, "nccl"}, {TransportKind::Mpi, "mpi"}};
+
 // [model]: a built-in model's sizes.
 struct ModelSettings {
   std::string model = "gpt";  // gpt | mlp | cnn
@@ -75,6 +84,7 @@ struct PlanningSettings {
   Platform platform = default_train_platform();
   int replicas = 1;            // data-parallel copies of the pipeline
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
+  TransportKind transport = TransportKind::Auto;
   // As `madpipe plan` plans (its option group); gpipe_micro_batches is --micro-batches.
   partition::PlannerOptions planner{};
   std::string plan;      // load this plan instead of planning

@@ -17,6 +17,7 @@
 #include "runtime/layer_migration.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/nccl.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/replicas.hpp"
@@ -26,6 +27,7 @@
 #include "runtime/trace_recorder.hpp"
 #include "runtime/train_planning.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/transport_choice.hpp"
 #include "runtime/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
 
@@ -197,7 +199,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const int pipeline_size = pipeline_ranks(c);
     torch::Device device = torch::kCPU;
     try {
-      device = device_of(c.device, session.local_rank());
+      device = device_of(c.device, session.local_rank(), session.local_size());
+      make_current(device);  // before any CUDA context, stream or communicator is made
     } catch (const Error& e) {
       if (!c.dry_run || e.kind() != ErrorKind::Unsupported) throw;
       say(std::string("dry run: ") + e.what() +
@@ -237,14 +240,19 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       return 0;
     }
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
+    ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
+    const TransportKind transport =
+        resolve_transport(c.transport, c.device, device, session.local_size(), nccl_built());
+    if (transport == TransportKind::Nccl)
+      groups.set_nccl(make_nccl_communicators(groups.pipeline(), groups.replicas(), device));
+    say(std::string("transport: ") +
+        (transport == TransportKind::Nccl ? "nccl (GPU to GPU)" : "mpi"));
     if (c.mode == TrainingMode::TwoWeightVersions) {
-      std::unique_ptr<Transport> transport =
-          make_mpi_transport(static_cast<int>(first_plan.stages.size()), c.transfer_timeout);
-      PipelineExecutor executor(model, first_plan, rank, *transport, outputs);
+      std::unique_ptr<Transport> link = make_transport(c, first_plan, groups);
+      PipelineExecutor executor(model, first_plan, rank, *link, outputs);
       release_other_layers(model, first_plan, rank);
       return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data, say);
     }
-    const ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const int position = groups.layout().position;
     if (c.replicas > 1) {
       say("replicas: rank r is GPU r % " + std::to_string(pipeline_size) + " of replica r / " +

@@ -29,7 +29,8 @@ class Transport {
   virtual void post_send(int peer, const MessageKey& key, const torch::Tensor& tensor) = 0;
   virtual void post_recv(int peer, const MessageKey& key, torch::Tensor buffer) = 0;
   virtual torch::Tensor wait_recv(int peer, const MessageKey& key) = 0;
-  // Completes every send posted so far (their tensors may then be released).
+  // Completes every send posted so far (their tensors may then be released). The executor calls
+  // it at the end of each program run, when every receive has been waited for.
   virtual void wait_sends() = 0;
 };
 

@@ -9,6 +9,7 @@
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -80,6 +81,11 @@ static void expect_receives_and_messages_consistent(const mplan::Plan& plan,
     for (int count : waited) EXPECT_EQ(count, 1);
   }
   EXPECT_EQ(sent, posted);
+  // Every message travels on a channel of message_channels (one NCCL communicator each).
+  const std::vector<std::pair<int, int>> channels = mplan::message_channels(plan);
+  for (const auto& [pair, count] : sent)
+    EXPECT_TRUE(std::binary_search(channels.begin(), channels.end(), pair))
+        << pair.first << " -> " << pair.second;
 }
 
 TEST(InstrToken, RoundTrips) {
@@ -295,4 +301,16 @@ TEST(Lower, PlacesReceiveBuffersOrPostsThemUpFront) {
   }
   for (const mplan::ReceiveBuffer& buffer : upfront.receive_buffers[receiver])
     EXPECT_EQ(buffer.offset, -1);
+}
+
+TEST(Lower, MessageChannelsAreTheGpuPairsOfNeighbouringStages) {
+  mplan::Plan plan;
+  for (int gpu : {0, 0, 2, 1, 2}) {
+    plan.stages.emplace_back();
+    plan.stages.back().gpu = gpu;
+  }
+  const std::vector<std::pair<int, int>> expected = {{0, 2}, {1, 2}, {2, 0}, {2, 1}};
+  EXPECT_EQ(mplan::message_channels(plan), expected);
+  plan.stages.resize(2);  // both on GPU 0: no message
+  EXPECT_TRUE(mplan::message_channels(plan).empty());
 }

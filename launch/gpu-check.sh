@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# GPU acceptance in one command, for any machine with an NVIDIA GPU (docs/testing.md):
+#   launch/gpu-check.sh
+# Builds madpipe in build-gpu/ against the PyTorch of `python3` when it has CUDA (else the one that
+# launch/install-deps.sh installs in .venv/), runs the test suite, then the GPU checks, and prints
+# one summary table:
+#   (a) NCCL: a send/receive to self and an all-reduce on one GPU;
+#   (b) 1-rank CUDA training equals 1-rank CPU training after 5 steps;
+#   (c) 2 and 4 ranks sharing the GPU over MPI equal unsplit training;
+#   (d) the executor against a plain LibTorch loop: samples/s and overhead (target <= 3%);
+#   (e) plans with remat and with offload: step time and CUDA peak memory against the plan's
+#       prediction (target within 10%);
+#   (f) profiles of the GPT and ResNet-style models, twice: the run-to-run spread.
+# About 15-25 minutes on one GPU. Exit status: 0 when every check passed.
+#
+# Environment:
+#   MADPIPE_PYTHON       the Python whose torch to build against (default: python3, then .venv)
+#   MADPIPE_CMAKE_ARGS   more configure flags (e.g. -DCMAKE_PREFIX_PATH=/opt/deps/usr for Boost)
+#   MADPIPE_GPU_BUILD    build directory (default: build-gpu)
+#   MADPIPE_GPU_CHECK_DEVICE  cuda (default); cpu runs (b)-(f) on the CPU, to try the script
+#   MADPIPE_GPU_CHECK_SKIP_TESTS=1  skips the test suite
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+build=${MADPIPE_GPU_BUILD:-build-gpu}
+device=${MADPIPE_GPU_CHECK_DEVICE:-cuda}
+out=$build/gpu-check
+started=$SECONDS
+mpi_flags=(--oversubscribe)
+[[ $(id -u) -eq 0 ]] && mpi_flags+=(--allow-run-as-root)
+
+declare -a rows
+# record NAME STATUS DETAIL
+record() {
+  rows+=("$1|$2|$3")
+  echo "gpu-check: ($1) $2: $3"
+}
+
+# --- Build --------------------------------------------------------------------------------------
+python=${MADPIPE_PYTHON:-python3}
+torch_dir=""
+if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  torch_dir=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "share", "cmake", "Torch"))')
+  echo "gpu-check: building against $("$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)') ($torch_dir)"
+else
+  [[ -x .venv/bin/python ]] || ./launch/install-deps.sh
+  echo "gpu-check: building against the PyTorch in .venv/"
+fi
+configure=(-S . -B "$build" -DMADPIPE_WERROR=ON -DCMAKE_BUILD_TYPE=Release)
+[[ -f $build/CMakeCache.txt ]] || configure+=(-G Ninja)
+[[ -n $torch_dir ]] && configure+=("-DTorch_DIR=$torch_dir")
+command -v ccache >/dev/null 2>&1 && configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# shellcheck disable=SC2206
+[[ -n ${MADPIPE_CMAKE_ARGS:-} ]] && configure+=(${MADPIPE_CMAKE_ARGS})
+if ! cmake "${configure[@]}" | grep -E 'madpipe:|error' || ! cmake --build "$build" -j "$(nproc)"; then
+  echo "gpu-check: the build failed" >&2
+  exit 1
+fi
+madpipe=$build/madpipe
+mkdir -p "$out"
+
+# --- The test suite -----------------------------------------------------------------------------
+if [[ ${MADPIPE_GPU_CHECK_SKIP_TESTS:-0} != 1 ]]; then
+  if ctest --test-dir "$build" -j "$(nproc)" --output-on-failure >"$out/ctest.log" 2>&1; then
+    record tests pass "$(grep -E 'tests passed' "$out/ctest.log")"
+  else
+    record tests FAIL "$(grep -E 'tests passed|tests failed' "$out/ctest.log") (see $out/ctest.log)"
+  fi
+else
+  record tests skipped "MADPIPE_GPU_CHECK_SKIP_TESTS=1"
+fi
+
+# --- Helpers ------------------------------------------------------------------------------------
+gpt=(--model gpt --layers 4 --width 256 --heads 4 --context 128 --micro-batch-size 8
+  --micro-batches 4 --seed 3 --learning-rate 0.001 --eval-every 0 --trace-steps 0 --quiet
+  --memory 64GiB --bandwidth 100GB/s)
+# train DIR RANKS ARGS...: madpipe train under mpirun, its output in DIR/log.
+train() {
+  local dir=$1 ranks=$2
+  shift 2
+  mkdir -p "$dir"
+  mpirun "${mpi_flags[@]}" -np "$ranks" "$madpipe" train --gpus "$ranks" --output-dir "$dir" "$@" \
+    >"$dir/log" 2>&1
+}
+# same_losses A B TOLERANCE: the per-step losses of two runs agree (relative); prints the largest
+# difference.
+same_losses() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"{len(a)} steps, last loss {a[-1] if a else float('nan'):.6f} vs {b[-1] if b else float('nan'):.6f}, largest relative difference {worst:.2e} (tolerance {tol:g})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+gpu=$device
+[[ $device == cuda ]] && gpu=cuda:0
+
+# --- (a) NCCL on one GPU ------------------------------------------------------------------------
+if [[ $device == cuda ]]; then
+  log=$out/a.log
+  mpirun "${mpi_flags[@]}" -np 1 "$build/tests/runtime_mpi_tests" --gtest_filter='NcclOnOneGpu.*' \
+    >"$log" 2>&1
+  if grep -q '\[  PASSED  \] 1 test' "$log" && ! grep -q SKIPPED "$log"; then
+    record a pass "NCCL send/receive to self and all-reduce on $gpu"
+  else
+    record a FAIL "see $log"
+  fi
+else
+  record a skipped "no GPU ($device)"
+fi
+
+# --- (b) CUDA equals CPU ------------------------------------------------------------------------
+if train "$out/b-device" 1 "${gpt[@]}" --steps 5 --device "$gpu" &&
+  train "$out/b-cpu" 1 "${gpt[@]}" --steps 5 --device cpu; then
+  if detail=$(same_losses "$out/b-device" "$out/b-cpu" 1e-3); then
+    record b pass "$gpu vs cpu: $detail"
+  else
+    record b FAIL "$gpu vs cpu: $detail"
+  fi
+else
+  record b FAIL "a run failed: $out/b-*/log"
+fi
+
+# --- (c) ranks sharing the GPU over MPI equal unsplit training -----------------------------------
+train "$out/c-1" 1 "${gpt[@]}" --steps 5 --device "$gpu" || record c FAIL "unsplit run: $out/c-1/log"
+for ranks in 2 4; do
+  if train "$out/c-$ranks" "$ranks" "${gpt[@]}" --steps 5 --device "$gpu" --transport mpi; then
+    if detail=$(same_losses "$out/c-$ranks" "$out/c-1" 1e-4); then
+      record "c$ranks" pass "$ranks ranks on $gpu (mpi) vs 1: $detail"
+    else
+      record "c$ranks" FAIL "$ranks ranks on $gpu (mpi) vs 1: $detail"
+    fi
+  else
+    record "c$ranks" FAIL "see $out/c-$ranks/log"
+  fi
+done
+
+# --- (d) executor overhead against a plain LibTorch loop ----------------------------------------
+if [[ -x $build/bench/runtime_bench ]]; then
+  width=512
+  [[ $device == cpu ]] && width=64
+  mpirun "${mpi_flags[@]}" -np 1 "$build/bench/runtime_bench" "$gpu" "$width" >"$out/d.log" 2>&1
+  line=$(grep 'overhead' "$out/d.log")
+  overhead=$(sed -E 's/.*overhead: ([-+0-9.]+)%.*/\1/' <<<"$line")
+  if [[ -n $line ]] && python3 -c "import sys; sys.exit(0 if float('$overhead') <= 3 else 1)"; then
+    record d pass "$line"
+  else
+    record d FAIL "${line:-see $out/d.log} (target <= 3%)"
+  fi
+else
+  record d skipped "no bench/runtime_bench in $build"
+fi
+
+# --- (e) remat and offload plans: measured against predicted ------------------------------------
+# A dry run measures the model; its plan's memory at a loose limit sets a tight one (60%) at which
+# the planner must recompute or offload.
+big=(--model gpt --layers 8 --width 512 --heads 8 --context 256 --micro-batch-size 8
+  --micro-batches 8 --seed 3 --eval-every 0 --quiet --bandwidth 100GB/s --host-bandwidth 20GB/s)
+mkdir -p "$out/e-dry"
+"$madpipe" train "${big[@]}" --gpus 2 --memory 64GiB --device "$gpu" --dry-run \
+  --output-dir "$out/e-dry" >"$out/e-dry/log" 2>&1
+tight=$(python3 -c "
+import json; p = json.load(open('$out/e-dry/plan.json'))
+print(int(0.6 * max(p['predicted']['memory_bytes'])))" 2>/dev/null)
+for kind in remat offload; do
+  flags=(--remat rotor)
+  [[ $kind == offload ]] && flags=(--offload host)
+  if [[ -z $tight ]]; then
+    record "e-$kind" FAIL "the dry run failed: $out/e-dry/log"
+    continue
+  fi
+  if train "$out/e-$kind" 2 "${big[@]}" --memory "$tight" --profile "$out/e-dry/profile.json" \
+    --steps 8 --trace-steps 4 --device "$gpu" --transport mpi "${flags[@]}"; then
+    detail=$(python3 - "$out/e-$kind" <<'PY'
+import json, sys
+d = sys.argv[1]
+plan = json.load(open(f"{d}/plan.json"))
+s = json.load(open(f"{d}/trace.json"))["summary"]
+used = sum(1 for st in plan.get("stages", []) if st.get("sequence"))
+print(f"{used} stage(s) with a sequence; period x{s['period_ratio']:.2f}, peak memory x{s['memory_ratio']:.2f} of the prediction")
+ok = used > 0 and abs(s["period_ratio"] - 1) <= 0.10 and abs(s["memory_ratio"] - 1) <= 0.10
+sys.exit(0 if ok else 1)
+PY
+    ) && record "e-$kind" pass "$detail" || record "e-$kind" FAIL "$detail (target: within 10%)"
+  else
+    record "e-$kind" FAIL "see $out/e-$kind/log"
+  fi
+done
+
+# --- (f) profiles and their run-to-run spread --------------------------------------------------
+for model in gpt cnn; do
+  ok=1
+  for run in 1 2; do
+    "$madpipe" profile --model "$model" --device "$gpu" --output "$out/f-$model-$run.json" \
+      >"$out/f-$model-$run.log" 2>&1 || ok=0
+  done
+  if [[ $ok == 1 ]]; then
+    detail=$(python3 - "$out/f-$model-1.json" "$out/f-$model-2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["layers"] for f in sys.argv[1:3])
+ta = sum(l["forward_ms"] + l["backward_ms"] for l in a)
+tb = sum(l["forward_ms"] + l["backward_ms"] for l in b)
+worst = max(abs((x["forward_ms"] + x["backward_ms"]) - (y["forward_ms"] + y["backward_ms"]))
+            / max(y["forward_ms"] + y["backward_ms"], 1e-9) for x, y in zip(a, b))
+print(f"{len(a)} layers, {ta:.3f} ms vs {tb:.3f} ms per micro-batch ({abs(ta - tb) / tb:.1%} apart), largest layer spread {worst:.1%}")
+PY
+    )
+    record "f-$model" pass "$detail"
+  else
+    record "f-$model" FAIL "see $out/f-$model-*.log"
+  fi
+done
+
+# --- Summary ------------------------------------------------------------------------------------
+echo
+echo "gpu-check on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "$device") in $(((SECONDS - started) / 60)) min:"
+printf '%-10s %-8s %s\n' check result detail
+failed=0
+for row in "${rows[@]}"; do
+  IFS='|' read -r name status detail <<<"$row"
+  printf '%-10s %-8s %s\n' "$name" "$status" "$detail"
+  [[ $status == FAIL ]] && failed=1
+done
+exit $failed

@@ -1,0 +1,72 @@
+#include "runtime/device_staging.hpp"
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+namespace {
+const c10::impl::DeviceGuardImplInterface& guard_of(const torch::Device& device) {
+  return *c10::impl::getDeviceGuardImpl(device.type());
+}
+
+std::shared_ptr<c10::Event> event_on(const c10::Stream& stream) {
+  auto event = std::make_shared<c10::Event>(stream.device_type());
+  event->record(stream);
+  return event;
+}
+}  // namespace
+
+torch::Tensor madpipe::runtime::bytes_view(const torch::Tensor& contiguous) {
+  return contiguous.reshape({-1}).view(torch::kUInt8);
+}
+
+madpipe::runtime::DeviceStaging::DeviceStaging(const torch::Device& device)
+    : device_(device), side_(guard_of(device).getStreamFromGlobalPool(device)) {}
+
+torch::Tensor madpipe::runtime::DeviceStaging::host_buffer(std::int64_t bytes) {
+  for (std::size_t k = 0; k < pool_.size(); ++k) {
+    Entry& entry = pool_[k];
+    if (entry.host.numel() < bytes || (entry.busy_until && !entry.busy_until->query())) continue;
+    torch::Tensor host = std::move(entry.host);
+    pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(k));
+    return host.narrow(0, 0, bytes);
+  }
+  return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+}
+
+void madpipe::runtime::DeviceStaging::release(torch::Tensor host,
+                                              std::shared_ptr<c10::Event> busy_until) {
+  // The whole pinned allocation goes back, whatever part of it the last message used.
+  const std::int64_t capacity =
+      static_cast<std::int64_t>(host.storage().nbytes()) - host.storage_offset();
+  pool_.push_back({host.as_strided({capacity}, {1}), std::move(busy_until)});
+}
+
+madpipe::runtime::DeviceStaging::ToHost madpipe::runtime::DeviceStaging::to_host(
+    const torch::Tensor& tensor) {
+  const c10::Stream compute = guard_of(device_).getStream(device_);
+  const torch::Tensor source = tensor.detach().contiguous();
+  ToHost out;
+  out.host = host_buffer(static_cast<std::int64_t>(source.nbytes()));
+  event_on(compute)->block(side_);
+  {
+    const c10::StreamGuard on_side(side_);
+    out.host.copy_(bytes_view(source), /*non_blocking=*/true);
+  }
+  source.record_stream(side_);
+  out.copied = event_on(side_);
+  return out;
+}
+
+void madpipe::runtime::DeviceStaging::to_device(torch::Tensor host, torch::Tensor target) {
+  const c10::Stream compute = guard_of(device_).getStream(device_);
+  const std::int64_t bytes = static_cast<std::int64_t>(target.nbytes());
+  event_on(compute)->block(side_);  // the compute stream is done with the slot's earlier data
+  {
+    const c10::StreamGuard on_side(side_);
+    bytes_view(target).copy_(host.narrow(0, 0, bytes), /*non_blocking=*/true);
+  }
+  target.record_stream(side_);
+  std::shared_ptr<c10::Event> copied = event_on(side_);
+  copied->block(compute);
+  release(std::move(host), std::move(copied));
+}

@@ -1,0 +1,148 @@
+// Run under mpirun -np 1..4. What the GPU transports decide that a CPU can check: one GPU per
+// process or a refusal naming both counts, which transport a run gets, the per-channel order an
+// ordered transport (NCCL) relies on, gradient buckets; and, where a GPU is present, NCCL itself.
+
+#include "core/error.hpp"
+#include "runtime/channel_order.hpp"
+#include "runtime/device.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/nccl.hpp"
+#include "runtime/replicas.hpp"
+#include "runtime/transport_choice.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+namespace mr = madpipe::runtime;
+
+using namespace madpipe::testing;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const madpipe::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const torch::Device kGpu0(torch::kCUDA, 0);  // a device name: no GPU is needed to hold one
+}  // namespace
+
+TEST(GpuBinding, OneGpuPerProcessOrARefusalNamingBothCounts) {
+  EXPECT_EQ(mr::gpu_of_local_rank(0, 4, 4), 0);
+  EXPECT_EQ(mr::gpu_of_local_rank(3, 4, 8), 3);
+  const std::string refusal = error_of([] { mr::gpu_of_local_rank(2, 3, 2); });
+  EXPECT_TRUE(contains(refusal, "3 processes run on this node but it has 2 GPUs")) << refusal;
+  EXPECT_TRUE(contains(refusal, "cuda:N")) << refusal;
+  EXPECT_TRUE(contains(error_of([] { mr::gpu_of_local_rank(1, 2, 1); }), "has 1 GPU "));
+}
+
+TEST(TransportChoice, AutoIsNcclOnlyWithAGpuPerRankAndNcclBuiltIn) {
+  using K = mr::TransportKind;
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cpu", torch::kCPU, 4, true), K::Mpi);
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cuda", kGpu0, 4, true), K::Nccl);
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cuda", kGpu0, 4, false), K::Mpi);
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cuda:0", kGpu0, 4, true), K::Mpi);  // shared GPU
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cuda:0", kGpu0, 1, true), K::Nccl);
+  EXPECT_EQ(mr::resolve_transport(K::Mpi, "cuda", kGpu0, 4, true), K::Mpi);
+  EXPECT_EQ(mr::resolve_transport(K::Nccl, "cuda", kGpu0, 2, true), K::Nccl);
+}
+
+TEST(TransportChoice, NcclIsRefusedOnTheCpuOnASharedGpuAndWhenNotBuiltIn) {
+  using K = mr::TransportKind;
+  const std::string on_cpu = error_of([] { mr::resolve_transport(K::Nccl, "cpu", torch::kCPU, 1, true); });
+  EXPECT_TRUE(contains(on_cpu, "transport")) << on_cpu;
+  EXPECT_TRUE(contains(on_cpu, "--device is cpu")) << on_cpu;
+  const std::string shared =
+      error_of([] { mr::resolve_transport(K::Nccl, "cuda:0", kGpu0, 2, true); });
+  EXPECT_TRUE(contains(shared, "puts the node's 2 processes on it")) << shared;
+  const std::string missing =
+      error_of([] { mr::resolve_transport(K::Nccl, "cuda", kGpu0, 1, false); });
+  EXPECT_TRUE(contains(missing, "not built in")) << missing;
+  // The communicators themselves refuse a CPU device, with or without NCCL in the build.
+  const std::string communicators = error_of(
+      [] { mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, torch::kCPU); });
+  EXPECT_TRUE(contains(communicators, "transport")) << communicators;
+}
+
+TEST(ChannelOrder, EachChannelTakesItsMessagesInTheProgramsOrder) {
+  using D = mr::Direction;
+  mr::ChannelOrder order;
+  order.send(1, {D::Activation, 0, 0, 0});
+  order.send(1, {D::Activation, 0, 1, 1});
+  order.send(2, {D::Gradient, 3, 0, 0});  // another peer: its own numbering
+  order.receive(1, {D::Gradient, 1, 0, 0});
+  const std::string skipped = error_of([&] { order.send(1, {D::Activation, 0, 3, 3}); });
+  EXPECT_TRUE(contains(skipped, "send to rank 1: the activation of stage 0, micro-batch 3 "
+                                "carries sequence number 3 but the channel's next is 2"))
+      << skipped;
+  const std::string repeated = error_of([&] { order.receive(1, {D::Gradient, 1, 0, 0}); });
+  EXPECT_TRUE(contains(repeated, "receive from rank 1")) << repeated;
+  order.restart();  // the next program run numbers from 0 again
+  EXPECT_NO_THROW(order.send(1, {D::Activation, 0, 0, 0}));
+  EXPECT_NO_THROW(order.receive(1, {D::Gradient, 1, 0, 0}));
+}
+
+TEST(GradientBuckets, ConsecutiveParametersUpToTheCapAndABigOneAlone) {
+  using B = std::vector<std::pair<int, int>>;
+  auto ranges = [](const std::vector<mr::GradientBucket>& buckets) {
+    B out;
+    for (const auto& b : buckets) out.emplace_back(b.first, b.last);
+    return out;
+  };
+  EXPECT_EQ(ranges(mr::gradient_buckets({4, 4, 4, 4}, 8)), (B{{0, 2}, {2, 4}}));
+  EXPECT_EQ(ranges(mr::gradient_buckets({4, 20, 4}, 8)), (B{{0, 1}, {1, 2}, {2, 3}}));
+  EXPECT_EQ(ranges(mr::gradient_buckets({1, 2, 3}, 100)), (B{{0, 3}}));
+  EXPECT_TRUE(mr::gradient_buckets({}, 8).empty());
+}
+
+// Buckets of 16 bytes: w (4 floats) and v (3 floats) go in two all-reduces, both averaged.
+TEST(GradientBuckets, EachBucketIsAveragedOverTheReplicas) {
+  const int D = world_size();
+  const mr::ReplicaGroups groups(mr::replica_layout(world_rank(), D, D));
+  torch::Tensor w = torch::zeros({4}, torch::requires_grad());
+  torch::Tensor v = torch::zeros({3}, torch::requires_grad());
+  w.mutable_grad() = torch::full({4}, static_cast<float>(world_rank()));
+  v.mutable_grad() = torch::full({3}, 2.0f * world_rank());
+  mr::GradientAverager averager(mr::make_mpi_reducer(groups.replicas()), D, 1, 1, 16);
+  averager.backward_done(0, [&] { return std::vector<torch::Tensor>{w, v}; });
+  EXPECT_EQ(averager.pending(), D > 1 ? 2 : 0);
+  averager.finish();
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), (D - 1) / 2.0f);
+  EXPECT_FLOAT_EQ(v.grad()[2].item<float>(), static_cast<float>(D - 1));
+}
+
+// On a GPU (launch/gpu-check.sh, one rank): a message from the rank to itself over NCCL and an
+// all-reduce over the one-rank replica group.
+TEST(NcclOnOneGpu, SelfSendReceiveAndAllReduce) {
+  if (!torch::cuda::is_available() || !mr::nccl_built()) GTEST_SKIP() << "needs a GPU and NCCL";
+  if (world_size() != 1) GTEST_SKIP() << "one rank per GPU: run with -np 1";
+  const torch::Device gpu(torch::kCUDA, 0);
+  mr::make_current(gpu);
+  std::unique_ptr<mr::NcclCommunicators> comms =
+      mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, gpu);
+  comms->add_channels({{0, 0}});
+  std::unique_ptr<mr::Transport> transport = mr::make_nccl_transport(*comms, 60);
+  const mr::MessageKey key{mr::Direction::Activation, 0, 0, 0};
+  const torch::Tensor sent = torch::arange(1000, torch::TensorOptions(torch::kFloat32).device(gpu));
+  transport->post_recv(0, key, torch::empty({1000}, sent.options()));
+  transport->post_send(0, key, sent);
+  const torch::Tensor received = transport->wait_recv(0, key);
+  transport->wait_sends();
+  EXPECT_TRUE(torch::equal(received.cpu(), sent.cpu()));
+
+  std::unique_ptr<mr::ReplicaReducer> reducer = mr::make_nccl_reducer(*comms);
+  torch::Tensor buffer = sent.clone();
+  reducer->start(buffer)->wait(60, "for the all-reduce");
+  EXPECT_TRUE(torch::equal(buffer.cpu(), sent.cpu()));  // the sum over one rank
+}
