@@ -44,8 +44,7 @@ std::unique_ptr<NcclCommunicators> make_nccl_communicators(MPI_Comm pipeline, MP
 // stream wait for the data (the host does not). wait_sends polls every outstanding transfer and
 // the communicators' errors; an error, or a wait over `timeout_s` (> 0), aborts the communicators
 // and throws Error{Runtime} naming the stage and micro-batch.
-std::unique_ptr<Transport> make_nccl_transport(NcclCommunicators& communicators,
-                                               double timeout_s);
+std::unique_ptr<Transport> make_nccl_transport(NcclCommunicators& communicators, double timeout_s);
 
 // Sums gradient buckets over the replica group on the GPU (ncclAllReduce on its own stream, after
 // the compute stream); errors and timeouts as the transport's.

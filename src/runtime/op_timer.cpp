@@ -21,9 +21,9 @@ class HostOpTimer final : public madpipe::runtime::OpTimer {
 
  private:
   double now() const {
-    return origin_ms_ + std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - origin_)
-                            .count();
+    return origin_ms_ +
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - origin_)
+               .count();
   }
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
   double origin_ms_ = 0;

@@ -1,6 +1,7 @@
 #include "runtime/replicas.hpp"
 
 #include "core/error.hpp"
+#include "runtime/device_staging.hpp"
 #include "runtime/mpi_session.hpp"
 #include "runtime/nccl.hpp"
 
@@ -61,8 +62,19 @@ std::vector<madpipe::runtime::GradientBucket> madpipe::runtime::gradient_buckets
 namespace {
 class MpiSum final : public madpipe::runtime::PendingSum {
  public:
-  MpiSum(torch::Tensor host, torch::Tensor target, MPI_Comm replicas)
-      : host_(std::move(host)), target_(std::move(target)) {
+  // `buffer` on the CPU is summed in place; on a device, through pinned memory of `staging`.
+  MpiSum(torch::Tensor buffer, madpipe::runtime::DeviceStaging* staging, MPI_Comm replicas)
+      : staging_(staging) {
+    if (buffer.device().is_cpu()) {
+      host_ = std::move(buffer);
+    } else {
+      // The copy runs on the staging stream; MPI may only read the bucket once it is there.
+      madpipe::runtime::DeviceStaging::ToHost staged = staging_->to_host(buffer);
+      staged.copied->synchronize();
+      host_bytes_ = staged.host;
+      host_ = staged.host.view(buffer.scalar_type());
+      target_ = std::move(buffer);
+    }
     if (host_.numel() > 2147483647LL)
       throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "replicas",
                            "a gradient bucket above 2^31 elements is beyond MPI_Iallreduce");
@@ -78,7 +90,8 @@ class MpiSum final : public madpipe::runtime::PendingSum {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     madpipe::runtime::wait_with_deadline(request_, timeout_s, rank, what);
-    if (target_.defined()) target_.copy_(host_);
+    // Back to the device asynchronously; the compute stream waits for it.
+    if (target_.defined()) staging_->to_device(std::move(host_bytes_), target_);
   }
 
   void abandon() override {
@@ -89,23 +102,25 @@ class MpiSum final : public madpipe::runtime::PendingSum {
   }
 
  private:
-  torch::Tensor host_;    // what MPI sums
-  torch::Tensor target_;  // the buffer on a device, when it is not host_
+  madpipe::runtime::DeviceStaging* staging_;
+  torch::Tensor host_;        // what MPI sums
+  torch::Tensor host_bytes_;  // host_ as the staging's bytes (a device bucket)
+  torch::Tensor target_;      // the bucket on a device
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
 class MpiReducer final : public madpipe::runtime::ReplicaReducer {
  public:
   explicit MpiReducer(MPI_Comm replicas) : replicas_(replicas) {}
-  torch::Device buffer_device(const torch::Device&) const override { return torch::kCPU; }
   std::unique_ptr<madpipe::runtime::PendingSum> start(torch::Tensor buffer) override {
-    if (buffer.device().is_cpu())
-      return std::make_unique<MpiSum>(buffer, torch::Tensor(), replicas_);
-    return std::make_unique<MpiSum>(buffer.to(torch::kCPU), buffer, replicas_);
+    if (!buffer.device().is_cpu() && !staging_)
+      staging_ = std::make_unique<madpipe::runtime::DeviceStaging>(buffer.device());
+    return std::make_unique<MpiSum>(std::move(buffer), staging_.get(), replicas_);
   }
 
  private:
   MPI_Comm replicas_;
+  std::unique_ptr<madpipe::runtime::DeviceStaging> staging_;  // made at the first device bucket
 };
 }  // namespace
 
@@ -145,7 +160,6 @@ void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Ten
   // Summed in the gradients' precision when it is float or double (as NCCL does), else in float.
   const torch::Dtype dtype =
       parameters.front().scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  const torch::Device device = reducer_->buffer_device(parameters.front().device());
   std::vector<std::int64_t> bytes;
   bytes.reserve(parameters.size());
   for (torch::Tensor& p : parameters) {
@@ -161,7 +175,7 @@ void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Ten
       flat.push_back(p.grad().detach().reshape({-1}).to(dtype));
       pending.parameters.push_back(p);
     }
-    pending.buffer = torch::cat(flat).to(device).contiguous();
+    pending.buffer = torch::cat(flat).contiguous();
     pending.sum = reducer_->start(pending.buffer);
     pending_.push_back(std::move(pending));
   }

@@ -70,14 +70,14 @@ class PendingSum {
   virtual void abandon() = 0;
 };
 
-// Sums buffers over the replicas of a stage, asynchronously: MPI (through host memory) or NCCL
-// (on the GPU, make_nccl_reducer in nccl.hpp).
+// Sums buffers over the replicas of a stage, asynchronously: MPI (device buffers staged through
+// pinned host memory, runtime/device_staging.hpp) or NCCL (on the GPU, make_nccl_reducer in
+// nccl.hpp).
 class ReplicaReducer {
  public:
   virtual ~ReplicaReducer() = default;
-  // Where a buffer to sum must be, for gradients on `gradients`.
-  virtual torch::Device buffer_device(const torch::Device& gradients) const = 0;
-  // Starts summing `buffer` (contiguous, float or double) in place over the replicas.
+  // Starts summing `buffer` (contiguous, float or double, on the gradients' device) in place over
+  // the replicas.
   virtual std::unique_ptr<PendingSum> start(torch::Tensor buffer) = 0;
 };
 std::unique_ptr<ReplicaReducer> make_mpi_reducer(MPI_Comm replicas);

@@ -17,8 +17,7 @@ namespace madpipe::runtime {
 // `nccl_available`, else mpi. Throws Error (field "transport") for nccl on a CPU, on a GPU shared
 // by several ranks (NCCL refuses two ranks on one GPU), or without NCCL built in.
 TransportKind resolve_transport(TransportKind asked, const std::string& device_option,
-                                const torch::Device& device, int local_ranks,
-                                bool nccl_available);
+                                const torch::Device& device, int local_ranks, bool nccl_available);
 
 // This rank's transport for `plan`: NCCL over groups.nccl() when it is set (collective over the
 // pipeline: the plan's channels are added), else MPI over groups.pipeline().

@@ -1,6 +1,5 @@
-#include "runtime/op_timer.hpp"
-
 #include "core/error.hpp"
+#include "runtime/op_timer.hpp"
 
 #include <string>
 
@@ -30,9 +29,9 @@ class CudaOpTimer final : public madpipe::runtime::OpTimer {
   }
   void end(int op) override {
     if (events_.size() != 2 * static_cast<std::size_t>(op) + 1)
-      throw madpipe::Error(madpipe::ErrorKind::Internal, "", "timer",
-                           "ops are timed one after the other: op " + std::to_string(op) +
-                               " ends out of turn");
+      throw madpipe::Error(
+          madpipe::ErrorKind::Internal, "", "timer",
+          "ops are timed one after the other: op " + std::to_string(op) + " ends out of turn");
     record();
   }
 

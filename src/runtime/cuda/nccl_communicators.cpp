@@ -38,8 +38,7 @@ ncclComm_t communicator_over(MPI_Comm comm) {
 
 mr::nccl::Communicators::Communicators(MPI_Comm pipeline, MPI_Comm replicas,
                                        const torch::Device& device)
-    : device_(device),
-      replica_stream_(c10::cuda::getCurrentCUDAStream(device.index())) {
+    : device_(device), replica_stream_(c10::cuda::getCurrentCUDAStream(device.index())) {
   MPI_Comm_rank(pipeline, &position_);
   MPI_Comm_size(pipeline, &pipeline_size_);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
@@ -93,8 +92,8 @@ void mr::nccl::Communicators::add_channels(const std::vector<std::pair<int, int>
           "ncclCommSplit");
     if (!mine) continue;
     const int other = from == position_ ? to : from;
-    channels_.emplace(std::make_pair(from, to), Channel{comm, other > position_ ? 1 : 0,
-                                                        new_stream()});
+    channels_.emplace(std::make_pair(from, to),
+                      Channel{comm, other > position_ ? 1 : 0, new_stream()});
   }
 }
 
@@ -147,8 +146,8 @@ std::unique_ptr<mr::NcclCommunicators> mr::make_nccl_communicators(MPI_Comm pipe
                                                                    MPI_Comm replicas,
                                                                    const torch::Device& device) {
   if (!device.is_cuda())
-    throw Error(ErrorKind::Unsupported, "", "transport",
-                "nccl moves GPU tensors, but this rank runs on " + device.str() +
-                    " (use --transport mpi)");
+    throw Error(
+        ErrorKind::Unsupported, "", "transport",
+        "nccl moves GPU tensors, but this rank runs on " + device.str() + " (use --transport mpi)");
   return std::make_unique<nccl::Communicators>(pipeline, replicas, device);
 }

@@ -31,7 +31,8 @@ class NcclTransport final : public mr::Transport {
     // What NCCL may still read or write stays alive: the run is ending (normally, every transfer
     // is done) or aborting (the communicators are aborted with the rank).
     if (std::uncaught_exceptions() > 0) {
-      for (Transfer& t : sends_) mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(t.tensor));
+      for (Transfer& t : sends_)
+        mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(t.tensor));
       for (auto& [id, t] : receives_)
         mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(t.tensor));
       comms_.abort();
@@ -82,12 +83,12 @@ class NcclTransport final : public mr::Transport {
     auto it = receives_.find(id_of(peer, key));
     if (it == receives_.end())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
-                           "waiting for the " + mr::message_name(key) +
-                               " from rank " + std::to_string(peer) + ", never posted");
+                           "waiting for the " + mr::message_name(key) + " from rank " +
+                               std::to_string(peer) + ", never posted");
     if (peer == comms_.position() && !it->second.done.isCreated())
-      throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
-                           "waiting for the " + mr::message_name(key) +
-                               " from this rank itself before it was sent");
+      throw madpipe::Error(
+          madpipe::ErrorKind::Internal, "", "transport",
+          "waiting for the " + mr::message_name(key) + " from this rank itself before it was sent");
     it->second.done.block(comms_.compute_stream());  // the compute stream waits, not the host
     torch::Tensor data = std::move(it->second.tensor);
     receives_.erase(it);
@@ -96,9 +97,9 @@ class NcclTransport final : public mr::Transport {
 
   void wait_sends() override {
     for (Transfer& t : sends_)
-      comms_.wait(t.done, timeout_s_,
-                  "for rank " + std::to_string(t.peer) + " to receive the " +
-                      mr::message_name(t.key));
+      comms_.wait(
+          t.done, timeout_s_,
+          "for rank " + std::to_string(t.peer) + " to receive the " + mr::message_name(t.key));
     sends_.clear();
     comms_.check_errors("after the step's transfers");
     if (receives_.empty() && self_sends_.empty()) order_.restart();
@@ -197,7 +198,6 @@ class NcclSum final : public mr::PendingSum {
 class NcclReducer final : public mr::ReplicaReducer {
  public:
   explicit NcclReducer(mr::nccl::Communicators& comms) : comms_(comms) {}
-  torch::Device buffer_device(const torch::Device&) const override { return comms_.device(); }
   std::unique_ptr<mr::PendingSum> start(torch::Tensor buffer) override {
     return std::make_unique<NcclSum>(comms_, std::move(buffer));
   }

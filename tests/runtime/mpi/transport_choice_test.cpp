@@ -2,13 +2,14 @@
 // process or a refusal naming both counts, which transport a run gets, the per-channel order an
 // ordered transport (NCCL) relies on, gradient buckets; and, where a GPU is present, NCCL itself.
 
+#include "runtime/transport_choice.hpp"
+
 #include "core/error.hpp"
 #include "runtime/channel_order.hpp"
 #include "runtime/device.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/nccl.hpp"
 #include "runtime/replicas.hpp"
-#include "runtime/transport_choice.hpp"
 
 #include <memory>
 #include <string>
@@ -60,7 +61,8 @@ TEST(TransportChoice, AutoIsNcclOnlyWithAGpuPerRankAndNcclBuiltIn) {
 
 TEST(TransportChoice, NcclIsRefusedOnTheCpuOnASharedGpuAndWhenNotBuiltIn) {
   using K = mr::TransportKind;
-  const std::string on_cpu = error_of([] { mr::resolve_transport(K::Nccl, "cpu", torch::kCPU, 1, true); });
+  const std::string on_cpu =
+      error_of([] { mr::resolve_transport(K::Nccl, "cpu", torch::kCPU, 1, true); });
   EXPECT_TRUE(contains(on_cpu, "transport")) << on_cpu;
   EXPECT_TRUE(contains(on_cpu, "--device is cpu")) << on_cpu;
   const std::string shared =
@@ -70,8 +72,8 @@ TEST(TransportChoice, NcclIsRefusedOnTheCpuOnASharedGpuAndWhenNotBuiltIn) {
       error_of([] { mr::resolve_transport(K::Nccl, "cuda", kGpu0, 1, false); });
   EXPECT_TRUE(contains(missing, "not built in")) << missing;
   // The communicators themselves refuse a CPU device, with or without NCCL in the build.
-  const std::string communicators = error_of(
-      [] { mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, torch::kCPU); });
+  const std::string communicators =
+      error_of([] { mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, torch::kCPU); });
   EXPECT_TRUE(contains(communicators, "transport")) << communicators;
 }
 
@@ -83,8 +85,9 @@ TEST(ChannelOrder, EachChannelTakesItsMessagesInTheProgramsOrder) {
   order.send(2, {D::Gradient, 3, 0, 0});  // another peer: its own numbering
   order.receive(1, {D::Gradient, 1, 0, 0});
   const std::string skipped = error_of([&] { order.send(1, {D::Activation, 0, 3, 3}); });
-  EXPECT_TRUE(contains(skipped, "send to rank 1: the activation of stage 0, micro-batch 3 "
-                                "carries sequence number 3 but the channel's next is 2"))
+  EXPECT_TRUE(contains(skipped,
+                       "send to rank 1: the activation of stage 0, micro-batch 3 "
+                       "carries sequence number 3 but the channel's next is 2"))
       << skipped;
   const std::string repeated = error_of([&] { order.receive(1, {D::Gradient, 1, 0, 0}); });
   EXPECT_TRUE(contains(repeated, "receive from rank 1")) << repeated;
