@@ -1,6 +1,6 @@
 #pragma once
 
-#include "runtime/transport.hpp"
+#include "runtime/message_key.hpp"
 
 #include <map>
 #include <string>

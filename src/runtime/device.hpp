@@ -2,6 +2,7 @@
 
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/train_config.hpp"
 
 #include <string>
 
@@ -23,6 +24,13 @@ int gpu_of_local_rank(int local_rank, int local_ranks, int gpus);
 // Makes `device` the current device of this process (a CUDA device; nothing for the CPU), so that
 // CUDA contexts, streams and NCCL communicators are created on it and not on GPU 0.
 void make_current(const torch::Device& device);
+
+// The transport of a run (--transport, auto resolved) on `device` (--device `device_option`)
+// with `local_ranks` processes on the node. auto: nccl when each rank has a GPU of its own and
+// `nccl_available`, else mpi. Throws Error (field "transport") for nccl on a CPU, on a GPU shared
+// by several ranks (NCCL refuses two ranks on one GPU), or without NCCL built in.
+TransportKind resolve_transport(TransportKind asked, const std::string& device_option,
+                                const torch::Device& device, int local_ranks, bool nccl_available);
 
 // Moves every layer's parameters and buffers to `device`.
 void move_model(ChainModel& model, const torch::Device& device);

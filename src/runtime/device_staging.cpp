@@ -1,10 +1,11 @@
 #include "runtime/device_staging.hpp"
 
+#include <ATen/ATen.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace {
-const c10::impl::DeviceGuardImplInterface& guard_of(const torch::Device& device) {
+const c10::impl::DeviceGuardImplInterface& guard_of(const c10::Device& device) {
   return *c10::impl::getDeviceGuardImpl(device.type());
 }
 
@@ -15,25 +16,25 @@ std::shared_ptr<c10::Event> event_on(const c10::Stream& stream) {
 }
 }  // namespace
 
-torch::Tensor madpipe::runtime::bytes_view(const torch::Tensor& contiguous) {
-  return contiguous.reshape({-1}).view(torch::kUInt8);
+at::Tensor madpipe::runtime::bytes_view(const at::Tensor& contiguous) {
+  return contiguous.reshape({-1}).view(at::kByte);
 }
 
-madpipe::runtime::DeviceStaging::DeviceStaging(const torch::Device& device)
+madpipe::runtime::DeviceStaging::DeviceStaging(const c10::Device& device)
     : device_(device), side_(guard_of(device).getStreamFromGlobalPool(device)) {}
 
-torch::Tensor madpipe::runtime::DeviceStaging::host_buffer(std::int64_t bytes) {
+at::Tensor madpipe::runtime::DeviceStaging::host_buffer(std::int64_t bytes) {
   for (std::size_t k = 0; k < pool_.size(); ++k) {
     Entry& entry = pool_[k];
     if (entry.host.numel() < bytes || (entry.busy_until && !entry.busy_until->query())) continue;
-    torch::Tensor host = std::move(entry.host);
+    at::Tensor host = std::move(entry.host);
     pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(k));
     return host.narrow(0, 0, bytes);
   }
-  return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+  return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
 }
 
-void madpipe::runtime::DeviceStaging::release(torch::Tensor host,
+void madpipe::runtime::DeviceStaging::release(at::Tensor host,
                                               std::shared_ptr<c10::Event> busy_until) {
   // The whole pinned allocation goes back, whatever part of it the last message used.
   const std::int64_t capacity =
@@ -42,9 +43,9 @@ void madpipe::runtime::DeviceStaging::release(torch::Tensor host,
 }
 
 madpipe::runtime::DeviceStaging::ToHost madpipe::runtime::DeviceStaging::to_host(
-    const torch::Tensor& tensor) {
+    const at::Tensor& tensor) {
   const c10::Stream compute = guard_of(device_).getStream(device_);
-  const torch::Tensor source = tensor.detach().contiguous();
+  const at::Tensor source = tensor.detach().contiguous();
   ToHost out;
   out.host = host_buffer(static_cast<std::int64_t>(source.nbytes()));
   event_on(compute)->block(side_);
@@ -57,7 +58,7 @@ madpipe::runtime::DeviceStaging::ToHost madpipe::runtime::DeviceStaging::to_host
   return out;
 }
 
-void madpipe::runtime::DeviceStaging::to_device(torch::Tensor host, torch::Tensor target) {
+void madpipe::runtime::DeviceStaging::to_device(at::Tensor host, at::Tensor target) {
   const c10::Stream compute = guard_of(device_).getStream(device_);
   const std::int64_t bytes = static_cast<std::int64_t>(target.nbytes());
   event_on(compute)->block(side_);  // the compute stream is done with the slot's earlier data

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <mpi.h>
 
 namespace {
@@ -33,7 +34,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
       // An error unwinds: the rank must reach its abort, so the sends are not waited for (their
       // receiver may never come), and their buffers stay alive, as MPI may still read them.
       for (Pending& pending : sends_)
-        madpipe::runtime::keep_alive_until_exit(std::make_shared<torch::Tensor>(pending.host));
+        madpipe::runtime::keep_alive_until_exit(std::make_shared<at::Tensor>(pending.host));
     } else {
       try {
         wait_sends();
@@ -48,7 +49,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
   }
 
   void post_send(int peer, const madpipe::runtime::MessageKey& key,
-                 const torch::Tensor& tensor) override {
+                 const at::Tensor& tensor) override {
     Pending pending;
     pending.peer = peer;
     pending.tag = tag_of(key);
@@ -64,13 +65,13 @@ class MpiTransport final : public madpipe::runtime::Transport {
     start_sends();
   }
 
-  void post_recv(int peer, const madpipe::runtime::MessageKey& key, torch::Tensor buffer) override {
+  void post_recv(int peer, const madpipe::runtime::MessageKey& key, at::Tensor buffer) override {
     Pending pending;
     if (buffer.device().is_cpu() && buffer.is_contiguous()) {
       pending.host = buffer;  // MPI writes straight into it (an arena slot, say)
     } else if (buffer.device().is_cpu()) {
       pending.target = buffer;
-      pending.host = torch::empty(buffer.sizes(), buffer.options());
+      pending.host = at::empty(buffer.sizes(), buffer.options());
     } else {
       // Into pinned memory from the pool, copied to the device at the wait (asynchronously).
       pending.target = buffer.is_contiguous() ? buffer : buffer.contiguous();
@@ -88,7 +89,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     start_sends();
   }
 
-  torch::Tensor wait_recv(int peer, const madpipe::runtime::MessageKey& key) override {
+  at::Tensor wait_recv(int peer, const madpipe::runtime::MessageKey& key) override {
     const auto id =
         std::make_tuple(peer, static_cast<int>(key.direction), key.stage, key.micro_batch);
     auto it = receives_.find(id);
@@ -98,7 +99,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     wait(it->second.request,
          "for the " + madpipe::runtime::message_name(key) + " from rank " + std::to_string(peer));
     Pending& pending = it->second;
-    torch::Tensor out = pending.host;
+    at::Tensor out = pending.host;
     if (pending.device_copy_back.defined()) {
       staging(pending.target.device()).to_device(pending.host, pending.target);
       out = pending.device_copy_back;
@@ -127,16 +128,16 @@ class MpiTransport final : public madpipe::runtime::Transport {
  private:
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
-    torch::Tensor host;    // what MPI reads or writes
-    torch::Tensor target;  // a receive's buffer when it is not `host` (on a device, or strided)
-    torch::Tensor device_copy_back;  // a device receive's buffer as posted
+    at::Tensor host;    // what MPI reads or writes
+    at::Tensor target;  // a receive's buffer when it is not `host` (on a device, or strided)
+    at::Tensor device_copy_back;  // a device receive's buffer as posted
     // A send of a device tensor: MPI starts once the copy to `host` is done.
     std::shared_ptr<c10::Event> copied;
     bool started = false;
     int peer = 0, tag = 0;
   };
 
-  madpipe::runtime::DeviceStaging& staging(const torch::Device& device) {
+  madpipe::runtime::DeviceStaging& staging(const c10::Device& device) {
     if (!staging_) staging_ = std::make_unique<madpipe::runtime::DeviceStaging>(device);
     return *staging_;
   }
@@ -182,7 +183,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     }
   }
 
-  static int count_of(const torch::Tensor& t) {
+  static int count_of(const at::Tensor& t) {
     const long long bytes = static_cast<long long>(t.numel()) * t.element_size();
     if (bytes > 2147483647LL)
       throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "transport",

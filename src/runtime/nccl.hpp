@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/Device.h>
 #include <mpi.h>
-#include <torch/torch.h>
 
 namespace madpipe::runtime {
 
@@ -35,7 +35,7 @@ class NcclCommunicators {
 
 // Throws Error{Unsupported} (field "transport") when NCCL is not built or `device` is not CUDA.
 std::unique_ptr<NcclCommunicators> make_nccl_communicators(MPI_Comm pipeline, MPI_Comm replicas,
-                                                           const torch::Device& device);
+                                                           const c10::Device& device);
 
 // Point-to-point over the channels of `communicators` (which must outlive it). Each message is
 // issued when posted, in the per-channel order the program numbered (MessageKey::sequence: a

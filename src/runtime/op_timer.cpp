@@ -32,7 +32,7 @@ class HostOpTimer final : public madpipe::runtime::OpTimer {
 }  // namespace
 
 std::unique_ptr<madpipe::runtime::OpTimer> madpipe::runtime::make_op_timer(
-    const torch::Device& device) {
+    const c10::Device& device) {
   if (device.is_cuda()) {
 #ifdef MADPIPE_WITH_CUDA
     return make_cuda_op_timer(device);

@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
 
 namespace madpipe::runtime {
 
@@ -28,10 +28,10 @@ class OpTimer {
 };
 
 // Host clock on the CPU, CUDA events on a CUDA device.
-std::unique_ptr<OpTimer> make_op_timer(const torch::Device& device);
+std::unique_ptr<OpTimer> make_op_timer(const c10::Device& device);
 
 #ifdef MADPIPE_WITH_CUDA
-std::unique_ptr<OpTimer> make_cuda_op_timer(const torch::Device& device);  // runtime/cuda/
+std::unique_ptr<OpTimer> make_cuda_op_timer(const c10::Device& device);  // runtime/cuda/
 #endif
 
 }  // namespace madpipe::runtime

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include <ATen/ATen.h>
+
 madpipe::runtime::ReplicaLayout madpipe::runtime::replica_layout(int world_rank, int world_size,
                                                                  int replicas) {
   if (replicas < 1 || world_size % replicas != 0)
@@ -63,7 +65,7 @@ namespace {
 class MpiSum final : public madpipe::runtime::PendingSum {
  public:
   // `buffer` on the CPU is summed in place; on a device, through pinned memory of `staging`.
-  MpiSum(torch::Tensor buffer, madpipe::runtime::DeviceStaging* staging, MPI_Comm replicas)
+  MpiSum(at::Tensor buffer, madpipe::runtime::DeviceStaging* staging, MPI_Comm replicas)
       : staging_(staging) {
     if (buffer.device().is_cpu()) {
       host_ = std::move(buffer);
@@ -79,8 +81,8 @@ class MpiSum final : public madpipe::runtime::PendingSum {
       throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "replicas",
                            "a gradient bucket above 2^31 elements is beyond MPI_Iallreduce");
     MPI_Iallreduce(MPI_IN_PLACE, host_.data_ptr(), static_cast<int>(host_.numel()),
-                   host_.scalar_type() == torch::kFloat64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
-                   replicas, &request_);
+                   host_.scalar_type() == at::kDouble ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, replicas,
+                   &request_);
   }
   ~MpiSum() override {
     if (request_ != MPI_REQUEST_NULL) abandon();
@@ -97,22 +99,22 @@ class MpiSum final : public madpipe::runtime::PendingSum {
   void abandon() override {
     // An active collective may not be freed, and waiting could hang on a replica that never
     // joins: it stays active, its buffer alive, until the abort or MPI_Finalize.
-    madpipe::runtime::keep_alive_until_exit(std::make_shared<torch::Tensor>(host_));
+    madpipe::runtime::keep_alive_until_exit(std::make_shared<at::Tensor>(host_));
     request_ = MPI_REQUEST_NULL;
   }
 
  private:
   madpipe::runtime::DeviceStaging* staging_;
-  torch::Tensor host_;        // what MPI sums
-  torch::Tensor host_bytes_;  // host_ as the staging's bytes (a device bucket)
-  torch::Tensor target_;      // the bucket on a device
+  at::Tensor host_;        // what MPI sums
+  at::Tensor host_bytes_;  // host_ as the staging's bytes (a device bucket)
+  at::Tensor target_;      // the bucket on a device
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
 class MpiReducer final : public madpipe::runtime::ReplicaReducer {
  public:
   explicit MpiReducer(MPI_Comm replicas) : replicas_(replicas) {}
-  std::unique_ptr<madpipe::runtime::PendingSum> start(torch::Tensor buffer) override {
+  std::unique_ptr<madpipe::runtime::PendingSum> start(at::Tensor buffer) override {
     if (!buffer.device().is_cpu() && !staging_)
       staging_ = std::make_unique<madpipe::runtime::DeviceStaging>(buffer.device());
     return std::make_unique<MpiSum>(std::move(buffer), staging_.get(), replicas_);
@@ -150,32 +152,32 @@ madpipe::runtime::GradientAverager::~GradientAverager() {
 }
 
 void madpipe::runtime::GradientAverager::backward_done(
-    int stage, const std::function<std::vector<torch::Tensor>()>& parameters) {
+    int stage, const std::function<std::vector<at::Tensor>()>& parameters) {
   if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_)
     start(stage, parameters());
 }
 
-void madpipe::runtime::GradientAverager::start(int stage, std::vector<torch::Tensor> parameters) {
+void madpipe::runtime::GradientAverager::start(int stage, std::vector<at::Tensor> parameters) {
   if (count_ <= 1 || parameters.empty()) return;
   // Summed in the gradients' precision when it is float or double (as NCCL does), else in float.
-  const torch::Dtype dtype =
-      parameters.front().scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const at::ScalarType dtype =
+      parameters.front().scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   std::vector<std::int64_t> bytes;
   bytes.reserve(parameters.size());
-  for (torch::Tensor& p : parameters) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  for (at::Tensor& p : parameters) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     bytes.push_back(p.numel() * static_cast<std::int64_t>(c10::elementSize(dtype)));
   }
   for (const GradientBucket& bucket : gradient_buckets(bytes, bucket_bytes_)) {
     Pending pending;
     pending.stage = stage;
-    std::vector<torch::Tensor> flat;
+    std::vector<at::Tensor> flat;
     for (int i = bucket.first; i < bucket.last; ++i) {
-      torch::Tensor& p = parameters[static_cast<std::size_t>(i)];
+      at::Tensor& p = parameters[static_cast<std::size_t>(i)];
       flat.push_back(p.grad().detach().reshape({-1}).to(dtype));
       pending.parameters.push_back(p);
     }
-    pending.buffer = torch::cat(flat).contiguous();
+    pending.buffer = at::cat(flat).contiguous();
     pending.sum = reducer_->start(pending.buffer);
     pending_.push_back(std::move(pending));
   }
@@ -193,8 +195,8 @@ void madpipe::runtime::GradientAverager::finish() {
   for (Pending& p : pending_) {
     p.buffer.div_(count_);
     std::int64_t offset = 0;
-    for (torch::Tensor& parameter : p.parameters) {
-      torch::Tensor grad = parameter.mutable_grad();
+    for (at::Tensor& parameter : p.parameters) {
+      at::Tensor grad = parameter.mutable_grad();
       const std::int64_t n = grad.numel();
       grad.copy_(p.buffer.narrow(0, offset, n).view(grad.sizes()));
       offset += n;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <mpi.h>
-#include <torch/torch.h>
 
 namespace madpipe::runtime {
 
@@ -78,7 +78,7 @@ class ReplicaReducer {
   virtual ~ReplicaReducer() = default;
   // Starts summing `buffer` (contiguous, float or double, on the gradients' device) in place over
   // the replicas.
-  virtual std::unique_ptr<PendingSum> start(torch::Tensor buffer) = 0;
+  virtual std::unique_ptr<PendingSum> start(at::Tensor buffer) = 0;
 };
 std::unique_ptr<ReplicaReducer> make_mpi_reducer(MPI_Comm replicas);
 
@@ -101,7 +101,7 @@ class GradientAverager {
   // After each backward of a local stage: the step's last one starts the all-reduces of the
   // stage's parameters' gradients (an undefined gradient counts as zero). Replicas call it in
   // the same order, as they run the same program.
-  void backward_done(int stage, const std::function<std::vector<torch::Tensor>()>& parameters);
+  void backward_done(int stage, const std::function<std::vector<at::Tensor>()>& parameters);
   // Waits for the step's all-reduces, writes the means into the gradients, and starts counting
   // the next step's backwards. A wait longer than the timeout (> 0 s) throws Error{Runtime}
   // naming the stage; the all-reduces stay pending, so finish() may be called again.
@@ -114,12 +114,12 @@ class GradientAverager {
  private:
   struct Pending {
     int stage = 0;
-    std::vector<torch::Tensor> parameters;  // of the bucket
-    torch::Tensor buffer;                   // their gradients, flat
+    std::vector<at::Tensor> parameters;  // of the bucket
+    at::Tensor buffer;                   // their gradients, flat
     std::unique_ptr<PendingSum> sum;
     bool done = false;
   };
-  void start(int stage, std::vector<torch::Tensor> parameters);
+  void start(int stage, std::vector<at::Tensor> parameters);
 
   std::unique_ptr<ReplicaReducer> reducer_;
   int count_;

@@ -6,7 +6,6 @@
 #include "runtime/mpi_session.hpp"
 #include "runtime/nccl.hpp"
 #include "runtime/stop_request.hpp"
-#include "runtime/transport_choice.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -215,3 +214,13 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
 }
 
 }  // namespace madpipe::runtime
+
+std::unique_ptr<madpipe::runtime::Transport> madpipe::runtime::make_transport(
+    const TrainConfig& c, const plan::Plan& plan, const ReplicaGroups& groups) {
+  if (NcclCommunicators* nccl = groups.nccl()) {
+    nccl->add_channels(plan::message_channels(plan));
+    return make_nccl_transport(*nccl, c.transfer_timeout);
+  }
+  return make_mpi_transport(static_cast<int>(plan.stages.size()), c.transfer_timeout,
+                            groups.pipeline());
+}

@@ -34,6 +34,11 @@ struct SyncPipeline {
   std::unique_ptr<GradientAverager> averager;
 };
 
+// This rank's transport for `plan`: NCCL over groups.nccl() when it is set (collective over the
+// pipeline: the plan's channels are added), else MPI over groups.pipeline().
+std::unique_ptr<Transport> make_transport(const TrainConfig& c, const plan::Plan& plan,
+                                          const ReplicaGroups& groups);
+
 // How the trainer lowers a plan: --receive-buffers and --receive-lookahead, receive buffers sized
 // for the model's stage outputs; a validation program (train = false) runs forwards only.
 plan::LowerOptions lower_options(const TrainConfig& c, const plan::Plan& plan,

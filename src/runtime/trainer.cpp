@@ -27,7 +27,6 @@
 #include "runtime/trace_recorder.hpp"
 #include "runtime/train_planning.hpp"
 #include "runtime/transport.hpp"
-#include "runtime/transport_choice.hpp"
 #include "runtime/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
 

@@ -1,24 +1,13 @@
 #pragma once
 
+#include "runtime/message_key.hpp"
+
 #include <memory>
 
+#include <ATen/core/Tensor.h>
 #include <mpi.h>
-#include <torch/torch.h>
 
 namespace madpipe::runtime {
-
-enum class Direction { Activation, Gradient };
-
-// A transfer is identified by what it carries: the activation a_last(s) of stage s or its
-// gradient, for one micro-batch. `sequence` is its position among the messages between the two
-// ranks (Instr::sequence), in which order both sides issue them; a transport matching by tags
-// (MPI) does not need it, an ordered one (NCCL) relies on it.
-struct MessageKey {
-  Direction direction = Direction::Activation;
-  int stage = 0;
-  int micro_batch = 0;
-  int sequence = -1;
-};
 
 // Moves tensors between the processes of a pipeline. Sends and receives are asynchronous; a
 // receive is posted early (into a buffer of the right shape) and waited for when its data is
@@ -26,9 +15,9 @@ struct MessageKey {
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual void post_send(int peer, const MessageKey& key, const torch::Tensor& tensor) = 0;
-  virtual void post_recv(int peer, const MessageKey& key, torch::Tensor buffer) = 0;
-  virtual torch::Tensor wait_recv(int peer, const MessageKey& key) = 0;
+  virtual void post_send(int peer, const MessageKey& key, const at::Tensor& tensor) = 0;
+  virtual void post_recv(int peer, const MessageKey& key, at::Tensor buffer) = 0;
+  virtual at::Tensor wait_recv(int peer, const MessageKey& key) = 0;
   // Completes every send posted so far (their tensors may then be released). The executor calls
   // it at the end of each program run, when every receive has been waited for.
   virtual void wait_sends() = 0;

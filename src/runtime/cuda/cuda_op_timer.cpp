@@ -12,7 +12,7 @@ namespace {
 // of the run, when the stream had drained, so that they land on the caller's clock.
 class CudaOpTimer final : public madpipe::runtime::OpTimer {
  public:
-  explicit CudaOpTimer(const torch::Device& device) : device_(device) {}
+  explicit CudaOpTimer(const c10::Device& device) : device_(device) {}
 
   void start_run(double now_ms) override {
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
@@ -52,7 +52,7 @@ class CudaOpTimer final : public madpipe::runtime::OpTimer {
     events_.back()->record(c10::cuda::getCurrentCUDAStream(device_.index()));
   }
 
-  torch::Device device_;
+  c10::Device device_;
   std::unique_ptr<at::cuda::CUDAEvent> origin_;
   double origin_ms_ = 0;
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;  // begin, end, begin, end, ...
@@ -60,6 +60,6 @@ class CudaOpTimer final : public madpipe::runtime::OpTimer {
 }  // namespace
 
 std::unique_ptr<madpipe::runtime::OpTimer> madpipe::runtime::make_cuda_op_timer(
-    const torch::Device& device) {
+    const c10::Device& device) {
   return std::make_unique<CudaOpTimer>(device);
 }

@@ -37,7 +37,7 @@ ncclComm_t communicator_over(MPI_Comm comm) {
 }  // namespace
 
 mr::nccl::Communicators::Communicators(MPI_Comm pipeline, MPI_Comm replicas,
-                                       const torch::Device& device)
+                                       const c10::Device& device)
     : device_(device), replica_stream_(c10::cuda::getCurrentCUDAStream(device.index())) {
   MPI_Comm_rank(pipeline, &position_);
   MPI_Comm_size(pipeline, &pipeline_size_);
@@ -144,7 +144,7 @@ bool mr::nccl_built() { return true; }
 
 std::unique_ptr<mr::NcclCommunicators> mr::make_nccl_communicators(MPI_Comm pipeline,
                                                                    MPI_Comm replicas,
-                                                                   const torch::Device& device) {
+                                                                   const c10::Device& device) {
   if (!device.is_cuda())
     throw Error(
         ErrorKind::Unsupported, "", "transport",

@@ -29,7 +29,7 @@ struct Channel {
 
 class Communicators final : public NcclCommunicators {
  public:
-  Communicators(MPI_Comm pipeline, MPI_Comm replicas, const torch::Device& device);
+  Communicators(MPI_Comm pipeline, MPI_Comm replicas, const c10::Device& device);
   ~Communicators() override;
 
   void add_channels(const std::vector<std::pair<int, int>>& channels) override;
@@ -37,7 +37,7 @@ class Communicators final : public NcclCommunicators {
 
   int position() const noexcept { return position_; }
   int world_rank() const noexcept { return world_rank_; }
-  const torch::Device& device() const noexcept { return device_; }
+  const c10::Device& device() const noexcept { return device_; }
   c10::cuda::CUDAStream compute_stream() const;
   // The channel of messages from `from` to `to`; throws Error{Internal} when it was never added.
   Channel& channel(int from, int to);
@@ -55,7 +55,7 @@ class Communicators final : public NcclCommunicators {
   c10::cuda::CUDAStream new_stream();
   std::vector<ncclComm_t> all() const;
 
-  torch::Device device_;
+  c10::Device device_;
   int position_ = 0;
   int pipeline_size_ = 1;
   int world_rank_ = 0;

@@ -16,7 +16,7 @@ namespace {
 bool mr::nccl_built() { return false; }
 
 std::unique_ptr<mr::NcclCommunicators> mr::make_nccl_communicators(MPI_Comm, MPI_Comm,
-                                                                   const torch::Device&) {
+                                                                   const c10::Device&) {
   not_built();
 }
 

@@ -12,13 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 namespace mr = madpipe::runtime;
 
 namespace {
 struct Transfer {
   mr::MessageKey key;
   int peer = 0;
-  torch::Tensor tensor;      // what is sent, or the buffer received into
+  at::Tensor tensor;         // what is sent, or the buffer received into
   at::cuda::CUDAEvent done;  // recorded on the channel's stream after the transfer
 };
 
@@ -31,15 +33,14 @@ class NcclTransport final : public mr::Transport {
     // What NCCL may still read or write stays alive: the run is ending (normally, every transfer
     // is done) or aborting (the communicators are aborted with the rank).
     if (std::uncaught_exceptions() > 0) {
-      for (Transfer& t : sends_)
-        mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(t.tensor));
+      for (Transfer& t : sends_) mr::keep_alive_until_exit(std::make_shared<at::Tensor>(t.tensor));
       for (auto& [id, t] : receives_)
-        mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(t.tensor));
+        mr::keep_alive_until_exit(std::make_shared<at::Tensor>(t.tensor));
       comms_.abort();
     }
   }
 
-  void post_send(int peer, const mr::MessageKey& key, const torch::Tensor& tensor) override {
+  void post_send(int peer, const mr::MessageKey& key, const at::Tensor& tensor) override {
     order_.send(peer, key);
     Transfer t{key, peer, tensor.detach().contiguous(), {}};
     if (peer == comms_.position()) {
@@ -56,7 +57,7 @@ class NcclTransport final : public mr::Transport {
     sends_.push_back(std::move(t));
   }
 
-  void post_recv(int peer, const mr::MessageKey& key, torch::Tensor buffer) override {
+  void post_recv(int peer, const mr::MessageKey& key, at::Tensor buffer) override {
     order_.receive(peer, key);
     if (!buffer.is_cuda() || !buffer.is_contiguous())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
@@ -79,7 +80,7 @@ class NcclTransport final : public mr::Transport {
                            "receive posted twice for the " + mr::message_name(key));
   }
 
-  torch::Tensor wait_recv(int peer, const mr::MessageKey& key) override {
+  at::Tensor wait_recv(int peer, const mr::MessageKey& key) override {
     auto it = receives_.find(id_of(peer, key));
     if (it == receives_.end())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
@@ -90,7 +91,7 @@ class NcclTransport final : public mr::Transport {
           madpipe::ErrorKind::Internal, "", "transport",
           "waiting for the " + mr::message_name(key) + " from this rank itself before it was sent");
     it->second.done.block(comms_.compute_stream());  // the compute stream waits, not the host
-    torch::Tensor data = std::move(it->second.tensor);
+    at::Tensor data = std::move(it->second.tensor);
     receives_.erase(it);
     return data;
   }
@@ -164,14 +165,13 @@ class NcclTransport final : public mr::Transport {
 
 class NcclSum final : public mr::PendingSum {
  public:
-  NcclSum(mr::nccl::Communicators& comms, torch::Tensor buffer)
+  NcclSum(mr::nccl::Communicators& comms, at::Tensor buffer)
       : comms_(comms), buffer_(std::move(buffer)) {
     const c10::cuda::CUDAStream& stream = comms_.replica_stream();
     at::cuda::CUDAEvent ready;
     ready.record(comms_.compute_stream());
     ready.block(stream);
-    const ncclDataType_t type =
-        buffer_.scalar_type() == torch::kFloat64 ? ncclFloat64 : ncclFloat32;
+    const ncclDataType_t type = buffer_.scalar_type() == at::kDouble ? ncclFloat64 : ncclFloat32;
     mr::nccl::check(ncclAllReduce(buffer_.data_ptr(), buffer_.data_ptr(),
                                   static_cast<std::size_t>(buffer_.numel()), type, ncclSum,
                                   comms_.replicas(), stream.stream()),
@@ -185,20 +185,20 @@ class NcclSum final : public mr::PendingSum {
   }
 
   void abandon() override {
-    mr::keep_alive_until_exit(std::make_shared<torch::Tensor>(buffer_));
+    mr::keep_alive_until_exit(std::make_shared<at::Tensor>(buffer_));
     comms_.abort();
   }
 
  private:
   mr::nccl::Communicators& comms_;
-  torch::Tensor buffer_;
+  at::Tensor buffer_;
   at::cuda::CUDAEvent done_;
 };
 
 class NcclReducer final : public mr::ReplicaReducer {
  public:
   explicit NcclReducer(mr::nccl::Communicators& comms) : comms_(comms) {}
-  std::unique_ptr<mr::PendingSum> start(torch::Tensor buffer) override {
+  std::unique_ptr<mr::PendingSum> start(at::Tensor buffer) override {
     return std::make_unique<NcclSum>(comms_, std::move(buffer));
   }
 
