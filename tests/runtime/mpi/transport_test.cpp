@@ -6,14 +6,15 @@
 //   active collective, so that the rank reaches its abort at once; what the transfer still reads
 //   or writes stays alive, so that the peer's side completes correctly.
 
+#include "runtime/transport.hpp"
+
 #include "core/error.hpp"
 #include "runtime/channel_order.hpp"
 #include "runtime/device.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/nccl.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/nccl.hpp"
 #include "runtime/replicas.hpp"
-#include "runtime/transport.hpp"
 
 #include <memory>
 #include <stdexcept>
