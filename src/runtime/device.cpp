@@ -73,7 +73,8 @@ madpipe::runtime::TransportKind madpipe::runtime::resolve_transport(
 }
 
 void madpipe::runtime::move_model(ChainModel& model, const torch::Device& device) {
-  for (auto& layer : model.layers) layer.ptr()->to(device);
+  for (auto& layer : model.layers)
+    if (!layer.is_empty()) layer.ptr()->to(device);
 }
 
 madpipe::runtime::Batch madpipe::runtime::on_device(Batch batch, const torch::Device& device) {

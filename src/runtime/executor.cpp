@@ -19,21 +19,27 @@ static std::int64_t bytes_of(const torch::Tensor& t) {
 madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel& model,
                                                                      const Batch& sample) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> buffers, saved;
-  for (const auto& layer : model.layers)
-    for (const torch::Tensor& b : layer.ptr()->buffers()) {
-      buffers.push_back(b);
-      saved.push_back(b.clone());
-    }
+  const torch::Device device = sample.input.device();
   LayerOutputs outputs;
+  outputs.device = device;
   torch::Tensor x = sample.input;
-  for (auto& layer : model.layers) {
-    x = layer.forward(x);
+  for (int l = 0; l < model.size(); ++l) {
+    if (model.holds(l)) {
+      std::vector<torch::Tensor> buffers = model.layers[l].ptr()->buffers(), saved;
+      for (const torch::Tensor& b : buffers) saved.push_back(b.clone());
+      x = model.layers[l].forward(x);
+      for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
+    } else {
+      if (!model.build_layer)
+        throw Error(ErrorKind::Unsupported, "", "layer " + model.names[l],
+                    "the shapes of a model that cannot rebuild its layers need them all");
+      torch::nn::AnyModule layer = model.build_layer(l);  // for this forward alone
+      layer.ptr()->to(device);
+      x = layer.forward(x);
+    }
     outputs.shapes.push_back(x.sizes().vec());
     outputs.dtypes.push_back(x.scalar_type());
-    outputs.device = x.device();
   }
-  for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
   return outputs;
 }
 

@@ -25,8 +25,10 @@ struct LayerOutputs {
   std::vector<torch::Dtype> dtypes;
   torch::Device device = torch::kCPU;  // where the model runs: receive buffers go there
 };
-// One forward of a sample micro-batch through the whole model (every layer's weights present).
-// The model's buffers (batch-norm running statistics) are left as they were.
+// The shapes at every layer boundary for a sample micro-batch: one forward without autograd,
+// layer by layer, through the held layers (their buffers restored afterwards) and through each
+// other layer built for its forward alone and dropped after it. The model may hold any subset of
+// its layers; besides them, one layer's weights are alive at a time.
 LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample);
 
 // Compute time a rank spent in the forwards and backwards of one stage (transfers excluded).

@@ -75,6 +75,10 @@ void unpack_layer(const std::string& bytes, torch::nn::Module& layer, int index,
   for (std::int64_t c : counts) expected += static_cast<std::size_t>(c);
   if (list.size() != expected) fail("tensor count");
   torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < parameters.size() + buffers.size(); ++i)
+    if (list[1 + i].sizes() !=
+        (i < parameters.size() ? parameters[i] : buffers[i - parameters.size()]).sizes())
+      fail("the shape of tensor " + std::to_string(i));
   for (torch::Tensor& p : parameters) p.set_data(list[next++].to(p.device()));
   for (torch::Tensor& b : buffers) b.set_data(list[next++].to(b.device()));
   for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -91,39 +95,31 @@ int madpipe::runtime::rank_of_layer(const plan::Plan& plan, int layer) {
   throw Error(ErrorKind::Internal, "", "/stages", "no stage holds layer " + std::to_string(layer));
 }
 
-void madpipe::runtime::release_layers(ChainModel& model, int first, int last) {
-  torch::NoGradGuard no_grad;
-  for (int l = first; l <= last; ++l) {
-    for (torch::Tensor p : model.layers[l].ptr()->parameters()) {
-      p.set_data(torch::empty({0}, p.options()));
-      p.mutable_grad() = torch::Tensor();
-    }
-    for (torch::Tensor b : model.layers[l].ptr()->buffers())
-      b.set_data(torch::empty({0}, b.options()));
-  }
+madpipe::runtime::LayerFilter madpipe::runtime::layers_of_rank(const plan::Plan& plan, int rank) {
+  return [plan, rank](int layer) { return rank_of_layer(plan, layer) == rank; };
 }
 
 void madpipe::runtime::migrate_layers(ChainModel& model, const plan::Plan& from,
                                       const plan::Plan& to, int rank, ParamStates& states,
-                                      MPI_Comm pipeline) {
+                                      const torch::Device& device, MPI_Comm pipeline) {
   MPI_Comm comm;
   MPI_Comm_dup(pipeline, &comm);
-  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
+  for (int l = 0; l < model.size(); ++l) {
     const int old_rank = rank_of_layer(from, l), new_rank = rank_of_layer(to, l);
     if (old_rank == new_rank) continue;
-    torch::nn::Module& layer = *model.layers[l].ptr();
     if (rank == old_rank) {
-      send_bytes(pack_layer(layer, states), new_rank, comm);
-      release_layers(model, l, l);
+      send_bytes(pack_layer(*model.layers[l].ptr(), states), new_rank, comm);
+      model.drop(l);
     } else if (rank == new_rank) {
-      unpack_layer(receive_bytes(old_rank, comm), layer, l, states);
+      model.materialize(l, device);
+      unpack_layer(receive_bytes(old_rank, comm), *model.layers[l].ptr(), l, states);
     }
   }
   MPI_Comm_free(&comm);
 }
 
-void madpipe::runtime::release_other_layers(ChainModel& model, const madpipe::plan::Plan& plan,
-                                            int rank) {
-  for (const auto& stage : plan.stages)
-    if (stage.gpu != rank) release_layers(model, stage.first_layer, stage.last_layer);
+void madpipe::runtime::drop_other_layers(ChainModel& model, const madpipe::plan::Plan& plan,
+                                         int rank) {
+  for (int l = 0; l < model.size(); ++l)
+    if (rank_of_layer(plan, l) != rank) model.drop(l);
 }

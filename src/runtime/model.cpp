@@ -124,7 +124,38 @@ struct ClassifierImpl : torch::nn::Module {
 TORCH_MODULE(Classifier);
 }  // namespace
 
+namespace {
+// The seed of one layer's initial weights: a mix of the model's seed and the layer's index, so
+// that a layer's weights do not depend on which other layers a process builds.
+std::uint64_t layer_seed(std::uint64_t seed, int layer) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(layer + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (z ^ (z >> 31)) >> 1;  // manual_seed takes any 64-bit value; keep it readable in logs
+}
+
+void check_held(const madpipe::runtime::ChainModel& model, int first, int last) {
+  for (int l = first; l <= last; ++l)
+    if (!model.holds(l))
+      throw madpipe::Error(madpipe::ErrorKind::Internal, "", "layer " + model.names.at(l),
+                           "this process does not hold the layer");
+}
+}  // namespace
+
+void madpipe::runtime::ChainModel::materialize(int layer, const torch::Device& device) {
+  if (holds(layer)) return;
+  if (!build_layer)
+    throw Error(ErrorKind::Unsupported, "", "layer " + names.at(layer),
+                "this model cannot rebuild a layer it does not hold");
+  torch::nn::AnyModule module = build_layer(layer);
+  module.ptr()->to(device);
+  layers.at(layer) = std::move(module);
+}
+
+void madpipe::runtime::ChainModel::drop(int layer) { layers.at(layer) = torch::nn::AnyModule(); }
+
 std::vector<torch::Tensor> madpipe::runtime::ChainModel::parameters(int first, int last) const {
+  check_held(*this, first, last);
   std::vector<torch::Tensor> out;
   for (int l = first; l <= last; ++l)
     for (const torch::Tensor& p : layers[l].ptr()->parameters()) out.push_back(p);
@@ -132,27 +163,32 @@ std::vector<torch::Tensor> madpipe::runtime::ChainModel::parameters(int first, i
 }
 
 std::vector<torch::Tensor> madpipe::runtime::ChainModel::buffers(int first, int last) const {
+  check_held(*this, first, last);
   std::vector<torch::Tensor> out;
   for (int l = first; l <= last; ++l)
     for (const torch::Tensor& b : layers[l].ptr()->buffers()) out.push_back(b);
   return out;
 }
 
-madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& config) {
-  torch::manual_seed(config.seed);
+madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& config,
+                                                           const LayerFilter& keep,
+                                                           const torch::Device& device) {
   ChainModel model;
-  auto add = [&](std::string name, torch::nn::AnyModule module) {
+  std::vector<std::function<torch::nn::AnyModule()>> makers;
+  auto add = [&](std::string name, std::function<torch::nn::AnyModule()> make) {
     model.names.push_back(std::move(name));
-    model.layers.push_back(std::move(module));
+    makers.push_back(std::move(make));
   };
   if (config.name == "gpt") {
     if (config.width % config.heads != 0)
       throw Error(ErrorKind::InvalidInput, "", "model.width",
                   "must be a multiple of model.heads (" + std::to_string(config.heads) + ")");
-    add("embed", torch::nn::AnyModule(Embedding(config.vocab, config.context, config.width)));
+    add("embed",
+        [c = config] { return torch::nn::AnyModule(Embedding(c.vocab, c.context, c.width)); });
     for (int b = 0; b < config.layers; ++b)
-      add("block" + std::to_string(b), torch::nn::AnyModule(Block(config.width, config.heads)));
-    add("head", torch::nn::AnyModule(Head(config.width, config.vocab)));
+      add("block" + std::to_string(b),
+          [c = config] { return torch::nn::AnyModule(Block(c.width, c.heads)); });
+    add("head", [c = config] { return torch::nn::AnyModule(Head(c.width, c.vocab)); });
     const int vocab = config.vocab;
     model.loss = [vocab](const torch::Tensor& logits, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}),
@@ -161,24 +197,30 @@ madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& co
   } else if (config.name == "mlp") {
     int in = config.inputs;
     for (int l = 0; l < config.layers; ++l) {
-      add("dense" + std::to_string(l), torch::nn::AnyModule(Dense(in, config.width, true)));
+      add("dense" + std::to_string(l),
+          [in, width = config.width] { return torch::nn::AnyModule(Dense(in, width, true)); });
       in = config.width;
     }
-    add("out", torch::nn::AnyModule(Dense(in, config.outputs, false)));
+    add("out",
+        [in, outputs = config.outputs] { return torch::nn::AnyModule(Dense(in, outputs, false)); });
     model.loss = [](const torch::Tensor& output, const torch::Tensor& target) {
       return torch::mse_loss(output, target);
     };
   } else if (config.name == "cnn") {
-    add("stem", torch::nn::AnyModule(Stem(config.width)));
+    add("stem", [width = config.width] { return torch::nn::AnyModule(Stem(width)); });
     int channels = config.width;
     for (int b = 0; b < config.layers; ++b) {
       // Every other block from the second on halves the resolution and doubles the channels.
       const bool down = b % 2 == 1;
-      add("res" + std::to_string(b),
-          torch::nn::AnyModule(Residual(channels, down ? 2 * channels : channels, down ? 2 : 1)));
+      add("res" + std::to_string(b), [channels, down] {
+        return torch::nn::AnyModule(
+            Residual(channels, down ? 2 * channels : channels, down ? 2 : 1));
+      });
       if (down) channels *= 2;
     }
-    add("classifier", torch::nn::AnyModule(Classifier(channels, config.outputs)));
+    add("classifier", [channels, outputs = config.outputs] {
+      return torch::nn::AnyModule(Classifier(channels, outputs));
+    });
     model.loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(logits, target);
     };
@@ -186,5 +228,12 @@ madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& co
     throw Error(ErrorKind::InvalidInput, "", "model",
                 "unknown model '" + config.name + "' (valid: gpt, mlp, cnn)");
   }
+  model.build_layer = [makers, seed = config.seed](int layer) {
+    torch::manual_seed(layer_seed(seed, layer));
+    return makers.at(static_cast<std::size_t>(layer))();
+  };
+  model.layers.resize(model.names.size());
+  for (int l = 0; l < model.size(); ++l)
+    if (!keep || keep(l)) model.materialize(l, device);
   return model;
 }

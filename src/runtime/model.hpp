@@ -24,17 +24,37 @@ struct ModelConfig {
 
 // A model as the planner sees it: an ordered chain of layers, each a module taking one tensor
 // and returning one, and a loss of the last layer's output and the target.
+// A process holds only some layers (its stages'): the others are empty modules. Each layer's
+// initial weights depend only on the model's seed and the layer's index, so any process builds
+// any layer exactly as an unsplit model has it.
 struct ChainModel {
   std::vector<std::string> names;
-  std::vector<torch::nn::AnyModule> layers;
+  std::vector<torch::nn::AnyModule> layers;  // empty where this process does not hold the layer
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
+  // Builds layer `layer` with its initial weights on the CPU; null for a model loaded whole
+  // (TorchScript), whose layers cannot be rebuilt.
+  std::function<torch::nn::AnyModule(int layer)> build_layer;
 
+  int size() const { return static_cast<int>(names.size()); }
+  bool holds(int layer) const { return !layers.at(layer).is_empty(); }
+  // Builds `layer` on `device` where it is not held (Error{Unsupported} without build_layer).
+  void materialize(int layer, const torch::Device& device);
+  // Frees the layer's module (its tensors go when nothing else refers to them).
+  void drop(int layer);
+
+  // Throws Error{Internal} when a layer of [first, last] is not held.
   std::vector<torch::Tensor> parameters(int first, int last) const;
   // The layers' buffers (batch-norm running statistics), in a fixed order.
   std::vector<torch::Tensor> buffers(int first, int last) const;
 };
 
-// Builds a model with deterministic initial weights (same on every rank for the same config).
-ChainModel build_model(const ModelConfig& config);
+// Which layers a process builds: all of them by default.
+using LayerFilter = std::function<bool(int layer)>;
+
+// Builds a model with deterministic initial weights (the same in every process for the same
+// config), holding the layers `keep` selects, each built on the CPU and moved to `device` before
+// the next is built.
+ChainModel build_model(const ModelConfig& config, const LayerFilter& keep = {},
+                       const torch::Device& device = torch::kCPU);
 
 }  // namespace madpipe::runtime

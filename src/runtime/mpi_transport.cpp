@@ -63,6 +63,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
     }
     sends_.push_back(std::move(pending));
     start_sends();
+    reap_sends();
   }
 
   void post_recv(int peer, const madpipe::runtime::MessageKey& key, at::Tensor buffer) override {
@@ -87,6 +88,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "receive posted twice for one message");
     start_sends();
+    reap_sends();
   }
 
   at::Tensor wait_recv(int peer, const madpipe::runtime::MessageKey& key) override {
@@ -108,6 +110,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
       out = pending.target.copy_(out);  // a strided CPU buffer
     }
     receives_.erase(it);
+    reap_sends();
     return out;
   }
 
@@ -152,6 +155,25 @@ class MpiTransport final : public madpipe::runtime::Transport {
                 pending.tag, comm_, &pending.request);
       pending.started = true;
     }
+  }
+
+  // Releases the sends that are complete (their tensors, their pinned copies), so that what a
+  // rank holds for its sends is what is still in flight, not everything sent since the last
+  // wait_sends().
+  void reap_sends() {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < sends_.size(); ++i) {
+      Pending& pending = sends_[i];
+      int done = 0;
+      if (pending.started) MPI_Test(&pending.request, &done, MPI_STATUS_IGNORE);
+      if (done) {
+        if (pending.copied && staging_) staging_->release(std::move(pending.host));
+        continue;
+      }
+      if (kept != i) sends_[kept] = std::move(pending);
+      ++kept;
+    }
+    sends_.resize(kept);
   }
 
   // While sends wait for their copies, a wait keeps starting them: a peer may wait for one.

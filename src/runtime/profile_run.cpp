@@ -8,14 +8,6 @@
 
 #include <torch/torch.h>
 
-namespace {
-void move_to(madpipe::runtime::ChainModel& model, madpipe::runtime::Batch& batch,
-             const torch::Device& device) {
-  madpipe::runtime::move_model(model, device);
-  batch = madpipe::runtime::on_device(batch, device);
-}
-}  // namespace
-
 madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const ProfileConfig& c) {
   if (c.threads < 1) throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
   const torch::Device device = device_of(c.device);
@@ -38,8 +30,8 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
     return profile_model(chain.model, chain.sample, name, options);
   }
   Workload workload = make_workload(c.workload);
-  ChainModel model = build_model(workload.model);
-  Batch sample = workload.data->micro_batch(0, 0, false);
-  move_to(model, sample, device);
+  // No layer is held: the profiler builds each for its measurement, one at a time.
+  ChainModel model = build_model(workload.model, [](int) { return false; });
+  const Batch sample = on_device(workload.data->micro_batch(0, 0, false), device);
   return profile_model(model, sample, c.name.empty() ? c.workload.model : c.name, options);
 }

@@ -26,24 +26,23 @@ std::int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? static_cast<std::int64_t>(t.numel()) * t.element_size() : 0;
 }
 
-std::string dtype_name(const madpipe::runtime::ChainModel& model) {
-  for (const auto& layer : model.layers)
-    for (const auto& p : layer.ptr()->parameters())
-      if (p.is_floating_point()) {
-        switch (p.scalar_type()) {
-          case torch::kFloat:
-            return "float32";
-          case torch::kDouble:
-            return "float64";
-          case torch::kHalf:
-            return "float16";
-          case torch::kBFloat16:
-            return "bfloat16";
-          default:
-            return c10::toString(p.scalar_type());
-        }
+std::string dtype_name(const torch::nn::Module& layer) {
+  for (const auto& p : layer.parameters())
+    if (p.is_floating_point()) {
+      switch (p.scalar_type()) {
+        case torch::kFloat:
+          return "float32";
+        case torch::kDouble:
+          return "float64";
+        case torch::kHalf:
+          return "float16";
+        case torch::kBFloat16:
+          return "bfloat16";
+        default:
+          return c10::toString(p.scalar_type());
       }
-  return "float32";
+    }
+  return "";
 }
 
 std::string device_name(const torch::Device& device) {
@@ -166,12 +165,15 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
   Profile& profile = out.profile;
   profile.name = name;
   profile.device = device_name(options.device);
-  profile.dtype = dtype_name(model);
   profile.batch = static_cast<int>(sample.input.size(0));
   profile.input_bytes = bytes_of(sample.input);
   torch::Tensor x = sample.input;
   const int n = static_cast<int>(model.layers.size());
   for (int l = 0; l < n; ++l) {
+    // A layer the model does not hold is built for its measurement and dropped after it.
+    const bool borrowed = !model.holds(l);
+    if (borrowed) model.materialize(l, options.device);
+    if (profile.dtype.empty()) profile.dtype = dtype_name(*model.layers[l].ptr());
     const LayerProbe probe(model, l, x, sample, options.device);
     Layer layer;
     layer.name = model.names[l];
@@ -186,6 +188,8 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     profile.layers.push_back(layer);
     out.spread.push_back(spread);
     x = y;
+    if (borrowed) model.drop(l);
   }
+  if (profile.dtype.empty()) profile.dtype = "float32";
   return out;
 }

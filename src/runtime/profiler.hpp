@@ -25,6 +25,8 @@ struct ProfilerOptions {
 // allocator statistics; on CPU the counting allocator, installed here). The last layer's times
 // and saved bytes include the loss, and its output is the loss (4 bytes).
 // Parameter gradients are left cleared; buffers (batch-norm statistics) move as in training.
+// Layers the model does not hold are built on options.device for their measurement and dropped
+// after it, so that one layer's tensors are alive at a time besides the held ones.
 ProfileMeasurement profile_model(ChainModel& model, const Batch& sample, const std::string& name,
                                  const ProfilerOptions& options = {});
 

@@ -172,11 +172,11 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
         if (!state.empty()) states[runtime::param_key(parameter)] = std::move(state);
       }
   int moved = 0;
-  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l)
+  for (int l = 0; l < model.size(); ++l)
     moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
   const plan::Plan previous = pipeline->plan;
   pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
-  runtime::migrate_layers(model, previous, next, groups.layout().position, states,
+  runtime::migrate_layers(model, previous, next, groups.layout().position, states, outputs.device,
                           groups.pipeline());
   pipeline = build_sync_pipeline(c, next, model, outputs, groups, &states);
   if (rank == 0) plan::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
@@ -79,33 +80,74 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
   return madpipe::plan::plan_from_json(nlohmann::json::parse(text), "plan");
 }
 
-// Rank 0 measures the model (or reads --profile) and every rank gets the same profile, which
-// rank 0 also writes to <output_dir>/profile.json.
+// Every rank runs `measure`; when it throws on any rank, every rank throws the message of the
+// first rank where it did, so that no rank is left waiting in a collective.
+template <typename Measure>
+void on_every_rank(const Measure& measure) {
+  std::string failure;
+  try {
+    measure();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int mine = failure.empty() ? size : rank, first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == size) return;
+  failure = madpipe::runtime::broadcast_string(failure, first);
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "",
+                       "rank " + std::to_string(first) + ": " + failure);
+}
+
+// Every rank measures the model at once (or rank 0 reads --profile) and every rank gets the same
+// profile, which rank 0 also writes to <output_dir>/profile.json. Measuring on every rank at once
+// gives the speed of the run: ranks that share cores, or a GPU, slow each other down as they will
+// in training. The profile keeps each layer's mean time over the ranks.
 madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                                   madpipe::runtime::ChainModel& model,
                                   const madpipe::runtime::Batch& sample,
                                   const torch::Device& device, int rank,
                                   const std::function<void(const std::string&)>& say) {
-  const std::string text = computed_on_rank0(rank, [&] {
-    madpipe::Profile profile;
-    if (!c.profile.empty()) {
-      profile = madpipe::read_profile(c.profile);
-      if (profile.layers.size() != model.layers.size())
-        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/layers",
-                             "the profile has " + std::to_string(profile.layers.size()) +
-                                 " layers but the model has " +
-                                 std::to_string(model.layers.size()));
-      say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
-    } else {
-      madpipe::runtime::ProfilerOptions options;
-      options.device = device;
-      profile = madpipe::runtime::profile_model(model, sample, c.model, options).profile;
-      say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device);
-    }
+  auto written = [&](const madpipe::Profile& profile) {
     const std::string json = madpipe::profile_to_json(profile).dump(1);
     madpipe::write_file_atomically((fs::path(c.output_dir) / "profile.json").string(), json + "\n");
     return json;
-  });
+  };
+  std::string text;
+  if (!c.profile.empty()) {
+    text = computed_on_rank0(rank, [&] {
+      const madpipe::Profile profile = madpipe::read_profile(c.profile);
+      if (static_cast<int>(profile.layers.size()) != model.size())
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/layers",
+                             "the profile has " + std::to_string(profile.layers.size()) +
+                                 " layers but the model has " + std::to_string(model.size()));
+      say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
+      return written(profile);
+    });
+  } else {
+    madpipe::Profile profile;
+    on_every_rank([&] {
+      madpipe::runtime::ProfilerOptions options;
+      options.device = device;
+      profile = madpipe::runtime::profile_model(model, sample, c.model, options).profile;
+    });
+    std::vector<double> times;
+    for (const madpipe::Layer& layer : profile.layers)
+      times.insert(times.end(), {layer.forward_ms, layer.backward_ms});
+    times = all_reduce_sum(times);
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+      profile.layers[l].forward_ms = times[2 * l] / ranks;
+      profile.layers[l].backward_ms = times[2 * l + 1] / ranks;
+    }
+    say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device +
+        (ranks > 1 ? ", all " + std::to_string(ranks) + " ranks at once (mean times)" : ""));
+    text = computed_on_rank0(rank, [&] { return written(profile); });
+  }
   return madpipe::profile_from_json(nlohmann::json::parse(text), "profile");
 }
 

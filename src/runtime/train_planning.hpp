@@ -29,8 +29,9 @@ Platform platform_of(const TrainConfig& c);
 // model) and every rank gets the same plan, with the run's replicas.
 plan::Plan agree_on_plan(const TrainConfig& c, const Profile& profile, int rank, const Say& say);
 
-// Collective: rank 0 measures the model (or reads --profile) and every rank gets the same
-// profile, which rank 0 also writes to <output_dir>/profile.json.
+// Collective: every rank measures the model at once, under the run's own sharing of cores or
+// GPUs, and the profile keeps each layer's mean time over the ranks (or rank 0 reads --profile);
+// every rank gets the same profile, which rank 0 also writes to <output_dir>/profile.json.
 Profile agree_on_profile(const TrainConfig& c, ChainModel& model, const Batch& sample,
                          const torch::Device& device, int rank, const Say& say);
 

@@ -116,12 +116,12 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool reports = plan.stages.back().gpu == rank;
   const torch::Device device = executor.device();
-  runtime::ChainModel second = runtime::build_model(model_config);
-  runtime::move_model(second, device);
+  // The second weight version: this rank's layers only.
+  runtime::ChainModel second =
+      runtime::build_model(model_config, runtime::layers_of_rank(plan, rank), device);
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
-  release_other_layers(second, plan, rank);
   plan::LowerOptions options = runtime::lower_options(c, plan, outputs, c.steps * m, true);
   options.update_micro_batches = m;
   const plan::Program program = runtime::lower_checked(plan, options);
@@ -213,13 +213,13 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     }
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
-    // Data and model: identical on every rank (same seed), each rank keeps its stages.
+    // Data and model: identical on every rank (same seed). The model holds no layer until the
+    // plan says which are this rank's: the profiler builds each layer for its measurement alone.
     Workload workload = make_workload(c);
     const ModelConfig& model_config = workload.model;
     std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
-    ChainModel model = build_model(model_config);
-    move_model(model, device);
+    ChainModel model = build_model(model_config, [](int) { return false; });
     if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
     fs::create_directories(c.output_dir);
 
@@ -238,6 +238,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       say("dry run: profile and plan in " + c.output_dir + "; nothing trained");
       return 0;
     }
+    const int position = replica_layout(rank, session.size(), c.replicas).position;
+    for (int l = 0; l < model.size(); ++l)
+      if (rank_of_layer(first_plan, l) == position) model.materialize(l, device);
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const TransportKind transport =
@@ -249,10 +252,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.mode == TrainingMode::TwoWeightVersions) {
       std::unique_ptr<Transport> link = make_transport(c, first_plan, groups);
       PipelineExecutor executor(model, first_plan, rank, *link, outputs);
-      release_other_layers(model, first_plan, rank);
       return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data, say);
     }
-    const int position = groups.layout().position;
     if (c.replicas > 1) {
       say("replicas: rank r is GPU r % " + std::to_string(pipeline_size) + " of replica r / " +
           std::to_string(pipeline_size) + "; each stage averages its gradients over the " +
@@ -270,7 +271,6 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const int first_micro_batch = groups.layout().replica * c.micro_batches;
     std::unique_ptr<SyncPipeline> pipeline =
         build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
-    release_other_layers(model, first_plan, position);
     auto checkpoint = [&](int step) {
       if (groups.layout().replica == 0)  // replicas hold the same weights: one writes them
         for (const auto& [s, optimizer] : pipeline->stage_optimizers)

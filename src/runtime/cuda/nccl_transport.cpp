@@ -3,6 +3,7 @@
 #include "runtime/cuda/nccl_communicators.hpp"
 #include "runtime/mpi_session.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <exception>
 #include <map>
@@ -55,6 +56,7 @@ class NcclTransport final : public mr::Transport {
                     "ncclSend");
     finish_on(t, channel.stream);
     sends_.push_back(std::move(t));
+    reap_sends();
   }
 
   void post_recv(int peer, const mr::MessageKey& key, at::Tensor buffer) override {
@@ -110,6 +112,13 @@ class NcclTransport final : public mr::Transport {
   using Id = std::tuple<int, int, int, int>;
   static Id id_of(int peer, const mr::MessageKey& key) {
     return {peer, static_cast<int>(key.direction), key.stage, key.micro_batch};
+  }
+
+  // Drops the sends whose transfer is done: what a rank holds for its sends is what is in flight.
+  void reap_sends() {
+    sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                                [](const Transfer& t) { return t.done.query(); }),
+                 sends_.end());
   }
 
   // The channel's stream starts after what the compute stream has queued so far.
