@@ -27,8 +27,17 @@ class OpTimer {
   virtual std::vector<Span> finish_run() = 0;
 };
 
-// Host clock on the CPU, CUDA events on a CUDA device.
-std::unique_ptr<OpTimer> make_op_timer(const c10::Device& device);
+// Which clock times CPU ops: the steady clock (what the op took), or the calling thread's CPU
+// time (what the op costs, whatever share of a core the process got meanwhile; ops run on the
+// calling thread with one intra-op thread, as in training).
+enum class HostClock { Wall, ThreadCpu };
+
+// A host clock on the CPU, CUDA events on a CUDA device.
+std::unique_ptr<OpTimer> make_op_timer(const c10::Device& device,
+                                       HostClock clock = HostClock::Wall);
+
+// The calling thread's CPU time in seconds.
+double thread_cpu_seconds();
 
 #ifdef MADPIPE_WITH_CUDA
 std::unique_ptr<OpTimer> make_cuda_op_timer(const c10::Device& device);  // runtime/cuda/

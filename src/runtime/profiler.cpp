@@ -159,7 +159,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
                 "the profiler needs at least one timed run and a non-negative warm-up");
   if (options.device.is_cpu()) install_cpu_memory_counter();
   MemoryMeter meter(options.device);
-  const std::unique_ptr<OpTimer> timer = make_op_timer(options.device);
+  const std::unique_ptr<OpTimer> timer = make_op_timer(options.device, options.clock);
   ProfileMeasurement out;
   out.memory_measured = meter.counting();
   Profile& profile = out.profile;

@@ -3,6 +3,7 @@
 #include "core/profile.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
+#include "runtime/op_timer.hpp"
 #include "runtime/profile_run.hpp"
 
 #include <string>
@@ -16,6 +17,7 @@ struct ProfilerOptions {
   torch::Device device = torch::kCPU;  // the model and the sample must already be there
   int warmup = 2;                      // untimed runs per layer before the timed ones
   int repeats = 10;                    // timed runs per layer; the profile keeps the median
+  HostClock clock = HostClock::Wall;   // CPU: the clock of the times (op_timer.hpp)
 };
 
 // Measures every layer of the chain with one micro-batch, on options.device: forward and backward

@@ -7,8 +7,12 @@
 #include "partition/infeasible.hpp"
 #include "plan/validate.hpp"
 #include "runtime/mpi_session.hpp"
+#include "runtime/op_timer.hpp"
 #include "runtime/profiler.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -129,23 +133,41 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
     });
   } else {
     madpipe::Profile profile;
+    double wall_s = 0, cpu_s = 0;
     on_every_rank([&] {
       madpipe::runtime::ProfilerOptions options;
       options.device = device;
+      options.clock = madpipe::runtime::HostClock::ThreadCpu;
+      const auto wall_start = std::chrono::steady_clock::now();
+      const double cpu_start = thread_cpu_seconds();
       profile = madpipe::runtime::profile_model(model, sample, c.model, options).profile;
+      cpu_s = thread_cpu_seconds() - cpu_start;
+      wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     });
-    std::vector<double> times;
+    std::vector<double> sums{wall_s / std::max(cpu_s, 1e-9)};
     for (const madpipe::Layer& layer : profile.layers)
-      times.insert(times.end(), {layer.forward_ms, layer.backward_ms});
-    times = all_reduce_sum(times);
+      sums.insert(sums.end(), {layer.forward_ms, layer.backward_ms});
+    sums = all_reduce_sum(sums);
     int ranks = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    // CPU ranks time each op by its CPU time (what it costs) and scale it by how much slower than
+    // alone the ranks ran while all measured at once: wall time over CPU time. Ranks that share
+    // cores get their share of them in training too (a waiting rank polls MPI), so a layer then
+    // takes its cost times that factor. A wall clock around each op would miss most of it: an op
+    // of a few milliseconds mostly runs within one time slice, at full speed.
+    const double slowdown = device.is_cpu() ? std::max(1.0, sums[0] / ranks) : 1.0;
     for (std::size_t l = 0; l < profile.layers.size(); ++l) {
-      profile.layers[l].forward_ms = times[2 * l] / ranks;
-      profile.layers[l].backward_ms = times[2 * l + 1] / ranks;
+      profile.layers[l].forward_ms = sums[1 + 2 * l] / ranks * slowdown;
+      profile.layers[l].backward_ms = sums[2 + 2 * l] / ranks * slowdown;
     }
+    char shared[160] = "";
+    if (slowdown > 1.05)
+      std::snprintf(shared, sizeof shared,
+                    "; the ranks share the cores, each ran %.2fx slower than alone: times scaled",
+                    slowdown);
     say("profiled " + std::to_string(profile.layers.size()) + " layers on " + profile.device +
-        (ranks > 1 ? ", all " + std::to_string(ranks) + " ranks at once (mean times)" : ""));
+        (ranks > 1 ? ", all " + std::to_string(ranks) + " ranks at once (mean times)" : "") +
+        shared);
     text = computed_on_rank0(rank, [&] { return written(profile); });
   }
   return madpipe::profile_from_json(nlohmann::json::parse(text), "profile");
