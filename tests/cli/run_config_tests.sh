@@ -6,6 +6,7 @@
 # train_configs: each training config for GPUs is parsed, profiled (on the CPU, at reduced depth
 #   and micro-batch size) and planned for its platform with --dry-run.
 # cpu_quickstart: configs/cpu-quickstart.ini trains for a few steps on 4 ranks.
+# cpu_large_gpt: configs/cpu-large-gpt.ini plans on its 4 ranks and does not fit on one.
 # launcher: launch/madpipe-run builds the right mpirun command and runs a CPU job.
 set -uo pipefail
 
@@ -78,6 +79,18 @@ case "$case_name" in
       >out 2>err || fail "exit status $?"
     grep -qE "^step 3/3  loss [0-9.]+  val [0-9.]+" out || fail "no validation loss at step 3"
     [[ $(wc -l <q/metrics.jsonl) -eq 3 ]] || fail "metrics.jsonl should have 3 lines"
+    ;;
+  cpu_large_gpt)
+    # Planned as shipped (a dry run of one process): split over its 4 ranks, and on one rank
+    # within its memory it does not fit.
+    config=configs/cpu-large-gpt.ini
+    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 1 "$madpipe" train --config "$config" \
+      --dry-run --output-dir large4 >out 2>err || fail "$config: dry run exited with $?"
+    grep -qE "^plan: madpipe, [0-9]+ stages on 4 ranks" out || fail "$config: no plan for 4 ranks"
+    "$mpirun_bin" --oversubscribe --allow-run-as-root -np 1 "$madpipe" train --config "$config" \
+      --dry-run --gpus 1 --profile large4/profile.json --output-dir large1 >out 2>err &&
+      fail "$config: the whole model should not fit one rank's memory"
+    grep -q "no madpipe plan fits in 160.0 MiB per GPU" out err || fail "$config: no memory message"
     ;;
   launcher)
     run=$source_dir/launch/madpipe-run
