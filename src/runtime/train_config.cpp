@@ -28,6 +28,10 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
   if (c.replan_after > 0 && c.mode != TrainingMode::Sync)
     invalid("replan-after",
             "re-planning needs --mode sync (2bw never stops the pipeline to switch plans)");
+  if (c.on_nan == OnNonFinite::Skip && c.mode != TrainingMode::Sync)
+    invalid("on-nan",
+            "--on-nan skip needs --mode sync (2bw applies each update within the pipeline, so it "
+            "cannot skip one; it stops at a non-finite loss)");
   if (c.replan_after > 0 && c.replan_after >= c.steps)
     invalid("replan-after", "--replan-after " + std::to_string(c.replan_after) +
                                 " leaves no step to run with a new plan (--steps " +

@@ -93,14 +93,48 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
       plan::format_summary(plan::summarize(trace)));
 }
 
-// Asynchronous training (2BW): the pattern runs without a flush over steps x m micro-batches,
-// m = micro-batches per update. The rank of the last stage reports the loss of each update.
+// Collective: the checkpoint of `step`. Each rank that `writes` saves its stages; rank 0 writes
+// the plan and the run's record, and marks the checkpoint complete once every rank saved.
+void write_checkpoint(const madpipe::runtime::TrainConfig& c, int step,
+                      const madpipe::plan::Plan& plan,
+                      const std::vector<std::pair<int, madpipe::runtime::StageState>>& stages,
+                      bool writes, int rank) {
+  using namespace madpipe::runtime;
+  if (writes)
+    for (const auto& [s, state] : stages) save_stage(c.output_dir, step, s, state);
+  if (rank == 0) {
+    madpipe::plan::write_plan(plan, checkpoint_plan_path(c.output_dir, step).string());
+    madpipe::write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(),
+                                   run_record(c, step));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
+  if (rank == 0) mark_complete(c.output_dir, step);
+}
+
+// The last step of the 2BW window that starts at `first`: windows end where the run validates,
+// checkpoints or ends, and hold at most kMaxWindow steps.
+int window_end(const madpipe::runtime::TrainConfig& c, int first) {
+  constexpr int kMaxWindow = 50;
+  for (int step = first;; ++step)
+    if (step == c.steps || step - first + 1 == kMaxWindow ||
+        (c.eval_every > 0 && step % c.eval_every == 0) ||
+        (c.checkpoint_every > 0 && step % c.checkpoint_every == 0))
+      return step;
+}
+
+// Asynchronous training (2BW): the pattern runs without a flush over windows of steps (m
+// micro-batches per update, one update per step), each window one program. A window ends with the
+// pipeline drained: there the run validates, checks for non-finite losses and stop requests, and
+// checkpoints; the next window starts from the newest weights (both versions). A program holds
+// one window, and sends are released as they complete, so memory does not grow with the run.
+// The rank of the last stage reports the loss of each update.
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
                               const madpipe::plan::Plan& plan,
                               const madpipe::runtime::ModelConfig& model_config,
                               const madpipe::runtime::LayerOutputs& outputs,
                               madpipe::runtime::PipelineExecutor& executor,
                               const madpipe::runtime::DataSource& data,
+                              const madpipe::runtime::ResumePoint& resume,
                               const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   const int m = c.micro_batches;
@@ -122,28 +156,58 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
-  plan::LowerOptions options = runtime::lower_options(c, plan, outputs, c.steps * m, true);
-  options.update_micro_batches = m;
-  const plan::Program program = runtime::lower_checked(plan, options);
+  // A checkpoint holds the newest version and its optimizer; the executor's buffers.
+  auto stage_states = [&] {
+    std::vector<std::pair<int, runtime::StageState>> states;
+    for (int s : executor.local_stages())
+      states.emplace_back(s, runtime::StageState{versions.newest(s), executor.stage_buffers(s),
+                                                 versions.optimizer(s)});
+    return states;
+  };
+  int first_step = 1;
+  if (resume.step > 0) {
+    for (const auto& [s, state] : stage_states())
+      runtime::load_stage(c.output_dir, resume.step, s, state, device);
+    versions.synchronize_copies();
+    first_step = resume.step + 1;
+    if (rank == 0)
+      runtime::truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);
+    say("resumed from the checkpoint of step " + std::to_string(resume.step));
+  } else if (c.resume) {
+    say("no checkpoint in " + c.output_dir + "; starting from step 1");
+  }
   say("2bw: " + std::to_string(c.steps) + " updates of " + std::to_string(m) +
-      " micro-batches without a flush; two weight versions per stage");
+      " micro-batches; two weight versions per stage, no flush within a window of steps (it "
+      "ends at validation, checkpoints and every 50 steps)");
+  runtime::install_stop_handlers();
   std::ofstream metrics;
-  if (reports) metrics.open(fs::path(c.output_dir) / "metrics.jsonl", std::ios::trunc);
+  if (reports)
+    metrics.open(fs::path(c.output_dir) / "metrics.jsonl",
+                 first_step > 1 ? std::ios::app : std::ios::trunc);
+  const plan::Program eval_program = runtime::lower_checked(
+      plan, runtime::lower_options(c, plan, outputs, c.eval_micro_batches, false));
+  std::map<int, plan::Program> programs;  // by window length
   std::map<int, std::pair<double, int>> generation_loss;
+  std::vector<nlohmann::ordered_json> window_lines;
+  int first_bad_step = INT_MAX;
+  int window_first = first_step;
   const auto started = Clock::now();
+  bool evaluating = false;  // validation losses are not updates
   executor.on_loss([&](int i, double loss) {
+    if (evaluating) return;
+    if (!std::isfinite(loss)) first_bad_step = std::min(first_bad_step, window_first + i / m);
     auto& entry = generation_loss[i / m];
     entry.first += loss;
     if (++entry.second < m) return;
-    const int step = i / m + 1;
+    const int step = window_first + i / m;
     const double elapsed = seconds_since(started);
     nlohmann::ordered_json line;
     line["step"] = step;
     line["loss"] = entry.first / m;
-    line["samples_per_s"] = static_cast<double>(step) * m * c.micro_batch_size / elapsed;
+    line["samples_per_s"] =
+        static_cast<double>(step - first_step + 1) * m * c.micro_batch_size / elapsed;
     line["seconds"] = elapsed;
-    metrics << line.dump() << '\n';
-    metrics.flush();
+    window_lines.push_back(line);
     if (!c.quiet && (step == 1 || step == c.steps || step % std::max(1, c.steps / 20) == 0)) {
       std::printf("step %d/%d  loss %.4f  (2bw, reported by rank %d)\n", step, c.steps,
                   entry.first / m, rank);
@@ -151,24 +215,83 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     }
     generation_loss.erase(i / m);
   });
-  const int traced = std::min(c.trace_steps, c.steps);
+  const int traced = std::min(c.trace_steps, c.steps - first_step + 1);
   runtime::MemoryMeter meter(device);
   MPI_Barrier(MPI_COMM_WORLD);
-  runtime::TraceRecorder recorder(rank);
-  if (traced > 0) {
-    recorder.number_micro_batches_by_update(m);
-    recorder.record_until_step(traced);
-    executor.trace_into(&recorder);
-    meter.reset_peak();
+  meter.reset_peak();  // the run's peak, not the profiler's
+  while (window_first <= c.steps) {
+    const int last = window_end(c, window_first);
+    const int length = last - window_first + 1;
+    auto program = programs.find(length);
+    if (program == programs.end()) {
+      plan::LowerOptions options = runtime::lower_options(c, plan, outputs, length * m, true);
+      options.update_micro_batches = m;
+      program = programs.emplace(length, runtime::lower_checked(plan, options)).first;
+    }
+    std::unique_ptr<runtime::TraceRecorder> recorder;
+    if (window_first == first_step && traced > 0) {
+      recorder = std::make_unique<runtime::TraceRecorder>(rank);
+      recorder->number_micro_batches_by_update(m);
+      recorder->record_until_step(std::min(traced, length));
+      executor.trace_into(recorder.get());
+    }
+    executor.run(program->second, [&](int i) {
+      return runtime::on_device(data.micro_batch(window_first + i / m, i % m, false), device);
+    });
+    if (recorder) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      write_trace(c, plan, *recorder, meter, device, std::min(traced, length), rank, MPI_COMM_WORLD,
+                  say);
+      executor.trace_into(nullptr);
+    }
+    versions.synchronize_copies();  // the executor's model now holds the newest weights
+    // Every rank learns of a non-finite loss and of a request to stop.
+    int local[2] = {first_bad_step, -runtime::stop_signal()}, all[2];
+    MPI_Allreduce(local, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all[0] != INT_MAX)
+      throw Error(ErrorKind::Runtime, "", "on-nan",
+                  "step " + std::to_string(all[0]) + ": the loss of a micro-batch (stage " +
+                      std::to_string(plan.stages.size() - 1) + " on rank " +
+                      std::to_string(plan.stages.back().gpu) +
+                      ") is not finite; stopping (2bw applies each update within the pipeline, "
+                      "so it cannot skip one)");
+    if (c.eval_every > 0 && (last % c.eval_every == 0 || last == c.steps)) {
+      evaluating = true;
+      const runtime::StepLoss v = executor.evaluate(eval_program, [&](int i) {
+        return runtime::on_device(data.micro_batch(0, i, true), device);
+      });
+      evaluating = false;
+      const double val = mean_over_ranks(v);
+      if (!window_lines.empty()) window_lines.back()["val_loss"] = val;
+      say("step " + std::to_string(last) + "/" + std::to_string(c.steps) + "  val " +
+          std::to_string(val).substr(0, 6));
+    }
+    for (const auto& line : window_lines) metrics << line.dump() << '\n';
+    metrics.flush();
+    window_lines.clear();
+    const int stop = -all[1];
+    if ((c.checkpoint_every > 0 && last % c.checkpoint_every == 0) || last == c.steps || stop != 0)
+      write_checkpoint(c, last, plan, stage_states(), true, rank);
+    if (stop != 0 && last < c.steps) {
+      say(std::string("stopped by ") + runtime::signal_name(stop) + " after step " +
+          std::to_string(last) + "; checkpoint written, continue with --resume");
+      return 0;
+    }
+    window_first = last + 1;
   }
-  executor.run(program, [&](int i) {
-    return runtime::on_device(data.micro_batch(i / m + 1, i % m, false), device);
-  });
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (traced > 0) write_trace(c, plan, recorder, meter, device, traced, rank, MPI_COMM_WORLD, say);
+  // What the tensors of each rank held at most over the run (counted on the CPU, the CUDA
+  // allocator's statistics on a GPU): it does not grow with the number of steps.
+  std::vector<double> peaks(static_cast<std::size_t>(plan.platform.gpus), 0.0);
+  peaks[static_cast<std::size_t>(rank)] = static_cast<double>(meter.peak_bytes());
+  peaks = runtime::all_reduce_sum(peaks);
+  std::string table = "tensor memory at most over the run, per rank:";
+  for (std::size_t r = 0; r < peaks.size(); ++r)
+    table += "\n  rank " + std::to_string(r) + ": " + format_bytes(peaks[r]) + " (" +
+             std::to_string(static_cast<long long>(peaks[r])) + " bytes)";
+  say(table);
   say("done in " + duration_text(seconds_since(started)) + "; " +
-      std::to_string(versions.updates()) +
-      " weight updates on rank 0; plan, profile and metrics in " + c.output_dir);
+      std::to_string(versions.updates()) + " weight updates on rank " + std::to_string(rank) +
+      "; plan, profile, metrics and checkpoints in " + c.output_dir);
   return 0;
 }
 }  // namespace
@@ -252,7 +375,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.mode == TrainingMode::TwoWeightVersions) {
       std::unique_ptr<Transport> link = make_transport(c, first_plan, groups);
       PipelineExecutor executor(model, first_plan, rank, *link, outputs);
-      return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data, say);
+      return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data,
+                                       resume, say);
     }
     if (c.replicas > 1) {
       say("replicas: rank r is GPU r % " + std::to_string(pipeline_size) + " of replica r / " +
@@ -272,18 +396,12 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     std::unique_ptr<SyncPipeline> pipeline =
         build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
     auto checkpoint = [&](int step) {
-      if (groups.layout().replica == 0)  // replicas hold the same weights: one writes them
-        for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-          save_stage(c.output_dir, step, s,
-                     {pipeline->executor->stage_parameters(s), pipeline->executor->stage_buffers(s),
-                      optimizer});
-      if (rank == 0) {
-        plan::write_plan(pipeline->plan, checkpoint_plan_path(c.output_dir, step).string());
-        write_file_atomically((checkpoint_dir(c.output_dir, step) / "run.json").string(),
-                              run_record(c, step));
-      }
-      MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
-      if (rank == 0) mark_complete(c.output_dir, step);
+      std::vector<std::pair<int, StageState>> states;
+      for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+        states.emplace_back(s, StageState{pipeline->executor->stage_parameters(s),
+                                          pipeline->executor->stage_buffers(s), optimizer});
+      // Replicas hold the same weights: the first one writes them.
+      write_checkpoint(c, step, pipeline->plan, states, groups.layout().replica == 0, rank);
     };
 
     int first_step = 1;

@@ -18,12 +18,27 @@ madpipe::runtime::TwoWeightVersions::TwoWeightVersions(PipelineExecutor& executo
       [this](int stage, int i) { in_flight_[stage].erase(i); });
   executor.on_optimizer_step([this](int stage, int generation) { update(stage, generation); });
   // Both copies start as W(0): copy 1 serves generation 0 (as W(-1)), copy 0 generation 1.
+  synchronize_copies();
+}
+
+torch::optim::Optimizer* madpipe::runtime::TwoWeightVersions::optimizer(int stage) const {
+  auto it = optimizers_.find(stage);
+  return it == optimizers_.end() ? nullptr : it->second.get();
+}
+
+void madpipe::runtime::TwoWeightVersions::synchronize_copies() {
+  for (const auto& [stage, micro_batches] : in_flight_)
+    if (!micro_batches.empty())
+      throw Error(ErrorKind::Internal, "", "2bw",
+                  "weight copies synchronized with micro-batch " +
+                      std::to_string(*micro_batches.begin()) + " of stage " +
+                      std::to_string(stage) + " in flight");
   torch::NoGradGuard no_grad;
-  for (int s : executor.local_stages()) {
-    const auto first = executor.stage_parameters(s, 0);
-    const auto other = executor.stage_parameters(s, 1);
-    for (std::size_t p = 0; p < first.size(); ++p) other[p].copy_(first[p]);
-  }
+  for (const auto& [stage, newest] : newest_)
+    for (int copy = 0; copy < 2; ++copy) {
+      const std::vector<torch::Tensor> params = executor_.stage_parameters(stage, copy);
+      for (std::size_t p = 0; p < params.size(); ++p) params[p].copy_(newest[p]);
+    }
 }
 
 int madpipe::runtime::TwoWeightVersions::copy_of(int stage, int micro_batch) {

@@ -30,7 +30,14 @@ class TwoWeightVersions {
 
   // Parameters of the newest version of a local stage.
   const std::vector<torch::Tensor>& newest(int stage) const { return newest_.at(stage); }
+  // The optimizer of a local stage's newest version (null: the stage has no parameters).
+  torch::optim::Optimizer* optimizer(int stage) const;
   int updates() const noexcept { return updates_; }
+
+  // After a flush (no micro-batch in flight): both copies take the newest version, so that the
+  // next program starts as from W(0) = W(-1) = the newest weights (a checkpoint loaded into
+  // newest(), say), and the executor's model holds the newest version (for validation).
+  void synchronize_copies();
 
  private:
   int copy_of(int stage, int micro_batch);

@@ -135,6 +135,41 @@ INI
     grep -q "two weight versions per stage" out || fail "no 2bw announcement"
     grep -q '"mode": "2bw"' run/trace.json || fail "no 2bw trace written"
     ;;
+  two_bw_resume_equals_uninterrupted)
+    # 2BW checkpoints at the end of a window (the pipeline drained) and resumes exactly.
+    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 8 --checkpoint-every 4 --output-dir straight
+    [[ $status -eq 0 ]] || fail "uninterrupted run failed"
+    [[ $(wc -l <straight/metrics.jsonl) -eq 8 ]] || fail "one metrics line per update expected"
+    grep -q '"step":8,.*"val_loss"' straight/metrics.jsonl || fail "no validation at step 8"
+    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 4 --plan straight/plan.json --output-dir resumed
+    [[ $status -eq 0 ]] || fail "first half failed"
+    [[ $(cat resumed/checkpoints/latest) == 4 ]] || fail "latest should name step 4"
+    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 8 --checkpoint-every 4 --output-dir resumed \
+      --resume
+    [[ $status -eq 0 ]] || fail "resumed run failed"
+    grep -q "resumed from the checkpoint of step 4" out || fail "no resume message"
+    [[ $(wc -l <resumed/metrics.jsonl) -eq 8 ]] || fail "metrics should hold steps 1..8"
+    for step in 5 6 7 8; do
+      a=$(loss_of straight/metrics.jsonl $step)
+      b=$(loss_of resumed/metrics.jsonl $step)
+      [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after resume, $a without"
+    done
+    ;;
+  two_bw_memory_flat)
+    # The tensors a rank holds in 2BW do not grow with the run: 400 steps (windows of 50 steps,
+    # no validation) peak where 20 do (one window of 20).
+    quiet=(--model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --micro-batches 4
+      --micro-batch-size 2 --mode 2bw --gpus 2 --trace-steps 0)
+    mpi 2 "${quiet[@]}" --steps 2 --output-dir first
+    [[ $status -eq 0 ]] || fail "first run failed"
+    for steps in 20 400; do
+      mpi 2 "${quiet[@]}" --steps $steps --plan first/plan.json --output-dir run$steps
+      [[ $status -eq 0 ]] || fail "$steps steps failed"
+      grep -A2 "tensor memory at most over the run" out >peak$steps
+      [[ $(grep -c "bytes)" peak$steps) -eq 2 ]] || fail "no per-rank peak after $steps steps"
+    done
+    cmp -s peak20 peak400 || fail "peak after 400 steps ($(cat peak400)) differs from 20 ($(cat peak20))"
+    ;;
   profile_then_plan)
     "$madpipe" profile --model mlp --layers 3 --width 8 --inputs 4 --outputs 2 \
       --micro-batch-size 2 --repeats 3 --output prof.json >out 2>err
@@ -341,6 +376,7 @@ INI
     check_refused "--replicas 3 does not divide --gpus 4" --gpus 4 --replicas 3
     check_refused "data-parallel replicas need --mode sync" --gpus 2 --replicas 2 --mode 2bw
     check_refused "--replan-after 5 leaves no step" --steps 5 --replan-after 5
+    check_refused "--on-nan skip needs --mode sync" --mode 2bw --on-nan skip
     check_refused "--gpus: must be at most 4096" --gpus 5000
     check_refused "--memory: must be > 0" --memory 0
     ;;
