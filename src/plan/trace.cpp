@@ -111,6 +111,8 @@ mplan::TraceSummary mplan::summarize(const Trace& trace) {
   summary.predicted_period_ms = trace.predicted_period_ms;
   summary.period_ratio = ratio(summary.measured_period_ms, summary.predicted_period_ms);
   summary.step_ms = median(spans);
+  summary.predicted_step_ms = trace.predicted_step_ms;
+  summary.step_ratio = ratio(summary.step_ms, summary.predicted_step_ms);
 
   const auto ranks = static_cast<std::size_t>(std::max(trace.ranks, 0));
   summary.peak_bytes.assign(ranks, 0);
@@ -146,7 +148,12 @@ std::string mplan::format_summary(const TraceSummary& summary) {
     if (summary.period_ratio > 0)
       out += " (ratio " + printf_number("%.2f", summary.period_ratio) + ")";
   }
-  out += "; step " + format_ms(summary.step_ms) + "\n";
+  out += "; step " + format_ms(summary.step_ms);
+  if (summary.predicted_step_ms > 0) {
+    out += ", predicted " + format_ms(summary.predicted_step_ms);
+    if (summary.step_ratio > 0) out += " (ratio " + printf_number("%.2f", summary.step_ratio) + ")";
+  }
+  out += "\n";
   for (std::size_t r = 0; r < summary.peak_bytes.size(); ++r) {
     out += "rank " + std::to_string(r) + ": peak " +
            format_bytes(static_cast<double>(summary.peak_bytes[r]));
@@ -194,6 +201,7 @@ static Json summary_json(const mplan::Trace& trace) {
   out["measured_period_ms"] = summary.measured_period_ms;
   out["period_ratio"] = summary.period_ratio;
   out["step_ms"] = summary.step_ms;
+  out["step_ratio"] = summary.step_ratio;
   out["peak_bytes"] = summary.peak_bytes;
   out["memory_ratio"] = summary.memory_ratio;
   out["busy_fraction"] = summary.busy_fraction;
@@ -215,6 +223,7 @@ static Json trace_json(const mplan::Trace& trace) {
   j["steps"] = trace.steps;
   Json predicted = Json::object();
   predicted["period_ms"] = trace.predicted_period_ms;
+  if (trace.predicted_step_ms > 0) predicted["step_ms"] = trace.predicted_step_ms;
   predicted["memory_bytes"] = trace.predicted_memory_bytes;
   j["predicted"] = std::move(predicted);
   j["summary"] = summary_json<Json>(trace);
@@ -416,6 +425,7 @@ static void read_predicted(const JsonReader& reader, const json& j, mplan::Trace
   const std::string pointer = "/predicted";
   const json& o = reader.object_member(j, "", "predicted");
   trace.predicted_period_ms = time_member(reader, o, pointer, "period_ms");
+  if (o.contains("step_ms")) trace.predicted_step_ms = time_member(reader, o, pointer, "step_ms");
   const json& memory = reader.array_member(o, pointer, "memory_bytes");
   if (memory.size() != static_cast<std::size_t>(trace.ranks)) {
     reader.fail(pointer + "/memory_bytes", "must have one entry per rank (" +

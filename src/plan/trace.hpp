@@ -64,6 +64,9 @@ struct Trace {
   std::vector<TraceRankMemory> memory;  // one per rank, ordered by rank
   // The plan's predictions, copied so that a trace stands alone.
   double predicted_period_ms = 0;
+  // One step of `micro_batches` with its fill and drain, simulated (0: not predicted, as in 2BW,
+  // whose steps do not drain).
+  double predicted_step_ms = 0;
   std::vector<std::int64_t> predicted_memory_bytes;  // per rank
 };
 
@@ -86,6 +89,8 @@ struct TraceSummary {
   double predicted_period_ms = 0;
   double period_ratio = 0;  // measured / predicted (0 when either is 0)
   double step_ms = 0;       // median step time: first op start to last op end of a step
+  double predicted_step_ms = 0;
+  double step_ratio = 0;                      // step_ms / predicted_step_ms (0 when either is 0)
   std::vector<std::int64_t> peak_bytes;       // per rank
   std::vector<std::int64_t> predicted_bytes;  // per rank
   std::vector<double> memory_ratio;           // per rank, measured / predicted

@@ -8,6 +8,7 @@
 #include "partition/planner.hpp"
 #include "partition/replan.hpp"
 #include "plan/program.hpp"
+#include "plan/simulate.hpp"
 #include "plan/trace.hpp"
 #include "plan/validate.hpp"
 #include "runtime/checkpoint.hpp"
@@ -85,6 +86,13 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
   trace.micro_batches = c.micro_batches;
   trace.steps = steps;
   trace.predicted_period_ms = plan.predicted.period_ms;
+  if (c.mode == madpipe::runtime::TrainingMode::Sync) {
+    // A step as the runtime runs it: each op as soon as its inputs are there, in plan order.
+    plan::SimOptions options;
+    options.micro_batches = c.micro_batches;
+    options.policy = plan::StartPolicy::Asap;
+    trace.predicted_step_ms = plan::simulate(plan, options).step_ms;
+  }
   trace.predicted_memory_bytes = plan.predicted.memory_bytes;
   const std::string path = (fs::path(c.output_dir) / "trace.json").string();
   plan::write_trace(trace, path);

@@ -60,6 +60,7 @@ void expect_same_trace(const mplan::Trace& a, const mplan::Trace& b) {
   EXPECT_EQ(std::tie(a.profile, a.algorithm, a.device, a.mode, a.ranks, a.micro_batches, a.steps),
             std::tie(b.profile, b.algorithm, b.device, b.mode, b.ranks, b.micro_batches, b.steps));
   EXPECT_EQ(a.predicted_period_ms, b.predicted_period_ms);
+  EXPECT_EQ(a.predicted_step_ms, b.predicted_step_ms);
   EXPECT_EQ(a.predicted_memory_bytes, b.predicted_memory_bytes);
   ASSERT_EQ(a.memory.size(), b.memory.size());
   for (std::size_t r = 0; r < a.memory.size(); ++r) {
@@ -315,6 +316,24 @@ TEST(TraceSummary, ComparesMemoryAndBusyTime) {
   ASSERT_EQ(summary.busy_fraction.size(), 2u);
   EXPECT_DOUBLE_EQ(summary.busy_fraction[0], 96.0 / 1177.0);
   EXPECT_DOUBLE_EQ(summary.busy_fraction[1], 96.0 / 1177.0);
+}
+
+TEST(TraceSummary, ComparesTheStepWithItsSimulation) {
+  mplan::Trace trace = synthetic_trace();
+  trace.predicted_step_ms = 160;
+  const mplan::TraceSummary summary = mplan::summarize(trace);
+  EXPECT_DOUBLE_EQ(summary.predicted_step_ms, 160.0);
+  EXPECT_DOUBLE_EQ(summary.step_ratio, 177.0 / 160.0);
+  EXPECT_NE(mplan::format_summary(summary).find("step 177.00 ms, predicted 160.00 ms (ratio 1.11)"),
+            std::string::npos);
+  // Written as predicted.step_ms, read back; a trace without it (2BW, older files) reads as 0.
+  nlohmann::json j = mplan::trace_to_json(trace);
+  EXPECT_DOUBLE_EQ(j["predicted"]["step_ms"].get<double>(), 160.0);
+  EXPECT_DOUBLE_EQ(mplan::trace_from_json(j).predicted_step_ms, 160.0);
+  j["predicted"].erase("step_ms");
+  EXPECT_EQ(mplan::trace_from_json(j).predicted_step_ms, 0.0);
+  j["predicted"]["step_ms"] = -1;
+  EXPECT_THROW(mplan::trace_from_json(j), madpipe::Error);
 }
 
 TEST(TraceSummary, FormatsOneLinePerRank) {
