@@ -223,6 +223,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   };
   std::vector<TimedOp> timed;
   if (train) timer_->start_run(trace ? trace->now_ms() : 0);
+  // Stage times on the CPU are the thread's CPU time, as the profile of madpipe train measures
+  // them (the trace keeps the wall clock).
+  const bool cpu_clock = device_.is_cpu();
+  std::vector<double> cpu_took_ms;
   StepLoss loss;
   for (std::size_t k = 0; k < list.size(); ++k) {
     const Instr& instr = list[k];
@@ -260,6 +264,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         const torch::Tensor input =
             s == 0 ? batch(i).input : take(delivered, {false, s - 1, i}, instr, "its input");
         const int op = train ? timer_->begin() : -1;
+        const double cpu_start = cpu_clock ? thread_cpu_seconds() : 0;
         // The loss of the last stage, divided so that accumulated gradients are the update's.
         auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
@@ -291,6 +296,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (train) {
           timer_->end(op);
           timed.push_back({TraceOpKind::Forward, s, i});
+          cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
         }
         if (last || s == 0) batches.erase(i);
         if (!train && last) slot = Slot{};  // validation keeps nothing of the last stage
@@ -317,6 +323,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         const torch::Tensor grad =
             last ? torch::Tensor() : take(delivered, {true, s, i}, instr, "its output's gradient");
         const int op = timer_->begin();
+        const double cpu_start = cpu_clock ? thread_cpu_seconds() : 0;
         if (slot.run) {
           torch::Tensor delta = sequences_[s]->backward(
               *slot.run, last ? StageSequence::GradientFn()
@@ -332,6 +339,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         }
         timer_->end(op);
         timed.push_back({TraceOpKind::Backward, s, i});
+        cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
         if (after_backward_) after_backward_(s, i);
         if (on_backward_) on_backward_(s, i);
         break;
@@ -366,7 +374,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     for (std::size_t k = 0; k < spans.size() && k < timed.size(); ++k) {
       const TimedOp& t = timed[k];
       StageTime& time = stage_times_[t.stage];
-      const double took = spans[k].end_ms - spans[k].start_ms;
+      const double took = cpu_clock ? cpu_took_ms[k] : spans[k].end_ms - spans[k].start_ms;
       if (t.kind == TraceOpKind::Forward) {
         time.forward_ms += took;
         ++time.forwards;

@@ -31,7 +31,8 @@ struct LayerOutputs {
 // its layers; besides them, one layer's weights are alive at a time.
 LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample);
 
-// Compute time a rank spent in the forwards and backwards of one stage (transfers excluded).
+// Compute time a rank spent in the forwards and backwards of one stage (transfers excluded; on
+// the CPU the thread's CPU time, as madpipe train's own profile measures ops).
 struct StageTime {
   double forward_ms = 0;
   double backward_ms = 0;

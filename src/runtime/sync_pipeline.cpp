@@ -125,7 +125,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
 
 // The mean compute time of every stage since the executors' last reset, on every rank.
 std::vector<madpipe::partition::MeasuredStage> measured_stages(
-    const madpipe::runtime::PipelineExecutor& executor) {
+    const madpipe::runtime::PipelineExecutor& executor, double time_scale) {
   const auto& times = executor.stage_times();
   std::vector<double> sums;
   for (const auto& t : times)
@@ -137,20 +137,22 @@ std::vector<madpipe::partition::MeasuredStage> measured_stages(
     auto& m = measured[s];
     m.forwards = static_cast<int>(sums[4 * s + 2]);
     m.backwards = static_cast<int>(sums[4 * s + 3]);
-    m.forward_ms = m.forwards > 0 ? sums[4 * s] / m.forwards : 0;
-    m.backward_ms = m.backwards > 0 ? sums[4 * s + 1] / m.backwards : 0;
+    m.forward_ms = m.forwards > 0 ? sums[4 * s] / m.forwards * time_scale : 0;
+    m.backward_ms = m.backwards > 0 ? sums[4 * s + 1] / m.backwards * time_scale : 0;
   }
   return measured;
 }
 
-bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& profile, int step,
-            int first_measured, std::unique_ptr<SyncPipeline>& pipeline,
-            madpipe::runtime::ChainModel& model, const madpipe::runtime::LayerOutputs& outputs,
+bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& profile,
+            double time_scale, int step, int first_measured,
+            std::unique_ptr<SyncPipeline>& pipeline, madpipe::runtime::ChainModel& model,
+            const madpipe::runtime::LayerOutputs& outputs,
             const madpipe::runtime::ReplicaGroups& groups, int rank,
             const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
   const auto started = std::chrono::steady_clock::now();
-  const std::vector<partition::MeasuredStage> measured = measured_stages(*pipeline->executor);
+  const std::vector<partition::MeasuredStage> measured =
+      measured_stages(*pipeline->executor, time_scale);
   const std::string decision = computed_on_rank0(rank, [&] {
     std::string table = partition::format_measurements(pipeline->plan, measured);
     table.pop_back();  // say() ends the line

@@ -59,15 +59,18 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const pl
                                                   const ReplicaGroups& groups,
                                                   const ParamStates* states);
 
-// Collective: the mean compute time of every stage since the executors' last reset.
-std::vector<partition::MeasuredStage> measured_stages(const PipelineExecutor& executor);
+// Collective: the mean compute time of every stage since the executors' last reset, times
+// `time_scale` (agree_on_profile's cpu_sharing: what the profile's times were scaled by).
+std::vector<partition::MeasuredStage> measured_stages(const PipelineExecutor& executor,
+                                                      double time_scale = 1);
 
-// --replan-after (collective): re-plans on the measured stage times (rank 0 decides) and, when the
-// decision is to switch, moves layers and optimizer state between the ranks of each replica and
-// rebuilds the pipeline. Returns true when it switched.
-bool replan(const TrainConfig& c, const Profile& profile, int step, int first_measured,
-            std::unique_ptr<SyncPipeline>& pipeline, ChainModel& model, const LayerOutputs& outputs,
-            const ReplicaGroups& groups, int rank, const Say& say);
+// --replan-after (collective): re-plans on the measured stage times, scaled by `time_scale` as the
+// profile was (rank 0 decides) and, when the decision is to switch, moves layers and optimizer
+// state between the ranks of each replica and rebuilds the pipeline. Returns true when it
+// switched.
+bool replan(const TrainConfig& c, const Profile& profile, double time_scale, int step,
+            int first_measured, std::unique_ptr<SyncPipeline>& pipeline, ChainModel& model,
+            const LayerOutputs& outputs, const ReplicaGroups& groups, int rank, const Say& say);
 
 // What every rank must know after a step's forwards and backwards: a NaN or Inf loss (the
 // first such micro-batch) or gradient (the first such stage), and a request to stop.

@@ -114,7 +114,9 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                                   madpipe::runtime::ChainModel& model,
                                   const madpipe::runtime::Batch& sample,
                                   const torch::Device& device, int rank,
-                                  const std::function<void(const std::string&)>& say) {
+                                  const std::function<void(const std::string&)>& say,
+                                  double* cpu_sharing) {
+  if (cpu_sharing) *cpu_sharing = 1;
   auto written = [&](const madpipe::Profile& profile) {
     const std::string json = madpipe::profile_to_json(profile).dump(1);
     madpipe::write_file_atomically((fs::path(c.output_dir) / "profile.json").string(), json + "\n");
@@ -156,6 +158,7 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
     // takes its cost times that factor. A wall clock around each op would miss most of it: an op
     // of a few milliseconds mostly runs within one time slice, at full speed.
     const double slowdown = device.is_cpu() ? std::max(1.0, sums[0] / ranks) : 1.0;
+    if (cpu_sharing) *cpu_sharing = slowdown;
     for (std::size_t l = 0; l < profile.layers.size(); ++l) {
       profile.layers[l].forward_ms = sums[1 + 2 * l] / ranks * slowdown;
       profile.layers[l].backward_ms = sums[2 + 2 * l] / ranks * slowdown;

@@ -32,8 +32,11 @@ plan::Plan agree_on_plan(const TrainConfig& c, const Profile& profile, int rank,
 // Collective: every rank measures the model at once, under the run's own sharing of cores or
 // GPUs, and the profile keeps each layer's mean time over the ranks (or rank 0 reads --profile);
 // every rank gets the same profile, which rank 0 also writes to <output_dir>/profile.json.
+// `cpu_sharing` (when not null): what the profile's CPU times were scaled by for the ranks'
+// sharing of cores (1 on a GPU or with --profile), for measurements taken later to compare.
 Profile agree_on_profile(const TrainConfig& c, ChainModel& model, const Batch& sample,
-                         const torch::Device& device, int rank, const Say& say);
+                         const torch::Device& device, int rank, const Say& say,
+                         double* cpu_sharing = nullptr);
 
 // "  stage s: layers A..B on rank r" lines.
 std::string stage_summary(const plan::Plan& plan, const ChainModel& model);

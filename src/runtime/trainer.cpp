@@ -355,7 +355,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     fs::create_directories(c.output_dir);
 
     const Batch sample = on_device(data->micro_batch(0, 0, false), device);
-    const Profile profile = agree_on_profile(c, model, sample, device, rank, say);
+    double cpu_sharing = 1;
+    const Profile profile = agree_on_profile(c, model, sample, device, rank, say, &cpu_sharing);
     const plan::Plan first_plan = agree_on_plan(c, profile, rank, say);
     if (rank == 0) plan::write_plan(first_plan, (fs::path(c.output_dir) / "plan.json").string());
     say("plan: " + first_plan.algorithm + ", " + std::to_string(first_plan.stages.size()) +
@@ -519,7 +520,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         recorder.reset();
       }
       if (replanning && step == c.replan_after &&
-          replan(c, profile, step, first_measured, pipeline, model, outputs, groups, rank, say))
+          replan(c, profile, cpu_sharing, step, first_measured, pipeline, model, outputs, groups,
+                 rank, say))
         checkpoint(step);  // a resumed run must find the new plan's stages on disk
       else if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
         checkpoint(step);
