@@ -68,6 +68,10 @@ case "$case_name" in
     grep -q '"format": "madpipe.plan/1"' run/plan.json || fail "plan.json missing"
     grep -q '"format": "madpipe.profile/1"' run/profile.json || fail "profile.json missing"
     grep -q "step 4/4" out || fail "no progress line for step 4"
+    # Every rank profiled, at once; a stage time is never zero on the CPU clock.
+    grep -q "^profiled 4 layers on cpu, all 2 ranks at once (mean times)" out ||
+      fail "the profile should come from both ranks at once"
+    grep -q '"forward_ms": 0,' run/profile.json && fail "a layer timed at 0 ms"
     ;;
   gpt_config_file)
     printf 'abcdefghij klmnop\nqrstuvwxyz\n%.0s' {1..50} >corpus.txt
