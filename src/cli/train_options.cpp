@@ -104,7 +104,12 @@ madpipe::cli::po::options_description madpipe::cli::planner_group(
 
 void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
                                        madpipe::runtime::TrainConfig& config) {
-  config.platform = to_platform(options.platform);
+  PlatformOptions platform = options.platform;
+  // 2BW holds three more weight-sized copies per stage than synchronous training: the second
+  // version, its gradient and the newest version the optimizer updates.
+  if (config.mode == runtime::TrainingMode::TwoWeightVersions)
+    platform.weight_copies += runtime::kTwoWeightVersionsExtraCopies;
+  config.platform = to_platform(platform);
   config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
   config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step
 }

@@ -18,6 +18,10 @@ inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
     {TrainingMode::Sync, "sync"}, {TrainingMode::TwoWeightVersions, "2bw"}};
 
 // What a NaN or Inf loss or gradient does (--on-nan).
+// Weight-sized copies per stage that 2BW holds beyond synchronous training's (weights,
+// gradients, optimizer state): the second weight version, its gradient and the newest version.
+inline constexpr int kTwoWeightVersionsExtraCopies = 3;
+
 enum class OnNonFinite { Stop, Skip };
 inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "stop"},
                                                            {OnNonFinite::Skip, "skip"}};

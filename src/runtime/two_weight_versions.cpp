@@ -60,14 +60,18 @@ void madpipe::runtime::TwoWeightVersions::update(int stage, int generation) {
   std::vector<torch::Tensor>& newest = newest_.at(stage);
   auto it = optimizers_.find(stage);
   if (it != optimizers_.end()) {
-    for (std::size_t p = 0; p < params.size(); ++p)
-      newest[p].mutable_grad() = params[p].grad().defined() ? params[p].grad().detach().clone()
-                                                            : torch::zeros_like(newest[p]);
+    // The copy's gradient moves to the newest version for the step, and goes after it: no
+    // third gradient-sized tensor lives between updates.
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      newest[p].mutable_grad() =
+          params[p].grad().defined() ? params[p].grad().detach() : torch::zeros_like(newest[p]);
+      params[p].mutable_grad() = torch::Tensor();
+    }
     it->second->step();
     torch::NoGradGuard no_grad;
     for (std::size_t p = 0; p < params.size(); ++p) {
       params[p].copy_(newest[p]);
-      params[p].mutable_grad() = torch::Tensor();
+      newest[p].mutable_grad() = torch::Tensor();
     }
   }
   ++updates_;

@@ -137,6 +137,8 @@ INI
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
       fail "2bw loss should fall by 20%: first $first, last $last"
     grep -q "two weight versions per stage" out || fail "no 2bw announcement"
+    # Planned with the default 4 weight copies plus 2BW's three.
+    grep -q '"weight_copies": 7' run/plan.json || fail "2bw should plan 7 weight copies"
     grep -q '"mode": "2bw"' run/trace.json || fail "no 2bw trace written"
     ;;
   two_bw_resume_equals_uninterrupted)
