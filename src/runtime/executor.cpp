@@ -30,12 +30,9 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
       x = model.layers[l].forward(x);
       for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
     } else {
-      if (!model.build_layer)
-        throw Error(ErrorKind::Unsupported, "", "layer " + model.names[l],
-                    "the shapes of a model that cannot rebuild its layers need them all");
-      torch::nn::AnyModule layer = model.build_layer(l);  // for this forward alone
-      layer.ptr()->to(device);
-      x = layer.forward(x);
+      model.materialize(l, device);  // for this forward alone
+      x = model.layers[l].forward(x);
+      model.drop(l);
     }
     outputs.shapes.push_back(x.sizes().vec());
     outputs.dtypes.push_back(x.scalar_type());

@@ -371,8 +371,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       return 0;
     }
     const int position = replica_layout(rank, session.size(), c.replicas).position;
+    const LayerFilter mine = layers_of_rank(first_plan, position);
     for (int l = 0; l < model.size(); ++l)
-      if (rank_of_layer(first_plan, l) == position) model.materialize(l, device);
+      if (mine(l)) model.materialize(l, device);
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const TransportKind transport =
