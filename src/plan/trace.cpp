@@ -116,10 +116,13 @@ mplan::TraceSummary mplan::summarize(const Trace& trace) {
 
   const auto ranks = static_cast<std::size_t>(std::max(trace.ranks, 0));
   summary.peak_bytes.assign(ranks, 0);
+  summary.peak_at.assign(ranks, "");
   summary.predicted_bytes.assign(ranks, 0);
   for (const TraceRankMemory& memory : trace.memory)
-    if (memory.rank >= 0 && static_cast<std::size_t>(memory.rank) < ranks)
+    if (memory.rank >= 0 && static_cast<std::size_t>(memory.rank) < ranks) {
       summary.peak_bytes[memory.rank] = memory.peak_bytes;
+      summary.peak_at[memory.rank] = memory.peak_at;
+    }
   for (std::size_t r = 0; r < ranks && r < trace.predicted_memory_bytes.size(); ++r)
     summary.predicted_bytes[r] = trace.predicted_memory_bytes[r];
   for (std::size_t r = 0; r < ranks; ++r) {
@@ -157,6 +160,8 @@ std::string mplan::format_summary(const TraceSummary& summary) {
   for (std::size_t r = 0; r < summary.peak_bytes.size(); ++r) {
     out += "rank " + std::to_string(r) + ": peak " +
            format_bytes(static_cast<double>(summary.peak_bytes[r]));
+    if (r < summary.peak_at.size() && !summary.peak_at[r].empty())
+      out += " (at " + summary.peak_at[r] + ")";
     const std::int64_t predicted =
         r < summary.predicted_bytes.size() ? summary.predicted_bytes[r] : 0;
     if (predicted > 0) {
@@ -234,6 +239,7 @@ static Json trace_json(const mplan::Trace& trace) {
     m["rank"] = rank.rank;
     m["peak_bytes"] = rank.peak_bytes;
     m["peak_rss_bytes"] = rank.peak_rss_bytes;
+    if (!rank.peak_at.empty()) m["peak_at"] = rank.peak_at;
     memory.push_back(std::move(m));
   }
   j["memory"] = std::move(memory);
@@ -418,6 +424,7 @@ static mplan::TraceRankMemory read_memory(const JsonReader& reader, const json& 
       std::to_string(index) + " (one entry per rank, in order)", pointer + "/rank"));
   memory.peak_bytes = reader.int64_member(o, pointer, "peak_bytes", 0);
   memory.peak_rss_bytes = reader.int64_member(o, pointer, "peak_rss_bytes", 0);
+  if (o.contains("peak_at")) memory.peak_at = reader.string_member(o, pointer, "peak_at");
   return memory;
 }
 

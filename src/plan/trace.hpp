@@ -49,6 +49,9 @@ struct TraceRankMemory {
   // allocated-bytes peak; CPU: madpipe's counting allocator).
   std::int64_t peak_bytes = 0;
   std::int64_t peak_rss_bytes = 0;  // the process's peak resident set (0 when unknown)
+  // Where the peak was reached: the instruction of the rank's program ("B 1.3"), "between
+  // programs" (an optimizer step or all-reduce outside them), or "" when unknown.
+  std::string peak_at;
 };
 
 struct Trace {
@@ -92,6 +95,7 @@ struct TraceSummary {
   double predicted_step_ms = 0;
   double step_ratio = 0;                      // step_ms / predicted_step_ms (0 when either is 0)
   std::vector<std::int64_t> peak_bytes;       // per rank
+  std::vector<std::string> peak_at;           // per rank (TraceRankMemory::peak_at)
   std::vector<std::int64_t> predicted_bytes;  // per rank
   std::vector<double> memory_ratio;           // per rank, measured / predicted
   std::vector<double> busy_fraction;          // per rank: compute time / traced time

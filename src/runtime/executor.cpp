@@ -1,11 +1,14 @@
 #include "runtime/executor.hpp"
 
 #include "core/error.hpp"
+#include "runtime/memory_meter.hpp"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 #include <utility>
+
+#include <torch/csrc/autograd/engine.h>
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
@@ -149,6 +152,25 @@ namespace {
 // micro-batch) names the output of stage s for micro-batch i, or its gradient.
 using DataKey = std::tuple<bool, int, int>;
 
+// Frees the values of a stage output that has been sent, keeping its autograd node for the
+// backward (an output without one keeps its values: nothing would run from it).
+void release_values(torch::Tensor& output) {
+  if (output.grad_fn() == nullptr) return;
+  output.set_data(torch::empty({0}, output.options().requires_grad(false)));
+}
+
+// output.backward(grad), also for an output whose values were released: the engine checks the
+// gradient against the shape its node recorded, not against the tensor's current one.
+void backward_from(const torch::Tensor& output, const torch::Tensor& grad) {
+  if (output.grad_fn() == nullptr) {
+    output.backward(grad);  // fails as a plain backward would
+    return;
+  }
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::impl::gradient_edge(output)}, {grad}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/true);
+}
+
 torch::Tensor take(std::map<DataKey, torch::Tensor>& place, const DataKey& key, const Instr& instr,
                    const char* what) {
   auto it = place.find(key);
@@ -225,6 +247,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   const bool cpu_clock = device_.is_cpu();
   std::vector<double> cpu_took_ms;
   StepLoss loss;
+  MemoryMeter meter(device_);
+  const bool metered = train && meter.counting();
+  if (metered) meter.interval_peak();  // what came before the program is not its instructions'
   for (std::size_t k = 0; k < list.size(); ++k) {
     const Instr& instr = list[k];
     const int s = instr.stage, i = instr.micro_batch;
@@ -309,6 +334,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           if (trace)
             trace->sent(TraceTransferKind::Activation, s, i, instr.peer, bytes_of(slot.output),
                         trace->now_ms());
+          // The backward needs the output's autograd node, not its values: they live on in the
+          // transport until the send completes, and no longer here (the memory model keeps one
+          // send buffer per cut, not one output per micro-batch in flight).
+          if (train && !slot.run) release_values(slot.output);
         }
         if (!train) slot = Slot{};  // validation: the output has gone
         break;
@@ -331,7 +360,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           if (last)
             slot.output.backward();
           else
-            slot.output.backward(grad);
+            backward_from(slot.output, grad);
           if (s > 0) produced[{true, s - 1, i}] = slot.input.grad();
         }
         timer_->end(op);
@@ -362,6 +391,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     for (int b : free_after[k]) {
       live_bytes -= buffers[b].bytes;
       live.erase(b);
+    }
+    if (metered) {
+      const std::int64_t held = meter.interval_peak();
+      if (held > memory_peak_.bytes) memory_peak_ = {held, plan::to_string(instr)};
     }
   }
   transport_.wait_sends();

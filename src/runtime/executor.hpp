@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -112,6 +113,16 @@ class PipelineExecutor {
   };
   const ArenaUse& arena_use() const noexcept { return arena_use_; }
 
+  // The most bytes this rank's tensors held during one instruction of the training runs since
+  // construction or reset_memory_peak() (MemoryMeter: counted on the CPU, the CUDA allocator's
+  // statistics on a GPU; 0 when nothing counts), and that instruction ("B 1.3").
+  struct MemoryPeak {
+    std::int64_t bytes = 0;
+    std::string at;
+  };
+  const MemoryPeak& memory_peak() const noexcept { return memory_peak_; }
+  void reset_memory_peak() { memory_peak_ = MemoryPeak{}; }
+
   // Training runs record their forwards, backwards and transfers into `recorder` (null: none).
   void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
 
@@ -147,6 +158,7 @@ class PipelineExecutor {
   std::unique_ptr<OpTimer> timer_;
   torch::Tensor arena_;  // bytes on device_
   ArenaUse arena_use_;
+  MemoryPeak memory_peak_;
 };
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated

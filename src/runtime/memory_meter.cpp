@@ -1,5 +1,6 @@
 #include "runtime/memory_meter.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -118,7 +119,18 @@ std::int64_t madpipe::runtime::MemoryMeter::current_bytes() const {
   return 0;
 }
 
-std::int64_t madpipe::runtime::MemoryMeter::peak_bytes() const {
+namespace {
+// The part of a device's peak that interval_peak() took out of the raw statistics, so that
+// peak_bytes() still covers it (index 0: the CPU, 1 + n: CUDA device n).
+std::int64_t g_carried_peak[1 + 64] = {};
+
+std::int64_t& carried_peak(const c10::Device& device) {
+  const int index = device.is_cpu() ? 0 : 1 + (device.has_index() ? device.index() : 0);
+  return g_carried_peak[std::min(index, 64)];
+}
+}  // namespace
+
+std::int64_t madpipe::runtime::MemoryMeter::raw_peak_bytes() const {
   if (device_.is_cpu()) return g_cpu_peak.load();
 #ifdef MADPIPE_WITH_CUDA
   if (device_.is_cuda()) return cuda_allocated(device_, true);
@@ -126,7 +138,7 @@ std::int64_t madpipe::runtime::MemoryMeter::peak_bytes() const {
   return 0;
 }
 
-void madpipe::runtime::MemoryMeter::reset_peak() {
+void madpipe::runtime::MemoryMeter::reset_raw_peak() {
   if (device_.is_cpu()) {
     g_cpu_peak.store(g_cpu_current.load());
     return;
@@ -135,4 +147,21 @@ void madpipe::runtime::MemoryMeter::reset_peak() {
   if (device_.is_cuda())
     c10::cuda::CUDACachingAllocator::resetPeakStats(device_.has_index() ? device_.index() : 0);
 #endif
+}
+
+std::int64_t madpipe::runtime::MemoryMeter::peak_bytes() const {
+  return std::max(carried_peak(device_), raw_peak_bytes());
+}
+
+void madpipe::runtime::MemoryMeter::reset_peak() {
+  carried_peak(device_) = 0;
+  reset_raw_peak();
+}
+
+std::int64_t madpipe::runtime::MemoryMeter::interval_peak() {
+  const std::int64_t peak = raw_peak_bytes();
+  std::int64_t& carried = carried_peak(device_);
+  carried = std::max(carried, peak);
+  reset_raw_peak();
+  return peak;
 }

@@ -20,8 +20,14 @@ class MemoryMeter {
   std::int64_t current_bytes() const;
   std::int64_t peak_bytes() const;
   void reset_peak();  // the peak restarts from the current level
+  // The peak since the previous call (or reset_peak), restarted from the current level; what
+  // peak_bytes() reports still covers it. The executor reads it after every instruction.
+  std::int64_t interval_peak();
 
  private:
+  std::int64_t raw_peak_bytes() const;
+  void reset_raw_peak();
+
   c10::Device device_;
 };
 

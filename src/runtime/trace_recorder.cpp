@@ -50,7 +50,8 @@ using madpipe::plan::TraceTransferKind;
 // One rank's records as compact JSON arrays (numbers only) for the gather.
 nlohmann::json records_of(const std::vector<madpipe::plan::TraceOp>& ops,
                           const std::vector<madpipe::plan::TraceTransfer>& sent,
-                          const nlohmann::json& received, std::int64_t peak, std::int64_t rss) {
+                          const nlohmann::json& received,
+                          const madpipe::plan::TraceRankMemory& memory) {
   nlohmann::json j;
   j["ops"] = nlohmann::json::array();
   for (const auto& op : ops)
@@ -61,8 +62,9 @@ nlohmann::json records_of(const std::vector<madpipe::plan::TraceOp>& ops,
     j["sent"].push_back(
         {static_cast<int>(t.kind), t.stage, t.step, t.micro_batch, t.to, t.bytes, t.start_ms});
   j["received"] = received;
-  j["peak"] = peak;
-  j["rss"] = rss;
+  j["peak"] = memory.peak_bytes;
+  j["rss"] = memory.peak_rss_bytes;
+  j["at"] = memory.peak_at;
   return j;
 }
 
@@ -92,15 +94,15 @@ std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_C
 }
 }  // namespace
 
-madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int64_t peak_bytes,
-                                                             std::int64_t peak_rss_bytes,
+madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root,
+                                                             const plan::TraceRankMemory& memory,
                                                              MPI_Comm pipeline) const {
   nlohmann::json received = nlohmann::json::array();
   for (const auto& r : received_)
     received.push_back(
         {static_cast<int>(r.kind), r.stage, r.step, r.micro_batch, r.from, r.done_ms});
-  const std::vector<std::string> parts = gather_strings(
-      records_of(ops_, sent_, received, peak_bytes, peak_rss_bytes).dump(), root, pipeline);
+  const std::vector<std::string> parts =
+      gather_strings(records_of(ops_, sent_, received, memory).dump(), root, pipeline);
   plan::Trace trace;
   if (parts.empty()) return trace;
   trace.ranks = static_cast<int>(parts.size());
@@ -134,7 +136,8 @@ madpipe::plan::Trace madpipe::runtime::TraceRecorder::gather(int root, std::int6
       t.end_ms = std::max(t.start_ms, it->second);
       trace.transfers.push_back(t);
     }
-    trace.memory.push_back({r, j["peak"].get<std::int64_t>(), j["rss"].get<std::int64_t>()});
+    trace.memory.push_back({r, j["peak"].get<std::int64_t>(), j["rss"].get<std::int64_t>(),
+                            j["at"].get<std::string>()});
   }
   return trace;
 }

@@ -35,10 +35,10 @@ class TraceRecorder {
             double posted_ms);
   void received(plan::TraceTransferKind kind, int stage, int micro_batch, int from, double done_ms);
 
-  // Collective over `pipeline` (one replica's ranks): every rank's records and peak memory meet
-  // on its rank `root`, which returns the trace (transfers matched by what they carry); the other
-  // ranks return an empty trace.
-  plan::Trace gather(int root, std::int64_t peak_bytes, std::int64_t peak_rss_bytes,
+  // Collective over `pipeline` (one replica's ranks): every rank's records and its `memory`
+  // (whose rank field is ignored) meet on its rank `root`, which returns the trace (transfers
+  // matched by what they carry); the other ranks return an empty trace.
+  plan::Trace gather(int root, const plan::TraceRankMemory& memory,
                      MPI_Comm pipeline = MPI_COMM_WORLD) const;
 
  private:

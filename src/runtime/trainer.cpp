@@ -73,11 +73,18 @@ std::string duration_text(double seconds) {
 // prints measured against predicted period and memory.
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
                  const madpipe::runtime::TraceRecorder& recorder,
-                 const madpipe::runtime::MemoryMeter& meter, const torch::Device& device, int steps,
-                 int rank, MPI_Comm pipeline, const std::function<void(const std::string&)>& say) {
+                 const madpipe::runtime::MemoryMeter& meter,
+                 const madpipe::runtime::PipelineExecutor& executor, const torch::Device& device,
+                 int steps, int rank, MPI_Comm pipeline,
+                 const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
-  plan::Trace trace =
-      recorder.gather(0, meter.peak_bytes(), runtime::peak_resident_bytes(), pipeline);
+  plan::TraceRankMemory memory;
+  memory.peak_bytes = meter.peak_bytes();
+  memory.peak_rss_bytes = runtime::peak_resident_bytes();
+  if (meter.counting())
+    memory.peak_at = executor.memory_peak().bytes >= memory.peak_bytes ? executor.memory_peak().at
+                                                                       : "between programs";
+  plan::Trace trace = recorder.gather(0, memory, pipeline);
   if (rank != 0) return;
   trace.profile = plan.profile;
   trace.algorithm = plan.algorithm;
@@ -178,7 +185,9 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
       runtime::load_stage(c.output_dir, resume.step, s, state, device);
     versions.synchronize_copies();
     first_step = resume.step + 1;
-    if (rank == 0)
+    // By the rank that appends to it: the truncation replaces the file, which another rank could
+    // already have opened.
+    if (reports)
       runtime::truncate_metrics((fs::path(c.output_dir) / "metrics.jsonl").string(), resume.step);
     say("resumed from the checkpoint of step " + std::to_string(resume.step));
   } else if (c.resume) {
@@ -227,6 +236,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   runtime::MemoryMeter meter(device);
   MPI_Barrier(MPI_COMM_WORLD);
   meter.reset_peak();  // the run's peak, not the profiler's
+  executor.reset_memory_peak();
   while (window_first <= c.steps) {
     const int last = window_end(c, window_first);
     const int length = last - window_first + 1;
@@ -248,8 +258,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     });
     if (recorder) {
       MPI_Barrier(MPI_COMM_WORLD);
-      write_trace(c, plan, *recorder, meter, device, std::min(traced, length), rank, MPI_COMM_WORLD,
-                  say);
+      write_trace(c, plan, *recorder, meter, executor, device, std::min(traced, length), rank,
+                  MPI_COMM_WORLD, say);
       executor.trace_into(nullptr);
     }
     versions.synchronize_copies();  // the executor's model now holds the newest weights
@@ -453,6 +463,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
         recorder->record_until_step(last_traced);
         pipeline->executor->trace_into(recorder.get());
         meter.reset_peak();
+        pipeline->executor->reset_memory_peak();
       }
       if (recorder) recorder->begin_step(step);
       if (step == first_measured) pipeline->executor->reset_stage_times();
@@ -515,8 +526,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       }
       if (recorder && step == last_traced) {
         recorder->stop();
-        write_trace(c, pipeline->plan, *recorder, meter, device, last_traced - first_traced + 1,
-                    rank, groups.pipeline(), say);
+        write_trace(c, pipeline->plan, *recorder, meter, *pipeline->executor, device,
+                    last_traced - first_traced + 1, rank, groups.pipeline(), say);
         pipeline->executor->trace_into(nullptr);
         recorder.reset();
       }

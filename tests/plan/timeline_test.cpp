@@ -66,7 +66,7 @@ mplan::Trace small_trace() {
   trace.steps = 2;
   trace.predicted_period_ms = 10;
   trace.predicted_memory_bytes = {1000, 1000};
-  trace.memory = {{0, 900, 0}, {1, 1100, 0}};
+  trace.memory = {{0, 900, 0, ""}, {1, 1100, 0, ""}};
   for (int step = 1; step <= 2; ++step) {
     const double base = 50 + 100.0 * (step - 1);
     for (int i = 0; i < 4; ++i) {

@@ -34,7 +34,7 @@ mplan::Trace synthetic_trace(int steps = 2) {
   trace.steps = steps;
   trace.predicted_period_ms = 8;
   trace.predicted_memory_bytes = {100, 0};
-  trace.memory = {{0, 150, 4096}, {1, 300, 0}};
+  trace.memory = {{0, 150, 4096, "B 1.3"}, {1, 300, 0, ""}};
   for (int step = 1; step <= steps; ++step) {
     const double base = 1000.0 * (step - 1);
     const double spacing = step == 1 ? 20.0 : 10.0;
@@ -64,8 +64,10 @@ void expect_same_trace(const mplan::Trace& a, const mplan::Trace& b) {
   EXPECT_EQ(a.predicted_memory_bytes, b.predicted_memory_bytes);
   ASSERT_EQ(a.memory.size(), b.memory.size());
   for (std::size_t r = 0; r < a.memory.size(); ++r) {
-    EXPECT_EQ(std::tie(a.memory[r].rank, a.memory[r].peak_bytes, a.memory[r].peak_rss_bytes),
-              std::tie(b.memory[r].rank, b.memory[r].peak_bytes, b.memory[r].peak_rss_bytes));
+    EXPECT_EQ(std::tie(a.memory[r].rank, a.memory[r].peak_bytes, a.memory[r].peak_rss_bytes,
+                       a.memory[r].peak_at),
+              std::tie(b.memory[r].rank, b.memory[r].peak_bytes, b.memory[r].peak_rss_bytes,
+                       b.memory[r].peak_at));
   }
   ASSERT_EQ(a.ops.size(), b.ops.size());
   for (std::size_t i = 0; i < a.ops.size(); ++i) {
@@ -341,6 +343,6 @@ TEST(TraceSummary, FormatsOneLinePerRank) {
   EXPECT_EQ(text,
             "measured period 10.00 ms per micro-batch, predicted 8.00 ms (ratio 1.25); step "
             "177.00 ms\n"
-            "rank 0: peak 150 B, predicted 100 B (ratio 1.50), busy 8%\n"
+            "rank 0: peak 150 B (at B 1.3), predicted 100 B (ratio 1.50), busy 8%\n"
             "rank 1: peak 300 B, busy 8%\n");
 }

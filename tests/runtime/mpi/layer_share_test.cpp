@@ -150,3 +150,39 @@ TEST(LayerShare, NoRankHoldsAnotherRanksLayers) {
     EXPECT_THROW(mine.parameters(0, mine.size() - 1), madpipe::Error);
   }
 }
+
+// The executor reads the bytes its rank's tensors hold at every instruction: its peak is reached
+// during an instruction of the rank's own list, and the meter's peak over the run covers it.
+// GPipe keeps every micro-batch in flight, and the backwards run from stage outputs whose values
+// left with their sends.
+TEST(MemoryPeak, IsReachedAtAnInstructionOfTheRank) {
+  mr::install_cpu_memory_counter();
+  const int micro_batches = 6;
+  mr::ModelConfig config = small_config("mlp", 2 * world_size());
+  config.width = 256;
+  const auto data = data_for(config);
+  mr::ChainModel model = mr::build_model(config);
+  std::vector<int> first, gpus;
+  for (int g = 0; g < world_size(); ++g) {
+    first.push_back(2 * g);
+    gpus.push_back(g);
+  }
+  const mplan::Plan plan =
+      make_plan(model.size(), first, gpus, Schedule::GPipe, micro_batches, nullptr);
+  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, false));
+  const mplan::Program program = mplan::lower(plan, micro_batches);
+  mr::MemoryMeter meter(torch::kCPU);
+  meter.reset_peak();
+  executor.run(program, [&](int i) { return data->micro_batch(1, i, false); });
+  const mr::PipelineExecutor::MemoryPeak& peak = executor.memory_peak();
+  EXPECT_GT(peak.bytes, 0);
+  EXPECT_LE(peak.bytes, meter.peak_bytes());
+  std::vector<std::string> names;
+  for (const mplan::Instr& instr : program.per_gpu[world_rank()])
+    names.push_back(mplan::to_string(instr));
+  EXPECT_NE(std::find(names.begin(), names.end(), peak.at), names.end()) << peak.at;
+  executor.reset_memory_peak();
+  EXPECT_EQ(executor.memory_peak().bytes, 0);
+}

@@ -87,6 +87,14 @@ TEST(Profiler, CountingAllocatorFollowsAllocationsAndFrees) {
   }
   EXPECT_EQ(meter.current_bytes(), before);
   EXPECT_EQ(meter.peak_bytes() - before, 8000);
+  // An interval's peak restarts the raw statistics but not the run's peak.
+  EXPECT_EQ(meter.interval_peak() - before, 8000);
+  { torch::Tensor c = torch::empty({250}, torch::kFloat); }
+  EXPECT_EQ(meter.interval_peak() - before, 1000);
+  EXPECT_EQ(meter.interval_peak(), before);
+  EXPECT_EQ(meter.peak_bytes() - before, 8000);
+  meter.reset_peak();
+  EXPECT_EQ(meter.peak_bytes(), before);
 }
 
 TEST(ScriptChain, TopLevelChildrenBecomeLayersSharingTheModulesTensors) {
@@ -180,7 +188,8 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     recorder.begin_step(step);
     executor.run(program, [&](int i) { return data->micro_batch(step, i, false); });
   }
-  const mplan::Trace trace = recorder.gather(0, 1000 + world_rank(), 0);
+  const mplan::Trace trace =
+      recorder.gather(0, {0, 1000 + world_rank(), 0, "F 0." + std::to_string(world_rank())});
   if (world_rank() != 0) {
     EXPECT_TRUE(trace.ops.empty());
     return;
@@ -222,5 +231,8 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     EXPECT_LE(t.start_ms, t.end_ms);
   }
   ASSERT_EQ(static_cast<int>(trace.memory.size()), P);
-  for (int r = 0; r < P; ++r) EXPECT_EQ(trace.memory[r].peak_bytes, 1000 + r);
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(trace.memory[r].peak_bytes, 1000 + r);
+    EXPECT_EQ(trace.memory[r].peak_at, "F 0." + std::to_string(r));
+  }
 }
