@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "plan/program.hpp"
+#include "plan/program_memory.hpp"
 #include "plan/receive_plan.hpp"
 
 #include <algorithm>
@@ -218,6 +219,7 @@ Program lower(const Plan& plan, const LowerOptions& options) {
   for (int g = 0; g < gpus; ++g) lists[g] = compute_list(plan, options, g, planned[g], program);
   number_messages(lists);
   for (int g = 0; g < gpus; ++g) post_receives(options, g, std::move(lists[g]), program);
+  program.send_completions = send_completions(program);
   return program;
 }
 

@@ -60,6 +60,10 @@ struct Program {
   std::vector<int> slots;                                   // activation slots each stage needs
   std::vector<std::vector<ReceiveBuffer>> receive_buffers;  // per GPU
   std::vector<std::int64_t> arena_bytes;  // per GPU: its receive arena (0: no offsets planned)
+  // Per GPU, per instruction: for a send, the index of the instruction after which the runtime
+  // completes it (the list's size: at the end), from send_completions (program_memory.hpp);
+  // -1 for other instructions.
+  std::vector<std::vector<int>> send_completions;
 };
 
 bool operator==(const Instr& a, const Instr& b);

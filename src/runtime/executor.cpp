@@ -152,8 +152,8 @@ namespace {
 // micro-batch) names the output of stage s for micro-batch i, or its gradient.
 using DataKey = std::tuple<bool, int, int>;
 
-// Frees the values of a stage output that has been sent, keeping its autograd node for the
-// backward (an output without one keeps its values: nothing would run from it).
+// Frees the values of a stage output that has been sent or handed over, keeping its autograd
+// node for the backward (an output without one keeps its values: nothing would run from it).
 void release_values(torch::Tensor& output) {
   if (output.grad_fn() == nullptr) return;
   output.set_data(torch::empty({0}, output.options().requires_grad(false)));
@@ -202,6 +202,14 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     arena_ =
         torch::empty({arena_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
   std::vector<std::vector<int>> free_after(list.size());
+  // Sends completed after an instruction (where the program knows the peer has them): what a
+  // rank holds for its sends is then bounded as program_memory counts it.
+  std::vector<std::vector<int>> complete_after(list.size());
+  if (rank_ < static_cast<int>(program.send_completions.size()))
+    for (std::size_t x = 0; x < list.size(); ++x) {
+      const int after = program.send_completions[rank_].at(x);
+      if (after >= 0 && after < static_cast<int>(list.size())) complete_after[after].push_back(x);
+    }
   ArenaUse use;
   use.planned_bytes = arena_bytes;
   use.buffers = static_cast<int>(buffers.size());
@@ -329,6 +337,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         Slot& slot = slots[s].at(instr.slot);
         if (instr.kind == InstrKind::HandAct) {
           delivered[{false, s, i}] = slot.output.detach();
+          // The next stage holds the values (they are its input) as long as it needs them.
+          if (train && !slot.run) release_values(slot.output);
         } else {
           transport_.post_send(instr.peer, key_of(instr), slot.output);
           if (trace)
@@ -392,6 +402,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
       live_bytes -= buffers[b].bytes;
       live.erase(b);
     }
+    for (int x : complete_after[k]) transport_.wait_send(list[x].peer, key_of(list[x]));
     if (metered) {
       const std::int64_t held = meter.interval_peak();
       if (held > memory_peak_.bytes) memory_peak_ = {held, plan::to_string(instr)};

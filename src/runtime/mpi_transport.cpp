@@ -114,6 +114,23 @@ class MpiTransport final : public madpipe::runtime::Transport {
     return out;
   }
 
+  void wait_send(int peer, const madpipe::runtime::MessageKey& key) override {
+    const int tag = tag_of(key);
+    for (std::size_t i = 0; i < sends_.size(); ++i) {
+      Pending& pending = sends_[i];
+      if (pending.peer != peer || pending.tag != tag) continue;
+      if (!pending.started) {
+        pending.copied->synchronize();
+        start_sends();
+      }
+      wait(pending.request, "for rank " + std::to_string(peer) + " to receive the " +
+                                madpipe::runtime::message_name(key));
+      if (pending.copied && staging_) staging_->release(std::move(pending.host));
+      sends_.erase(sends_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+
   void wait_sends() override {
     for (Pending& pending : sends_) {
       if (!pending.started) {

@@ -77,12 +77,6 @@ class LayerProbe {
     for (auto& p : model_.layers[layer_].ptr()->parameters()) p.mutable_grad() = torch::Tensor();
   }
 
-  std::int64_t gradient_bytes() const {
-    std::int64_t total = 0;
-    for (const auto& p : model_.layers[layer_].ptr()->parameters()) total += bytes_of(p.grad());
-    return total;
-  }
-
  private:
   madpipe::runtime::ChainModel& model_;
   int layer_;
@@ -123,11 +117,16 @@ void time_layer(const LayerProbe& probe, const madpipe::runtime::ProfilerOptions
 
 // Saved bytes and workspaces from the allocator's current and peak levels around one forward and
 // one backward. Before the forward the input exists; what the forward leaves allocated is the
-// output plus what autograd saved; what the backward adds is the input's gradient plus the
-// parameters' gradients.
+// output plus what autograd saved; what the backward adds is the input's gradient. The weight
+// gradients exist already, as from a step's second micro-batch on: the backward then makes each
+// as a temporary and adds it in, which is part of its workspace.
 void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter& meter,
                           madpipe::Layer& layer) {
   probe.clear_gradients();
+  {
+    const torch::Tensor first = probe.forward(probe.leaf());
+    if (first.requires_grad()) first.backward(torch::ones_like(first));
+  }
   const torch::Tensor leaf = probe.leaf();
   probe.synchronize();
   const std::int64_t before_forward = meter.current_bytes();
@@ -143,8 +142,7 @@ void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter
   meter.reset_peak();
   if (y.requires_grad()) y.backward(grad);
   probe.synchronize();
-  const std::int64_t results =
-      bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor()) + probe.gradient_bytes();
+  const std::int64_t results = bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor());
   layer.backward_workspace_bytes =
       std::max<std::int64_t>(0, meter.peak_bytes() - before_backward - results);
   probe.clear_gradients();

@@ -1,7 +1,10 @@
 #include "runtime/stage_sequence.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 
 #include <c10/core/StreamGuard.h>
@@ -193,9 +196,19 @@ c10::Stream side_stream(const c10::impl::VirtualGuardImpl& impl, c10::Device dev
 
 // O: a host copy of `x`. CUDA: into pinned memory on the side stream, after the compute stream
 // produced `x`; the caching allocator is told that the side stream reads x's memory, so dropping
-// x cannot hand it out before the copy is done. CPU: a plain copy.
+// x cannot hand it out before the copy is done. CPU: a copy in memory of its own, outside the
+// CPU allocator, so that what madpipe counts as a CPU rank's tensors is what a GPU would hold
+// (host copies are not device memory).
 torch::Tensor to_host(const torch::Tensor& x) {
-  if (!x.is_cuda()) return x.detach().clone();
+  if (!x.is_cuda()) {
+    const torch::Tensor values = x.detach().contiguous();
+    void* memory = std::malloc(std::max<std::size_t>(values.nbytes(), 1));
+    if (memory == nullptr) throw std::bad_alloc();
+    torch::Tensor host = torch::from_blob(
+        memory, values.sizes(), [](void* data) { std::free(data); }, values.options());
+    host.copy_(values);
+    return host;
+  }
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   const c10::Device device = x.device();
   const c10::Stream side = side_stream(impl, device);
@@ -213,10 +226,10 @@ torch::Tensor to_host(const torch::Tensor& x) {
 
 // P: `host` back on `device`. CUDA: allocated and copied on the side stream (ordered after the
 // offload copy on the same stream); `ready` is the event the compute stream waits on before
-// using it. CPU: the host tensor is the device tensor.
+// using it. CPU: a copy through the CPU allocator (counted, as a GPU's copy would be).
 torch::Tensor to_device(torch::Tensor host, c10::Device device,
                         std::shared_ptr<c10::Event>& ready) {
-  if (!device.is_cuda()) return host;
+  if (!device.is_cuda()) return host.clone();
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   const c10::Stream side = side_stream(impl, device);
   torch::Tensor out;
@@ -381,14 +394,23 @@ torch::Tensor madpipe::runtime::StageSequence::forward_layer(SequenceRun& run, i
   if (!recomputed_[k]) return module.forward(x);
   const bool cuda = x.is_cuda();
   if (!again) {
-    run.rng_cpu[k] = generator_state(cpu_generator());
-    if (cuda) run.rng_device[k] = generator_state(at::globalContext().defaultGenerator(x.device()));
-    return module.forward(x);
+    // A generator's state is kept only when the forward drew random numbers from it (dropout):
+    // kept for every micro-batch in flight, it is memory the stage's model does not count.
+    const torch::Tensor cpu_before = generator_state(cpu_generator());
+    torch::Tensor device_before;
+    if (cuda) device_before = generator_state(at::globalContext().defaultGenerator(x.device()));
+    torch::Tensor out = module.forward(x);
+    if (!torch::equal(cpu_before, generator_state(cpu_generator()))) run.rng_cpu[k] = cpu_before;
+    if (cuda && !torch::equal(device_before,
+                              generator_state(at::globalContext().defaultGenerator(x.device()))))
+      run.rng_device[k] = device_before;
+    return out;
   }
   // A recomputation: the random numbers of the first forward, the buffers left untouched.
-  GeneratorFork cpu(cpu_generator(), run.rng_cpu[k]);
-  std::optional<GeneratorFork> device;
-  if (cuda) device.emplace(at::globalContext().defaultGenerator(x.device()), run.rng_device[k]);
+  std::optional<GeneratorFork> cpu, device;
+  if (run.rng_cpu[k].defined()) cpu.emplace(cpu_generator(), run.rng_cpu[k]);
+  if (cuda && run.rng_device[k].defined())
+    device.emplace(at::globalContext().defaultGenerator(x.device()), run.rng_device[k]);
   BufferKeeper buffers(*module.ptr());
   return module.forward(x);
 }

@@ -48,7 +48,8 @@ struct SequenceRun {
   std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
   std::vector<torch::Tensor> gradient;  // [0..n] delta_j (delta_0 may be undefined: not needed)
   std::vector<int> forwards;            // [1..n] forwards of layer k run so far
-  std::vector<torch::Tensor> rng_cpu, rng_device;  // [1..n] generator states at the first forward
+  // [1..n] generator states at the first forward, of the layers that drew random numbers
+  std::vector<torch::Tensor> rng_cpu, rng_device;
   bool computes_loss = false;  // last stage: Loss recorded the loss, dLoss backpropagates it
   torch::Tensor output;        // handed to the next stage (a_n) or the scaled loss, detached
 };

@@ -8,6 +8,7 @@
 #include "partition/planner.hpp"
 #include "partition/replan.hpp"
 #include "plan/program.hpp"
+#include "plan/program_memory.hpp"
 #include "plan/simulate.hpp"
 #include "plan/trace.hpp"
 #include "plan/validate.hpp"
@@ -71,7 +72,15 @@ std::string duration_text(double seconds) {
 
 // Collective: gathers the recorded steps on rank 0, which writes <output_dir>/trace.json and
 // prints measured against predicted period and memory.
+// Bytes of one micro-batch's data (input and target), as the data source makes it.
+std::int64_t micro_batch_bytes(const madpipe::runtime::DataSource& data) {
+  const madpipe::runtime::Batch batch = data.micro_batch(0, 0, false);
+  return static_cast<std::int64_t>(batch.input.nbytes() +
+                                   (batch.target.defined() ? batch.target.nbytes() : 0));
+}
+
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
+                 const madpipe::plan::Program& program, std::int64_t data_bytes,
                  const madpipe::runtime::TraceRecorder& recorder,
                  const madpipe::runtime::MemoryMeter& meter,
                  const madpipe::runtime::PipelineExecutor& executor, const torch::Device& device,
@@ -100,7 +109,11 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
     options.policy = plan::StartPolicy::Asap;
     trace.predicted_step_ms = plan::simulate(plan, options).step_ms;
   }
-  trace.predicted_memory_bytes = plan.predicted.memory_bytes;
+  // What the run's program holds at most on each rank (the memory model's terms, instruction by
+  // instruction), which the tensors the rank tracks do not exceed.
+  trace.predicted_memory_bytes.clear();
+  for (const plan::ProgramMemory& bound : plan::program_memory(plan, program, data_bytes))
+    trace.predicted_memory_bytes.push_back(bound.peak_bytes);
   const std::string path = (fs::path(c.output_dir) / "trace.json").string();
   plan::write_trace(trace, path);
   say("trace of " + std::to_string(steps) + " step" + (steps == 1 ? "" : "s") + " in " + path +
@@ -258,8 +271,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
     });
     if (recorder) {
       MPI_Barrier(MPI_COMM_WORLD);
-      write_trace(c, plan, *recorder, meter, executor, device, std::min(traced, length), rank,
-                  MPI_COMM_WORLD, say);
+      write_trace(c, plan, program->second, micro_batch_bytes(data), *recorder, meter, executor,
+                  device, std::min(traced, length), rank, MPI_COMM_WORLD, say);
       executor.trace_into(nullptr);
     }
     versions.synchronize_copies();  // the executor's model now holds the newest weights
@@ -364,7 +377,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
     fs::create_directories(c.output_dir);
 
-    const Batch sample = on_device(data->micro_batch(0, 0, false), device);
+    Batch sample = on_device(data->micro_batch(0, 0, false), device);
     double cpu_sharing = 1;
     const Profile profile = agree_on_profile(c, model, sample, device, rank, say, &cpu_sharing);
     const plan::Plan first_plan = agree_on_plan(c, profile, rank, say);
@@ -385,6 +398,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     for (int l = 0; l < model.size(); ++l)
       if (mine(l)) model.materialize(l, device);
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
+    sample = Batch{};  // not held through the run, whose memory the plan accounts for
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const TransportKind transport =
         resolve_transport(c.transport, c.device, device, session.local_size(), nccl_built());
@@ -526,8 +540,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       }
       if (recorder && step == last_traced) {
         recorder->stop();
-        write_trace(c, pipeline->plan, *recorder, meter, *pipeline->executor, device,
-                    last_traced - first_traced + 1, rank, groups.pipeline(), say);
+        write_trace(c, pipeline->plan, pipeline->program, micro_batch_bytes(*data), *recorder,
+                    meter, *pipeline->executor, device, last_traced - first_traced + 1, rank,
+                    groups.pipeline(), say);
         pipeline->executor->trace_into(nullptr);
         recorder.reset();
       }

@@ -18,6 +18,9 @@ class Transport {
   virtual void post_send(int peer, const MessageKey& key, const at::Tensor& tensor) = 0;
   virtual void post_recv(int peer, const MessageKey& key, at::Tensor buffer) = 0;
   virtual at::Tensor wait_recv(int peer, const MessageKey& key) = 0;
+  // Completes the send of `key` to `peer` (its tensor may then be released); nothing when it is
+  // complete already. The executor calls it where the program says the peer has received it.
+  virtual void wait_send(int peer, const MessageKey& key) = 0;
   // Completes every send posted so far (their tensors may then be released). The executor calls
   // it at the end of each program run, when every receive has been waited for.
   virtual void wait_sends() = 0;

@@ -161,6 +161,38 @@ INI
       [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after resume, $a without"
     done
     ;;
+  memory_within_prediction)
+    # The bytes each rank's tensors hold stay within what the run's program holds by the memory
+    # model, instruction by instruction (trace.json: memory[r].peak_bytes against
+    # predicted.memory_bytes[r]), in sync training, with rematerialization and with two weight
+    # versions, on 2 and 4 ranks.
+    gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
+      --micro-batch-size 8 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
+    for ranks in 2 4; do
+      for variant in sync remat 2bw; do
+        case $variant in
+          sync) extra=() ;;
+          remat) extra=(--memory $((ranks == 2 ? 9 : 8))MiB --remat rotor) ;;  # tight: recompute
+          2bw) extra=(--mode 2bw) ;;
+        esac
+        run=$variant$ranks
+        mpi $ranks "${gpt[@]}" --gpus $ranks "${extra[@]}" --output-dir $run
+        [[ $status -eq 0 ]] || fail "$run failed: $(tail -3 err)"
+        if [[ $variant == remat ]]; then
+          grep -q '"strategy": "rotor"' $run/plan.json || fail "$run: the plan should recompute"
+        fi
+        python3 - $run/trace.json <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
+import json, sys
+trace = json.load(open(sys.argv[1]))
+bounds = trace["predicted"]["memory_bytes"]
+assert len(trace["memory"]) == len(bounds) == trace["ranks"]
+for memory, bound in zip(trace["memory"], bounds):
+    assert memory["peak_at"], memory
+    assert 0 < memory["peak_bytes"] <= bound, (memory, bound)
+PY
+      done
+    done
+    ;;
   two_bw_memory_flat)
     # The tensors a rank holds in 2BW do not grow with the run: 400 steps (windows of 50 steps,
     # no validation) peak where 20 do (one window of 20).

@@ -5,6 +5,7 @@
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "partition/planner.hpp"
+#include "plan/program_memory.hpp"
 #include "schedule/memory.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
@@ -88,6 +89,43 @@ static void expect_receives_and_messages_consistent(const mplan::Plan& plan,
         << pair.first << " -> " << pair.second;
 }
 
+// Each send completes at the end, or right after its GPU waited for a message from the same peer
+// that the peer sent after it had waited for this one.
+static void expect_sends_complete_after_their_receipt(const mplan::Program& program) {
+  const int gpus = static_cast<int>(program.per_gpu.size());
+  ASSERT_EQ(program.send_completions, mplan::send_completions(program));
+  for (int g = 0; g < gpus; ++g) {
+    const auto& list = program.per_gpu[g];
+    const int n = static_cast<int>(list.size());
+    ASSERT_EQ(static_cast<int>(program.send_completions[g].size()), n);
+    for (int x = 0; x < n; ++x) {
+      const int done = program.send_completions[g][x];
+      if (!mplan::is_send(list[x].kind)) {
+        EXPECT_EQ(done, -1);
+        continue;
+      }
+      if (done == n) continue;
+      ASSERT_GT(done, x);
+      ASSERT_LT(done, n);
+      const mplan::Instr& back = list[done];
+      ASSERT_TRUE(mplan::is_wait(back.kind));
+      ASSERT_EQ(back.peer, list[x].peer);
+      const auto& theirs = program.per_gpu[back.peer];
+      int receipt = -1, sent_back = -1;
+      for (int k = 0; k < static_cast<int>(theirs.size()); ++k) {
+        if (mplan::is_wait(theirs[k].kind) && theirs[k].peer == g &&
+            theirs[k].sequence == list[x].sequence)
+          receipt = k;
+        if (mplan::is_send(theirs[k].kind) && theirs[k].peer == g &&
+            theirs[k].sequence == back.sequence)
+          sent_back = k;
+      }
+      EXPECT_GE(receipt, 0);
+      EXPECT_GT(sent_back, receipt);
+    }
+  }
+}
+
 TEST(InstrToken, RoundTrips) {
   for (const char* token : {"F2.7", "B0.0", "HAND_ACT1.2", "HAND_GRAD0.4", "SEND_ACT2.7>1",
                             "RECV_ACT2.7<0", "SEND_GRAD1.3>0", "RECV_GRAD0.12<3",
@@ -143,6 +181,7 @@ TEST(Lower, EveryPlanOfEveryAlgorithmRunsWithoutDeadlock) {
         EXPECT_EQ(seen.size(), 2u * plan.stages.size() * n);
         for (const auto& entry : seen) EXPECT_EQ(entry.second, 1);
         expect_receives_and_messages_consistent(plan, program);
+        expect_sends_complete_after_their_receipt(program);
         // The validation program runs forwards only, and runs.
         mplan::LowerOptions forwards;
         forwards.micro_batches = n;

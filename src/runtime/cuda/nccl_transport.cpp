@@ -98,6 +98,16 @@ class NcclTransport final : public mr::Transport {
     return data;
   }
 
+  void wait_send(int peer, const mr::MessageKey& key) override {
+    const auto it = std::find_if(sends_.begin(), sends_.end(), [&](const Transfer& t) {
+      return t.peer == peer && id_of(peer, t.key) == id_of(peer, key);
+    });
+    if (it == sends_.end()) return;
+    comms_.wait(it->done, timeout_s_,
+                "for rank " + std::to_string(peer) + " to receive the " + mr::message_name(key));
+    sends_.erase(it);
+  }
+
   void wait_sends() override {
     for (Transfer& t : sends_)
       comms_.wait(
