@@ -79,6 +79,30 @@ std::int64_t micro_batch_bytes(const madpipe::runtime::DataSource& data) {
                                    (batch.target.defined() ? batch.target.nbytes() : 0));
 }
 
+// The lowered program's bound against --memory: the planner holds the pattern's steady state
+// within it, and the warm-up and the transfers in flight may hold a few percent more.
+void note_program_memory(const madpipe::plan::Plan& plan, const madpipe::plan::Program& program,
+                         std::int64_t data_bytes,
+                         const std::function<void(const std::string&)>& say) {
+  using namespace madpipe;
+  const std::vector<plan::ProgramMemory> bounds = plan::program_memory(plan, program, data_bytes);
+  std::string over;
+  for (std::size_t g = 0; g < bounds.size(); ++g) {
+    const plan::ProgramMemory& bound = bounds[g];
+    if (bound.peak_bytes <= plan.platform.memory_bytes) continue;
+    over += "\n  rank " + std::to_string(g) + ": " +
+            format_bytes(static_cast<double>(bound.peak_bytes)) + " at " +
+            (bound.peak_at >= 0 ? plan::to_string(program.per_gpu[g][bound.peak_at])
+                                : std::string("an optimizer step"));
+  }
+  if (!over.empty())
+    say("note: the lowered program may hold more than --memory (" +
+        format_bytes(static_cast<double>(plan.platform.memory_bytes)) +
+        ") on some ranks (the plan keeps its steady state within it; a lower --memory leaves "
+        "room):" +
+        over);
+}
+
 void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
                  const madpipe::plan::Program& program, std::int64_t data_bytes,
                  const madpipe::runtime::TraceRecorder& recorder,
@@ -258,6 +282,8 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
       plan::LowerOptions options = runtime::lower_options(c, plan, outputs, length * m, true);
       options.update_micro_batches = m;
       program = programs.emplace(length, runtime::lower_checked(plan, options)).first;
+      if (programs.size() == 1)
+        note_program_memory(plan, program->second, micro_batch_bytes(data), say);
     }
     std::unique_ptr<runtime::TraceRecorder> recorder;
     if (window_first == first_step && traced > 0) {
@@ -492,6 +518,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (pipeline->averager) pipeline->averager->finish();
       if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena)
         report_receive_arena(*pipeline->executor, groups.layout(), say);
+      if (step == first_step)
+        note_program_memory(pipeline->plan, pipeline->program, micro_batch_bytes(*data), say);
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
       const bool skipped = !health.problem.empty();
