@@ -29,7 +29,14 @@ const madpipe::cli::CommandSyntax kSyntax{
 po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
   po::options_description g("Data [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
-                  "text file or directory of text files (gpt: sets the vocabulary)")(
+                  "text file or directory of text files, or a token file (gpt: sets the "
+                  "vocabulary)")(
+      "data-format",
+      madpipe::cli::enum_value(c.data_format, madpipe::runtime::kDataFormatNames, "data-format",
+                               "--data-format"),
+      "text, tokens-u16 or tokens-u32 (as madpipe train)")(
+      "validation-data", po::value(&c.validation_data),
+      "token file of the validation samples (checked like --data)")(
       "micro-batch-size",
       po::value(&c.micro_batch_size)
           ->default_value(c.micro_batch_size)

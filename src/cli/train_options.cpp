@@ -25,7 +25,9 @@ madpipe::cli::po::options_description madpipe::cli::model_group(
       po::value(&c.outputs)->default_value(c.outputs)->notifier(at_least(1, "--outputs")),
       "output features (mlp) or classes (cnn)")(
       "image", po::value(&c.image)->default_value(c.image)->notifier(at_least(4, "--image")),
-      "image height and width (cnn)");
+      "image height and width (cnn)")(
+      "vocab", po::value(&c.vocab)->default_value(c.vocab)->notifier(at_least(0, "--vocab")),
+      "token ids of the gpt's embedding with token files (0: the largest id in them + 1)");
   return g;
 }
 
@@ -33,7 +35,13 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
     madpipe::runtime::TrainingSettings& c) {
   po::options_description g("Training [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
-                  "text file or directory of text files (gpt)")(
+                  "text file or directory of text files, or a token file (gpt)")(
+      "data-format",
+      enum_value(c.data_format, runtime::kDataFormatNames, "data-format", "--data-format"),
+      "text, or token ids as little-endian unsigned integers: tokens-u16 (nanoGPT's train.bin) "
+      "or tokens-u32; token files are mapped, not read")(
+      "validation-data", po::value(&c.validation_data),
+      "token file of the validation samples (default: the last tenth of --data)")(
       "mode", enum_value(c.mode, runtime::kTrainingModeNames, "mode", "--mode"),
       "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
       "versions per stage, one update per micro-batches")(

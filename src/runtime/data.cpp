@@ -6,6 +6,8 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -91,6 +93,94 @@ std::string madpipe::runtime::TextData::description() const {
          " validation characters, " + std::to_string(alphabet_.size()) + " symbols)";
 }
 
+madpipe::runtime::TokenFileData::TokenFileData(const std::string& train_path,
+                                               const std::string& validation_path, int token_bytes,
+                                               int context, int micro_batch_size,
+                                               std::uint64_t seed)
+    : token_bytes_(token_bytes),
+      context_(context),
+      micro_batch_size_(micro_batch_size),
+      seed_(seed) {
+  const auto open = [token_bytes](const std::string& path) {
+    auto file = std::make_shared<const MappedFile>(path);
+    if (file->size() % static_cast<std::size_t>(token_bytes) != 0)
+      throw Error(ErrorKind::InvalidInput, path, "data-format",
+                  "the file is " + std::to_string(file->size()) + " bytes, not a whole number of " +
+                      std::to_string(token_bytes) +
+                      "-byte tokens (tokens-u16: 2 bytes, tokens-u32: 4)");
+    return file;
+  };
+  const std::shared_ptr<const MappedFile> train = open(train_path);
+  const std::size_t n = train->size() / static_cast<std::size_t>(token_bytes);
+  if (validation_path.empty()) {
+    const std::size_t held_out = n / 10;
+    train_ = {train, 0, n - held_out};
+    validation_ = {train, n - held_out, held_out};
+  } else {
+    const std::shared_ptr<const MappedFile> validation = open(validation_path);
+    train_ = {train, 0, n};
+    validation_ = {validation, 0, validation->size() / static_cast<std::size_t>(token_bytes)};
+  }
+  const std::size_t window = static_cast<std::size_t>(context) + 1;
+  for (const Tokens* split : {&train_, &validation_})
+    if (split->count < window)
+      throw Error(ErrorKind::InvalidInput, split->file->path(), "data",
+                  "holds " + std::to_string(split->count) + " tokens" +
+                      (validation_path.empty() && split == &validation_
+                           ? " in its last tenth (the validation part without --validation-data)"
+                           : "") +
+                      ", fewer than one sample of --context + 1 = " + std::to_string(window));
+}
+
+std::uint64_t madpipe::runtime::TokenFileData::token(const Tokens& tokens, std::size_t i) const {
+  const std::uint8_t* p = tokens.file->data() + (tokens.first + i) * token_bytes_;
+  std::uint64_t id = 0;
+  for (int b = token_bytes_ - 1; b >= 0; --b) id = (id << 8) | p[b];  // little-endian
+  return id;
+}
+
+madpipe::runtime::Batch madpipe::runtime::TokenFileData::micro_batch(std::int64_t step, int index,
+                                                                     bool validation) const {
+  const Tokens& tokens = validation ? validation_ : train_;
+  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
+  std::uniform_int_distribution<std::size_t> offset(
+      0, tokens.count - static_cast<std::size_t>(context_) - 1);
+  auto input = torch::empty({micro_batch_size_, context_}, torch::kLong);
+  auto target = torch::empty({micro_batch_size_, context_}, torch::kLong);
+  auto in = input.accessor<std::int64_t, 2>();
+  auto out = target.accessor<std::int64_t, 2>();
+  for (int b = 0; b < micro_batch_size_; ++b) {
+    const std::size_t o = offset(rng);
+    for (int t = 0; t < context_; ++t) {
+      in[b][t] = static_cast<std::int64_t>(token(tokens, o + t));
+      out[b][t] = static_cast<std::int64_t>(token(tokens, o + t + 1));
+    }
+  }
+  return {input, target};
+}
+
+std::int64_t madpipe::runtime::TokenFileData::check_ids(std::int64_t vocab) const {
+  std::uint64_t largest = 0;
+  for (const Tokens* split : {&train_, &validation_})
+    for (std::size_t i = 0; i < split->count; ++i) {
+      const std::uint64_t id = token(*split, i);
+      largest = std::max(largest, id);
+      if (vocab > 0 && id >= static_cast<std::uint64_t>(vocab))
+        throw Error(ErrorKind::InvalidInput, split->file->path(), "vocab",
+                    "token " + std::to_string(split->first + i) + " is id " + std::to_string(id) +
+                        ", outside the embedding of " + std::to_string(vocab) + " ids");
+    }
+  return static_cast<std::int64_t>(largest) + 1;
+}
+
+std::string madpipe::runtime::TokenFileData::description() const {
+  std::string text = "tokens from " + train_.file->path();
+  if (validation_.file != train_.file) text += " and " + validation_.file->path();
+  return text + " (" + std::to_string(train_.count) + " training and " +
+         std::to_string(validation_.count) + " validation tokens of " +
+         std::to_string(8 * token_bytes_) + " bits, mapped)";
+}
+
 madpipe::runtime::SyntheticData::SyntheticData(int inputs, int outputs, int micro_batch_size,
                                                std::uint64_t seed)
     : inputs_(inputs), outputs_(outputs), micro_batch_size_(micro_batch_size), seed_(seed) {
@@ -157,7 +247,18 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
   w.model.outputs = c.outputs;
   w.model.image = c.image;
   w.model.seed = c.seed;
-  if (c.model == "gpt") {
+  if (c.model == "gpt" && c.data_format != DataFormat::Text) {
+    auto tokens = std::make_unique<TokenFileData>(c.data, c.validation_data,
+                                                  c.data_format == DataFormat::TokensU16 ? 2 : 4,
+                                                  c.context, c.micro_batch_size, c.seed);
+    const std::int64_t needed = tokens->check_ids(c.vocab);
+    if (c.vocab == 0 && needed > std::numeric_limits<int>::max())
+      throw Error(ErrorKind::InvalidInput, c.data, "vocab",
+                  "token ids up to " + std::to_string(needed - 1) +
+                      " need an embedding larger than any model; give --vocab");
+    w.model.vocab = c.vocab > 0 ? c.vocab : static_cast<int>(needed);
+    w.data = std::move(tokens);
+  } else if (c.model == "gpt") {
     auto text = std::make_unique<TextData>(c.data, c.context, c.micro_batch_size, c.seed);
     w.model.vocab = text->vocab();
     w.data = std::move(text);

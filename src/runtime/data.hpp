@@ -1,5 +1,6 @@
 #pragma once
 
+#include "runtime/mapped_file.hpp"
 #include "runtime/model.hpp"
 #include "runtime/trainer.hpp"
 
@@ -44,6 +45,35 @@ class TextData final : public DataSource {
   int files_ = 0;
   int context_;
   int micro_batch_size_;
+  std::uint64_t seed_;
+};
+
+// Token ids in flat binary files, as nanoGPT's train.bin and val.bin: little-endian unsigned
+// integers of `token_bytes` (2 or 4) bytes each, mapped rather than read, so files may exceed
+// memory. A sample is a window of `context` + 1 tokens at an offset drawn from (seed, step,
+// micro-batch): the input is its first `context` tokens, the target its last. Without a
+// validation file, the last tenth of the training file is held out. Throws Error{InvalidInput}
+// naming the file when its size is not a whole number of tokens or it holds less than one window.
+class TokenFileData final : public DataSource {
+ public:
+  TokenFileData(const std::string& train_path, const std::string& validation_path, int token_bytes,
+                int context, int micro_batch_size, std::uint64_t seed);
+  Batch micro_batch(std::int64_t step, int index, bool validation) const override;
+  std::string description() const override;
+  // Checks every token id of both files against an embedding of `vocab` ids (0: none) and
+  // returns the largest id + 1; throws Error{InvalidInput} naming the file, the position and the
+  // id of the first one outside it. Reads the whole files.
+  std::int64_t check_ids(std::int64_t vocab) const;
+
+ private:
+  struct Tokens {
+    std::shared_ptr<const MappedFile> file;
+    std::size_t first = 0, count = 0;  // the tokens of this split
+  };
+  std::uint64_t token(const Tokens& tokens, std::size_t i) const;
+
+  Tokens train_, validation_;
+  int token_bytes_, context_, micro_batch_size_;
   std::uint64_t seed_;
 };
 

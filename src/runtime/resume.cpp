@@ -99,8 +99,10 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
   j["next_step"] = step + 1;
   j["model"] = {{"model", c.model},     {"layers", c.layers},   {"width", c.width},
                 {"heads", c.heads},     {"context", c.context}, {"inputs", c.inputs},
-                {"outputs", c.outputs}, {"image", c.image}};
+                {"outputs", c.outputs}, {"image", c.image},     {"vocab", c.vocab}};
   j["training"] = {{"data", c.data},
+                   {"data_format", name_of(kDataFormatNames, c.data_format)},
+                   {"validation_data", c.validation_data},
                    {"mode", name_of(kTrainingModeNames, c.mode)},
                    {"steps", c.steps},
                    {"micro_batches", c.micro_batches},

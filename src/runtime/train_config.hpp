@@ -53,11 +53,23 @@ struct ModelSettings {
   int inputs = 16;  // mlp
   int outputs = 4;  // mlp outputs, cnn classes
   int image = 32;   // cnn
+  // gpt on token files: the embedding's ids (0: the largest id in the files + 1); text: its
+  // characters, always.
+  int vocab = 0;
 };
+
+// What --data holds: text (the gpt's characters), or token ids as little-endian unsigned integers
+// of 2 or 4 bytes (nanoGPT's train.bin).
+enum class DataFormat { Text, TokensU16, TokensU32 };
+inline constexpr Named<DataFormat> kDataFormatNames[] = {{DataFormat::Text, "text"},
+                                                         {DataFormat::TokensU16, "tokens-u16"},
+                                                         {DataFormat::TokensU32, "tokens-u32"}};
 
 // [training]: data, steps and the optimizer.
 struct TrainingSettings {
-  std::string data = "/usr/share/common-licenses";  // text corpus (gpt)
+  std::string data = "/usr/share/common-licenses";  // text corpus or token file (gpt)
+  DataFormat data_format = DataFormat::Text;
+  std::string validation_data;  // token files: the validation tokens (empty: data's last tenth)
   TrainingMode mode = TrainingMode::Sync;
   int steps = 100;
   int micro_batches = 8;  // per step

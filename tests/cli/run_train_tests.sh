@@ -193,6 +193,28 @@ PY
       done
     done
     ;;
+  gpt_token_file)
+    # A GPT trains on a nanoGPT-style file of 16-bit token ids (here the bytes of a text, with
+    # a separate validation file); an id outside --vocab stops every rank before training.
+    python3 - <<'PY' || fail "could not write the token files"
+import array
+text = open("/usr/share/common-licenses/GPL-3", "rb").read()
+array.array("H", list(text[:30000])).tofile(open("train.bin", "wb"))  # one token per byte
+array.array("H", list(text[30000:34000])).tofile(open("val.bin", "wb"))
+PY
+    tokens=(--model gpt --layers 2 --width 32 --heads 2 --context 16 --micro-batches 4
+      --micro-batch-size 4 --eval-every 2 --data train.bin --data-format tokens-u16
+      --validation-data val.bin)
+    mpi 2 "${tokens[@]}" --gpus 2 --steps 4 --output-dir run
+    [[ $status -eq 0 ]] || fail "token-file training failed: $(tail -3 err)"
+    grep -q "data: tokens from train.bin and val.bin (30000 training and 4000 validation tokens of 16 bits, mapped)" out ||
+      fail "no data line in: $(head -3 out)"
+    grep -q '"step":4,.*"val_loss"' run/metrics.jsonl || fail "no validation loss at step 4"
+    mpi 2 "${tokens[@]}" --gpus 2 --steps 1 --vocab 100 --output-dir bad
+    [[ $status -eq 2 ]] || fail "an id outside --vocab should exit 2, got $status"
+    [[ $(grep -c "train.bin: vocab: token [0-9]* is id [0-9]*, outside the embedding of 100 ids" err) -eq 2 ]] ||
+      fail "every rank should name the file and the id: $(cat err)"
+    ;;
   two_bw_memory_flat)
     # The tensors a rank holds in 2BW do not grow with the run: 400 steps (windows of 50 steps,
     # no validation) peak where 20 do (one window of 20).
