@@ -34,7 +34,7 @@ po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
       "data-format",
       madpipe::cli::enum_value(c.data_format, madpipe::runtime::kDataFormatNames, "data-format",
                                "--data-format"),
-      "text, tokens-u16 or tokens-u32 (as madpipe train)")(
+      "text, tokens-u16, tokens-u32 or tensors (as madpipe train)")(
       "validation-data", po::value(&c.validation_data),
       "token file of the validation samples (checked like --data)")(
       "micro-batch-size",

@@ -38,10 +38,11 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
                   "text file or directory of text files, or a token file (gpt)")(
       "data-format",
       enum_value(c.data_format, runtime::kDataFormatNames, "data-format", "--data-format"),
-      "text, or token ids as little-endian unsigned integers: tokens-u16 (nanoGPT's train.bin) "
-      "or tokens-u32; token files are mapped, not read")(
+      "text, token ids as little-endian unsigned integers: tokens-u16 (nanoGPT's train.bin) "
+      "or tokens-u32 (mapped, not read), or tensors: torch.save({\"inputs\": X, \"targets\": "
+      "Y})")(
       "validation-data", po::value(&c.validation_data),
-      "token file of the validation samples (default: the last tenth of --data)")(
+      "file of the validation samples (token files, tensors; default: the last tenth of --data)")(
       "mode", enum_value(c.mode, runtime::kTrainingModeNames, "mode", "--mode"),
       "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
       "versions per stage, one update per micro-batches")(

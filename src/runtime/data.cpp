@@ -181,6 +181,176 @@ std::string madpipe::runtime::TokenFileData::description() const {
          std::to_string(8 * token_bytes_) + " bits, mapped)";
 }
 
+namespace {
+// The first line of an exception's message (LibTorch's carry a C++ backtrace after it).
+std::string first_line(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
+// The "inputs" and "targets" of the dict that torch.save wrote to `path`.
+madpipe::runtime::Batch read_tensor_file(const std::string& path) {
+  using madpipe::Error;
+  using madpipe::ErrorKind;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::Io, path, "data", "cannot be read");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  torch::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::InvalidInput, path, "data",
+                "not a file that torch.save wrote, or a truncated one (" + first_line(e) + ")");
+  }
+  if (!value.isGenericDict())
+    throw Error(ErrorKind::InvalidInput, path, "data",
+                std::string("holds a ") + value.tagKind() +
+                    ", not the dict {\"inputs\": X, \"targets\": Y} of torch.save");
+  const c10::Dict<torch::IValue, torch::IValue> dict = value.toGenericDict();
+  std::vector<torch::Tensor> parts;
+  for (const char* key : {"inputs", "targets"}) {
+    const auto it = dict.find(torch::IValue(std::string(key)));
+    if (it == dict.end())
+      throw Error(ErrorKind::InvalidInput, path, key,
+                  std::string("missing: the dict needs \"inputs\" and \"targets\""));
+    if (!it->value().isTensor())
+      throw Error(ErrorKind::InvalidInput, path, key,
+                  std::string("is a ") + it->value().tagKind() + ", not a tensor");
+    parts.push_back(it->value().toTensor().contiguous());
+  }
+  if (parts[0].dim() == 0 || parts[1].dim() == 0 || parts[0].size(0) != parts[1].size(0))
+    throw Error(ErrorKind::InvalidInput, path, "targets",
+                "its rows must be those of \"inputs\": " +
+                    std::to_string(parts[0].dim() == 0 ? 0 : parts[0].size(0)) + " inputs, " +
+                    std::to_string(parts[1].dim() == 0 ? 0 : parts[1].size(0)) + " targets");
+  return {parts[0], parts[1]};
+}
+
+// Position `i` of a permutation of [0, n) drawn from `key`: a 4-round Feistel network on the
+// smallest even number of bits that covers n, walked back into [0, n).
+std::uint64_t permuted(std::uint64_t i, std::uint64_t n, std::uint64_t key) {
+  int bits = 2;
+  while ((std::uint64_t{1} << bits) < n) bits += 2;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  do {
+    std::uint64_t left = i >> half, right = i & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t next = left ^ (mix(key + round, right) & mask);
+      left = right;
+      right = next;
+    }
+    i = (left << half) | right;
+  } while (i >= n);
+  return i;
+}
+
+// "[3, 32, 32] Float": the shape and type of one row.
+std::string row_text(const std::vector<std::int64_t>& shape, torch::ScalarType type) {
+  std::string text = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    text += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+  return text + "] " + std::string(c10::toString(type));
+}
+
+// Throws Error{InvalidInput} naming the file when the rows of `part` ("inputs" or "targets")
+// are not what the model takes.
+void check_rows(const std::string& path, const char* part, const torch::Tensor& all,
+                const std::vector<std::int64_t>& shape, torch::ScalarType type,
+                const std::string& model) {
+  const std::vector<std::int64_t> rows = all.sizes().slice(1).vec();
+  if (rows != shape || all.scalar_type() != type)
+    throw madpipe::Error(madpipe::ErrorKind::InvalidInput, path, part,
+                         "rows are " + row_text(rows, all.scalar_type()) + ", but --model " +
+                             model + " takes " + row_text(shape, type));
+}
+
+// Every id in `ids` below `bound`; throws naming the file, the row and the id.
+void check_ids_below(const std::string& path, const char* part, const torch::Tensor& ids,
+                     std::int64_t bound, const std::string& what) {
+  const torch::Tensor bad = (ids < 0).logical_or(ids >= bound).reshape({ids.size(0), -1}).any(1);
+  if (!bad.any().item<bool>()) return;
+  const std::int64_t row = bad.nonzero()[0][0].item<std::int64_t>();
+  const torch::Tensor values = ids[row].reshape({-1});
+  const torch::Tensor outside = values.index({(values < 0).logical_or(values >= bound)});
+  throw madpipe::Error(madpipe::ErrorKind::InvalidInput, path, part,
+                       "row " + std::to_string(row) + " holds " +
+                           std::to_string(outside[0].item<std::int64_t>()) + ", outside " + what);
+}
+
+torch::Tensor rows_of(const torch::Tensor& all, std::int64_t first, std::int64_t count) {
+  return all.narrow(0, first, count);
+}
+}  // namespace
+
+madpipe::runtime::TensorFileData::TensorFileData(const std::string& train_path,
+                                                 const std::string& validation_path,
+                                                 int micro_batch_size, int micro_batches_per_step,
+                                                 std::uint64_t seed)
+    : path_(train_path),
+      validation_path_(validation_path),
+      micro_batch_size_(micro_batch_size),
+      micro_batches_per_step_(micro_batches_per_step),
+      seed_(seed) {
+  const Batch all = read_tensor_file(train_path);
+  const std::int64_t n = all.input.size(0);
+  if (validation_path.empty()) {
+    const std::int64_t held_out = n / 10;
+    if (held_out == 0)
+      throw Error(ErrorKind::InvalidInput, train_path, "data",
+                  "holds " + std::to_string(n) +
+                      " rows, too few to hold out a tenth for validation (give "
+                      "--validation-data)");
+    train_ = {rows_of(all.input, 0, n - held_out), rows_of(all.target, 0, n - held_out)};
+    validation_ = {rows_of(all.input, n - held_out, held_out),
+                   rows_of(all.target, n - held_out, held_out)};
+  } else {
+    train_ = all;
+    validation_ = read_tensor_file(validation_path);
+    for (std::size_t part = 0; part < 2; ++part) {
+      const torch::Tensor& a = part == 0 ? train_.input : train_.target;
+      const torch::Tensor& b = part == 0 ? validation_.input : validation_.target;
+      if (a.sizes().slice(1) != b.sizes().slice(1) || a.scalar_type() != b.scalar_type())
+        throw Error(ErrorKind::InvalidInput, validation_path, part == 0 ? "inputs" : "targets",
+                    "its rows differ from those of " + train_path);
+    }
+  }
+}
+
+madpipe::runtime::Batch madpipe::runtime::TensorFileData::micro_batch(std::int64_t step, int index,
+                                                                      bool validation) const {
+  const Batch& rows = validation ? validation_ : train_;
+  const auto n = static_cast<std::uint64_t>(rows.input.size(0));
+  std::vector<std::int64_t> picked;
+  for (int b = 0; b < micro_batch_size_; ++b) {
+    std::uint64_t row = 0;
+    if (validation) {
+      row = (static_cast<std::uint64_t>(index) * micro_batch_size_ + b) % n;
+    } else {
+      const std::uint64_t k = ((static_cast<std::uint64_t>(std::max<std::int64_t>(step, 1) - 1) *
+                                    micro_batches_per_step_ +
+                                static_cast<std::uint64_t>(index)) *
+                                   micro_batch_size_ +
+                               b);
+      row = permuted(k % n, n, mix(seed_, k / n));  // epoch k / n
+    }
+    picked.push_back(static_cast<std::int64_t>(row));
+  }
+  const torch::Tensor which = torch::tensor(picked, torch::kLong);
+  return {rows.input.index_select(0, which), rows.target.index_select(0, which)};
+}
+
+std::string madpipe::runtime::TensorFileData::description() const {
+  const auto shape = [](const torch::Tensor& t) {
+    return row_text(t.sizes().slice(1).vec(), t.scalar_type());
+  };
+  return "tensors from " + path_ + (validation_path_.empty() ? "" : " and " + validation_path_) +
+         " (" + std::to_string(train_.input.size(0)) + " training and " +
+         std::to_string(validation_.input.size(0)) + " validation rows; inputs " +
+         shape(train_.input) + ", targets " + shape(train_.target) + ")";
+}
+
 madpipe::runtime::SyntheticData::SyntheticData(int inputs, int outputs, int micro_batch_size,
                                                std::uint64_t seed)
     : inputs_(inputs), outputs_(outputs), micro_batch_size_(micro_batch_size), seed_(seed) {
@@ -247,6 +417,41 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
   w.model.outputs = c.outputs;
   w.model.image = c.image;
   w.model.seed = c.seed;
+  if (c.data_format == DataFormat::Tensors) {
+    auto tensors = std::make_unique<TensorFileData>(c.data, c.validation_data, c.micro_batch_size,
+                                                    c.micro_batches * c.replicas, c.seed);
+    const Batch& rows = tensors->training_rows();
+    const std::string& path = tensors->path();
+    if (c.model == "mlp") {
+      check_rows(path, "inputs", rows.input, {c.inputs}, torch::kFloat, "mlp (--inputs)");
+      check_rows(path, "targets", rows.target, {c.outputs}, torch::kFloat, "mlp (--outputs)");
+    } else if (c.model == "cnn") {
+      check_rows(path, "inputs", rows.input, {3, c.image, c.image}, torch::kFloat, "cnn (--image)");
+      check_rows(path, "targets", rows.target, {}, torch::kLong, "cnn (class ids)");
+      check_ids_below(path, "targets", rows.target, c.outputs,
+                      "the " + std::to_string(c.outputs) + " classes of --outputs");
+    } else if (c.model == "gpt") {
+      check_rows(path, "inputs", rows.input, {c.context}, torch::kLong, "gpt (--context)");
+      check_rows(path, "targets", rows.target, {c.context}, torch::kLong, "gpt (--context)");
+      const Batch& held_out = tensors->validation_rows();
+      std::int64_t largest = 0;
+      for (const torch::Tensor* ids :
+           {&rows.input, &rows.target, &held_out.input, &held_out.target})
+        largest = std::max(largest, ids->max().item<std::int64_t>());
+      w.model.vocab = c.vocab > 0 ? c.vocab
+                                  : static_cast<int>(std::min<std::int64_t>(
+                                        largest + 1, std::numeric_limits<int>::max()));
+      const std::string embedding = "the embedding of " + std::to_string(w.model.vocab) + " ids";
+      for (const Batch* split : {&rows, &held_out}) {
+        const std::string& file =
+            split == &rows || c.validation_data.empty() ? path : c.validation_data;
+        check_ids_below(file, "inputs", split->input, w.model.vocab, embedding);
+        check_ids_below(file, "targets", split->target, w.model.vocab, embedding);
+      }
+    }
+    w.data = std::move(tensors);
+    return w;
+  }
   if (c.model == "gpt" && c.data_format != DataFormat::Text) {
     auto tokens = std::make_unique<TokenFileData>(c.data, c.validation_data,
                                                   c.data_format == DataFormat::TokensU16 ? 2 : 4,

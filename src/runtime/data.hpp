@@ -77,6 +77,30 @@ class TokenFileData final : public DataSource {
   std::uint64_t seed_;
 };
 
+// Samples from files written by torch.save({"inputs": X, "targets": Y}) in Python: row r of X
+// and of Y is sample r. Training visits the rows in a permutation drawn from the seed, a new one
+// each epoch (sample k of the run is micro-batch k / B of step k / (B M) + 1, M the micro-batches
+// of a step in all); validation takes the rows in order. Without a validation file the last tenth
+// of the rows is held out. Throws Error{InvalidInput} naming the file when it is not what
+// torch.save writes (or is truncated), lacks "inputs" or "targets", or their rows differ.
+class TensorFileData final : public DataSource {
+ public:
+  TensorFileData(const std::string& train_path, const std::string& validation_path,
+                 int micro_batch_size, int micro_batches_per_step, std::uint64_t seed);
+  Batch micro_batch(std::int64_t step, int index, bool validation) const override;
+  std::string description() const override;
+  // Every row (inputs and targets), to check against a model.
+  const Batch& training_rows() const noexcept { return train_; }
+  const Batch& validation_rows() const noexcept { return validation_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  Batch train_, validation_;
+  std::string path_, validation_path_;
+  int micro_batch_size_, micro_batches_per_step_;
+  std::uint64_t seed_;
+};
+
 // Regression on random inputs: target = tanh(x W) for a fixed random W.
 class SyntheticData final : public DataSource {
  public:

@@ -36,19 +36,21 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
     invalid("replan-after", "--replan-after " + std::to_string(c.replan_after) +
                                 " leaves no step to run with a new plan (--steps " +
                                 std::to_string(c.steps) + ")");
-  if (c.data_format != DataFormat::Text && c.model != "gpt")
+  const bool tokens =
+      c.data_format == DataFormat::TokensU16 || c.data_format == DataFormat::TokensU32;
+  if (tokens && c.model != "gpt")
     invalid("data-format", std::string("--data-format ") +
                                name_of(kDataFormatNames, c.data_format) +
                                " needs --model gpt (token ids are a language model's input)");
   if (!c.validation_data.empty() && c.data_format == DataFormat::Text)
     invalid("validation-data",
-            "--validation-data needs --data-format tokens-u16 or tokens-u32 (text data holds "
-            "out its last tenth)");
+            "--validation-data needs --data-format tokens-u16, tokens-u32 or tensors (text "
+            "data holds out its last tenth)");
   if (c.vocab < 0) invalid("vocab", "must be >= 0, got " + std::to_string(c.vocab));
-  if (c.vocab > 0 && c.data_format == DataFormat::Text)
+  if (c.vocab > 0 && (c.model != "gpt" || c.data_format == DataFormat::Text))
     invalid("vocab",
-            "--vocab needs token files (--data-format tokens-u16 or tokens-u32); text data's "
-            "vocabulary is its characters");
+            "--vocab is the gpt's embedding with token ids from files (--data-format "
+            "tokens-u16, tokens-u32 or tensors); text data's vocabulary is its characters");
   if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
     invalid("replan-min-gain",
             "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));

@@ -58,12 +58,13 @@ struct ModelSettings {
   int vocab = 0;
 };
 
-// What --data holds: text (the gpt's characters), or token ids as little-endian unsigned integers
-// of 2 or 4 bytes (nanoGPT's train.bin).
-enum class DataFormat { Text, TokensU16, TokensU32 };
+// What --data holds: text (the gpt's characters), token ids as little-endian unsigned integers
+// of 2 or 4 bytes (nanoGPT's train.bin), or the dict {"inputs": X, "targets": Y} of torch.save.
+enum class DataFormat { Text, TokensU16, TokensU32, Tensors };
 inline constexpr Named<DataFormat> kDataFormatNames[] = {{DataFormat::Text, "text"},
                                                          {DataFormat::TokensU16, "tokens-u16"},
-                                                         {DataFormat::TokensU32, "tokens-u32"}};
+                                                         {DataFormat::TokensU32, "tokens-u32"},
+                                                         {DataFormat::Tensors, "tensors"}};
 
 // [training]: data, steps and the optimizer.
 struct TrainingSettings {

@@ -173,7 +173,7 @@ INI
         case $variant in
           sync) extra=() ;;
           remat) extra=(--memory $((ranks == 2 ? 9 : 8))MiB --remat rotor) ;;  # tight: recompute
-          2bw) extra=(--mode 2bw) ;;
+          2bw) extra=(--mode 2bw --algorithm 1f1b) ;;  # in flight: at most the stages
         esac
         run=$variant$ranks
         mpi $ranks "${gpt[@]}" --gpus $ranks "${extra[@]}" --output-dir $run
@@ -214,6 +214,35 @@ PY
     [[ $status -eq 2 ]] || fail "an id outside --vocab should exit 2, got $status"
     [[ $(grep -c "train.bin: vocab: token [0-9]* is id [0-9]*, outside the embedding of 100 ids" err) -eq 2 ]] ||
       fail "every rank should name the file and the id: $(cat err)"
+    ;;
+  mlp_tensor_file)
+    # An MLP trains on the tensors of a file written by torch.save in Python; a file whose rows
+    # the model does not take, or a truncated one, stops every rank before training.
+    python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
+    [[ -x $python ]] || fail "no Python with torch in .venv (launch/install-deps.sh makes it)"
+    "$python" - <<'PY' || fail "could not write the tensor files"
+import torch
+g = torch.Generator().manual_seed(0)
+x = torch.randn(200, 8, generator=g)
+torch.save({"inputs": x, "targets": torch.tanh(x[:, :2])}, "data.pt")
+torch.save({"inputs": x.double(), "targets": x[:, :2]}, "doubles.pt")
+PY
+    head -c 300 data.pt >truncated.pt
+    tensors=(--model mlp --layers 2 --width 16 --inputs 8 --outputs 2 --micro-batches 4
+      --micro-batch-size 5 --eval-every 2 --data-format tensors)
+    mpi 2 "${tensors[@]}" --data data.pt --gpus 2 --steps 4 --output-dir run
+    [[ $status -eq 0 ]] || fail "tensor-file training failed: $(tail -3 err)"
+    grep -q "data: tensors from data.pt (180 training and 20 validation rows; inputs \[8\] Float, targets \[2\] Float)" out ||
+      fail "no data line in: $(head -3 out)"
+    grep -q '"step":4,.*"val_loss"' run/metrics.jsonl || fail "no validation loss at step 4"
+    mpi 2 "${tensors[@]}" --data doubles.pt --gpus 2 --steps 1 --output-dir bad
+    [[ $status -eq 2 ]] || fail "rows of another type should exit 2, got $status"
+    [[ $(grep -c "doubles.pt: inputs: rows are \[8\] Double, but --model mlp (--inputs) takes \[8\] Float" err) -eq 2 ]] ||
+      fail "every rank should name the file and the rows: $(cat err)"
+    mpi 2 "${tensors[@]}" --data truncated.pt --gpus 2 --steps 1 --output-dir bad
+    [[ $status -eq 2 ]] || fail "a truncated file should exit 2, got $status"
+    [[ $(grep -c "truncated.pt: data: not a file that torch.save wrote, or a truncated one" err) -eq 2 ]] ||
+      fail "every rank should name the truncated file: $(cat err)"
     ;;
   two_bw_memory_flat)
     # The tensors a rank holds in 2BW do not grow with the run: 400 steps (windows of 50 steps,

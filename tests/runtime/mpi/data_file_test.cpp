@@ -1,8 +1,9 @@
-// Run under mpirun -np 1..4 (each rank alone): token files as training data.
+// Run under mpirun -np 1..4 (each rank alone): token files and tensor files as training data.
 
 #include "core/error.hpp"
 #include "runtime/data.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/train_config.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +20,7 @@ using namespace madpipe::testing;
 
 namespace {
 std::string temporary_path(const std::string& name) {
-  return "token_data_test_rank" + std::to_string(world_rank()) + "_" + name;
+  return "data_file_test_rank" + std::to_string(world_rank()) + "_" + name;
 }
 
 // Token ids first, first + 1, ... as little-endian integers of `bytes` bytes.
@@ -98,4 +99,66 @@ TEST(TokenFileData, BadFilesNameTheFileAndTheProblem) {
   EXPECT_NE(error_of([&] { mr::TokenFileData("no_such.bin", "", 2, 4, 1, 1); }).find("no_such.bin"),
             std::string::npos);
   for (const std::string& path : {ids, odd, short_file}) std::remove(path.c_str());
+}
+
+namespace {
+// What torch.save({"inputs": inputs, "targets": targets}) writes.
+std::string tensor_file(const std::string& name, const torch::Tensor& inputs,
+                        const torch::Tensor& targets, std::size_t keep_bytes = 0) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("inputs", inputs);
+  dict.insert("targets", targets);
+  const std::vector<char> bytes = torch::pickle_save(torch::IValue(dict));
+  const std::string path = temporary_path(name);
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(),
+             static_cast<std::streamsize>(keep_bytes > 0 ? keep_bytes : bytes.size()));
+  return path;
+}
+}  // namespace
+
+TEST(TensorFileData, VisitsEveryTrainingRowOnceAnEpoch) {
+  const torch::Tensor x = torch::arange(20, torch::kFloat).reshape({20, 1});
+  const std::string path = tensor_file("rows.pt", x, 2 * x);
+  // 18 training rows (the last 2 held out), 3 per micro-batch, 2 micro-batches a step: 3 steps
+  // are one epoch.
+  const mr::TensorFileData data(path, "", 3, 2, 5);
+  std::vector<int> seen(20, 0);
+  for (int step = 1; step <= 3; ++step)
+    for (int i = 0; i < 2; ++i) {
+      const mr::Batch batch = data.micro_batch(step, i, false);
+      EXPECT_TRUE(torch::equal(batch.target, 2 * batch.input));
+      for (int b = 0; b < 3; ++b)
+        ++seen.at(static_cast<std::size_t>(batch.input[b][0].item<float>()));
+    }
+  EXPECT_EQ(seen, (std::vector<int>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}));
+  // Another epoch, another order; validation takes the held-out rows in order.
+  EXPECT_FALSE(
+      torch::equal(data.micro_batch(1, 0, false).input, data.micro_batch(4, 0, false).input));
+  EXPECT_TRUE(torch::equal(data.micro_batch(0, 0, true).input.reshape({-1}),
+                           torch::tensor({18.0f, 19.0f, 18.0f})));
+  std::remove(path.c_str());
+}
+
+TEST(TensorFileData, BadFilesNameTheFileAndTheProblem) {
+  const torch::Tensor x = torch::zeros({10, 4});
+  const std::string truncated = tensor_file("truncated.pt", x, x, 100);
+  EXPECT_NE(error_of([&] {
+              mr::TensorFileData(truncated, "", 2, 1, 1);
+            }).find(truncated + ": data: not a file that torch.save wrote, or a truncated one"),
+            std::string::npos);
+  const std::string uneven = tensor_file("uneven.pt", x, torch::zeros({9, 4}));
+  EXPECT_EQ(error_of([&] { mr::TensorFileData(uneven, "", 2, 1, 1); }),
+            uneven + ": targets: its rows must be those of \"inputs\": 10 inputs, 9 targets");
+  // A model that takes other rows: every rank fails before training, naming the file.
+  const std::string doubles = tensor_file("doubles.pt", x.to(torch::kDouble), x);
+  mr::TrainConfig config;
+  config.model = "mlp";
+  config.inputs = 4;
+  config.outputs = 4;
+  config.data = doubles;
+  config.data_format = mr::DataFormat::Tensors;
+  EXPECT_EQ(error_of([&] { mr::make_workload(config); }),
+            doubles + ": inputs: rows are [4] Double, but --model mlp (--inputs) takes [4] Float");
+  for (const std::string& path : {truncated, uneven, doubles}) std::remove(path.c_str());
 }
