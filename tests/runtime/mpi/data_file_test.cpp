@@ -34,15 +34,6 @@ std::string token_file(const std::string& name, int bytes, std::uint32_t count,
   }
   return path;
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const madpipe::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(TokenFileData, SamplesAreWindowsOfTheFileShiftedByOne) {

@@ -38,6 +38,16 @@ namespace ms = madpipe::schedule;
 namespace mplan = madpipe::plan;
 namespace mremat = madpipe::remat;
 
+// The message of the madpipe::Error that f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const madpipe::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline int world_rank() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -29,15 +29,6 @@ namespace mr = madpipe::runtime;
 using namespace madpipe::testing;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const madpipe::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
