@@ -79,13 +79,38 @@ std::int64_t micro_batch_bytes(const madpipe::runtime::DataSource& data) {
                                    (batch.target.defined() ? batch.target.nbytes() : 0));
 }
 
+// Weight-sized copies the run holds per weight: the weights and their gradients, the optimizer's
+// state (AdamW: two moments; SGD: its momentum, if any), and 2BW's three extra copies.
+int held_weight_copies(const madpipe::runtime::TrainConfig& c) {
+  int copies = 2 + (c.optimizer == "adamw" ? 2 : (c.momentum != 0 ? 1 : 0));
+  if (c.mode == madpipe::runtime::TrainingMode::TwoWeightVersions)
+    copies += madpipe::runtime::kTwoWeightVersionsExtraCopies;
+  return copies;
+}
+
+// The plan as this run holds it: its weight copies those of the run's optimizer and mode (a plan
+// read with --plan may count fewer).
+madpipe::plan::Plan as_held(const madpipe::runtime::TrainConfig& c,
+                            const madpipe::plan::Plan& plan) {
+  madpipe::plan::Plan held = plan;
+  held.platform.weight_copies = held_weight_copies(c);
+  return held;
+}
+
 // The lowered program's bound against --memory: the planner holds the pattern's steady state
 // within it, and the warm-up and the transfers in flight may hold a few percent more.
-void note_program_memory(const madpipe::plan::Plan& plan, const madpipe::plan::Program& program,
-                         std::int64_t data_bytes,
+void note_program_memory(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Plan& plan,
+                         const madpipe::plan::Program& program, std::int64_t data_bytes,
                          const std::function<void(const std::string&)>& say) {
   using namespace madpipe;
-  const std::vector<plan::ProgramMemory> bounds = plan::program_memory(plan, program, data_bytes);
+  const int held = held_weight_copies(c);
+  if (plan.platform.weight_copies < held)
+    say("note: the plan counts " + std::to_string(plan.platform.weight_copies) +
+        " weight-sized copies per weight, this run holds " + std::to_string(held) + " (" +
+        c.optimizer + (c.mode == runtime::TrainingMode::TwoWeightVersions ? ", 2bw" : "") +
+        "): plan with --weight-copies " + std::to_string(held) + " to count them");
+  const std::vector<plan::ProgramMemory> bounds =
+      plan::program_memory(as_held(c, plan), program, data_bytes);
   std::string over;
   for (std::size_t g = 0; g < bounds.size(); ++g) {
     const plan::ProgramMemory& bound = bounds[g];
@@ -136,7 +161,8 @@ void write_trace(const madpipe::runtime::TrainConfig& c, const madpipe::plan::Pl
   // What the run's program holds at most on each rank (the memory model's terms, instruction by
   // instruction), which the tensors the rank tracks do not exceed.
   trace.predicted_memory_bytes.clear();
-  for (const plan::ProgramMemory& bound : plan::program_memory(plan, program, data_bytes))
+  for (const plan::ProgramMemory& bound :
+       plan::program_memory(as_held(c, plan), program, data_bytes))
     trace.predicted_memory_bytes.push_back(bound.peak_bytes);
   const std::string path = (fs::path(c.output_dir) / "trace.json").string();
   plan::write_trace(trace, path);
@@ -283,7 +309,7 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
       options.update_micro_batches = m;
       program = programs.emplace(length, runtime::lower_checked(plan, options)).first;
       if (programs.size() == 1)
-        note_program_memory(plan, program->second, micro_batch_bytes(data), say);
+        note_program_memory(c, plan, program->second, micro_batch_bytes(data), say);
     }
     std::unique_ptr<runtime::TraceRecorder> recorder;
     if (window_first == first_step && traced > 0) {
@@ -519,7 +545,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena)
         report_receive_arena(*pipeline->executor, groups.layout(), say);
       if (step == first_step)
-        note_program_memory(pipeline->plan, pipeline->program, micro_batch_bytes(*data), say);
+        note_program_memory(c, pipeline->plan, pipeline->program, micro_batch_bytes(*data), say);
       // Every rank learns of a non-finite loss or gradient, and of a request to stop.
       const StepHealth health = agree_on_health(*pipeline, bad_micro_batch);
       const bool skipped = !health.problem.empty();

@@ -192,6 +192,20 @@ for memory, bound in zip(trace["memory"], bounds):
 PY
       done
     done
+    # A plan made by `madpipe plan` counts 3 weight copies by default; AdamW holds 4: the run
+    # says so and bounds its memory with what it holds.
+    "$madpipe" plan --profile sync2/profile.json --gpus 2 --memory 1GiB --bandwidth 1GB/s \
+      --output plan3.json >/dev/null 2>&1 || fail "plan from the profile failed"
+    mpi 2 "${gpt[@]}" --gpus 2 --plan plan3.json --output-dir three
+    [[ $status -eq 0 ]] || fail "training with plan3.json failed: $(tail -3 err)"
+    grep -q "note: the plan counts 3 weight-sized copies per weight, this run holds 4 (adamw)" out ||
+      fail "no note on the weight copies: $(head -5 out)"
+    python3 - three/trace.json <<'PY' || fail "plan3: $(grep 'rank [0-9]: peak' out)"
+import json, sys
+trace = json.load(open(sys.argv[1]))
+for memory, bound in zip(trace["memory"], trace["predicted"]["memory_bytes"]):
+    assert 0 < memory["peak_bytes"] <= bound, (memory, bound)
+PY
     ;;
   gpt_token_file)
     # A GPT trains on a nanoGPT-style file of 16-bit token ids (here the bytes of a text, with
