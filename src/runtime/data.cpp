@@ -26,6 +26,28 @@ static std::uint64_t batch_seed(std::uint64_t seed, std::int64_t step, int index
              validation ? 1 : 0);
 }
 
+// `rows` windows of `context` + 1 consecutive ids (id_at(i): the i-th), at offsets in
+// [0, last_offset] drawn from `seed`: the input is each window's first `context` ids, the target
+// its last `context`.
+template <typename IdAt>
+static madpipe::runtime::Batch random_windows(std::uint64_t seed, std::size_t last_offset, int rows,
+                                              int context, const IdAt& id_at) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> offset(0, last_offset);
+  auto input = torch::empty({rows, context}, torch::kLong);
+  auto target = torch::empty({rows, context}, torch::kLong);
+  auto in = input.accessor<std::int64_t, 2>();
+  auto out = target.accessor<std::int64_t, 2>();
+  for (int b = 0; b < rows; ++b) {
+    const std::size_t o = offset(rng);
+    for (int t = 0; t < context; ++t) {
+      in[b][t] = id_at(o + t);
+      out[b][t] = id_at(o + t + 1);
+    }
+  }
+  return {input, target};
+}
+
 madpipe::runtime::TextData::TextData(const std::string& path, int context, int micro_batch_size,
                                      std::uint64_t seed)
     : path_(path), context_(context), micro_batch_size_(micro_batch_size), seed_(seed) {
@@ -71,20 +93,8 @@ madpipe::runtime::TextData::TextData(const std::string& path, int context, int m
 madpipe::runtime::Batch madpipe::runtime::TextData::micro_batch(std::int64_t step, int index,
                                                                 bool validation) const {
   const std::vector<std::int64_t>& tokens = validation ? validation_ : train_;
-  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
-  std::uniform_int_distribution<std::size_t> offset(0, tokens.size() - context_ - 2);
-  auto input = torch::empty({micro_batch_size_, context_}, torch::kLong);
-  auto target = torch::empty({micro_batch_size_, context_}, torch::kLong);
-  auto in = input.accessor<std::int64_t, 2>();
-  auto out = target.accessor<std::int64_t, 2>();
-  for (int b = 0; b < micro_batch_size_; ++b) {
-    const std::size_t o = offset(rng);
-    for (int t = 0; t < context_; ++t) {
-      in[b][t] = tokens[o + t];
-      out[b][t] = tokens[o + t + 1];
-    }
-  }
-  return {input, target};
+  return random_windows(batch_seed(seed_, step, index, validation), tokens.size() - context_ - 2,
+                        micro_batch_size_, context_, [&](std::size_t i) { return tokens[i]; });
 }
 
 std::string madpipe::runtime::TextData::description() const {
@@ -142,21 +152,10 @@ std::uint64_t madpipe::runtime::TokenFileData::token(const Tokens& tokens, std::
 madpipe::runtime::Batch madpipe::runtime::TokenFileData::micro_batch(std::int64_t step, int index,
                                                                      bool validation) const {
   const Tokens& tokens = validation ? validation_ : train_;
-  std::mt19937_64 rng(batch_seed(seed_, step, index, validation));
-  std::uniform_int_distribution<std::size_t> offset(
-      0, tokens.count - static_cast<std::size_t>(context_) - 1);
-  auto input = torch::empty({micro_batch_size_, context_}, torch::kLong);
-  auto target = torch::empty({micro_batch_size_, context_}, torch::kLong);
-  auto in = input.accessor<std::int64_t, 2>();
-  auto out = target.accessor<std::int64_t, 2>();
-  for (int b = 0; b < micro_batch_size_; ++b) {
-    const std::size_t o = offset(rng);
-    for (int t = 0; t < context_; ++t) {
-      in[b][t] = static_cast<std::int64_t>(token(tokens, o + t));
-      out[b][t] = static_cast<std::int64_t>(token(tokens, o + t + 1));
-    }
-  }
-  return {input, target};
+  return random_windows(batch_seed(seed_, step, index, validation),
+                        tokens.count - static_cast<std::size_t>(context_) - 1, micro_batch_size_,
+                        context_,
+                        [&](std::size_t i) { return static_cast<std::int64_t>(token(tokens, i)); });
 }
 
 std::int64_t madpipe::runtime::TokenFileData::check_ids(std::int64_t vocab) const {
