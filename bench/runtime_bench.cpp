@@ -1,7 +1,8 @@
 // Runtime overhead on one rank: `madpipe train`'s executor running a one-GPU plan against a
 // plain LibTorch loop (forward, loss, backward, optimizer step) on the same model and data.
-// Prints samples/s of both and their ratio; run it as `mpirun -np 1 build/bench/runtime_bench
-// [DEVICE [WIDTH]]` (DEVICE: cpu, the default, or cuda:N; WIDTH: the model's, 64 by default).
+// Prints samples/s of both (from the median step of each) and their ratio; run it as
+// `mpirun -np 1 build/bench/runtime_bench [DEVICE [WIDTH [CONTEXT]]]` (DEVICE: cpu, the default,
+// or cuda:N; WIDTH: the model's, 64 by default; CONTEXT: tokens per sample, 64 by default).
 
 #include "core/chain.hpp"
 #include "partition/planner.hpp"
@@ -13,10 +14,12 @@
 #include "runtime/profiler.hpp"
 #include "runtime/transport.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -25,13 +28,13 @@ using namespace madpipe;
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);
-  const int micro_batches = 8, steps = 12;
+  const int micro_batches = 8, steps = 22;
   const torch::Device device = runtime::device_of(argc > 1 ? argv[1] : "cpu");
   runtime::make_current(device);
   runtime::ModelConfig config;
   config.layers = 4;
   config.width = argc > 2 ? std::atoi(argv[2]) : 64;
-  config.context = 64;
+  config.context = argc > 3 ? std::atoi(argv[3]) : 64;
   runtime::TextData data("/usr/share/common-licenses", config.context, 8, 1);
   config.vocab = data.vocab();
   runtime::ChainModel pipelined = runtime::build_model(config);
@@ -56,7 +59,7 @@ int main(int argc, char** argv) {
   torch::optim::AdamW plain_optimizer(plain.parameters(0, profile.layers.size() - 1));
 
   using Clock = std::chrono::steady_clock;
-  double pipelined_s = 0, plain_s = 0;
+  std::vector<double> pipelined_s, plain_s;  // per step: the medians resist a noisy machine
   for (int step = 0; step < steps; ++step) {
     auto batch_of = [&](int i) {
       return runtime::on_device(data.micro_batch(step, i, false), device);
@@ -79,15 +82,21 @@ int main(int argc, char** argv) {
     sync();
     auto t2 = Clock::now();
     if (step < 2) continue;  // warm-up
-    pipelined_s += std::chrono::duration<double>(t1 - t0).count();
-    plain_s += std::chrono::duration<double>(t2 - t1).count();
+    pipelined_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    plain_s.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
-  const double samples = (steps - 2.0) * micro_batches * 8;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double pipelined_step = median(pipelined_s), plain_step = median(plain_s);
+  const double samples = micro_batches * 8.0;
   std::printf(
-      "one rank, gpt (4 blocks, width %d, context 64), %d micro-batches of 8, %s, 1 thread\n",
-      config.width, micro_batches, device.str().c_str());
+      "one rank, gpt (4 blocks, width %d, context %d), %d micro-batches of 8, %s, 1 thread\n",
+      config.width, config.context, micro_batches, device.str().c_str());
   std::printf("executor: %.1f samples/s  plain loop: %.1f samples/s  overhead: %+.1f%%\n",
-              samples / pipelined_s, samples / plain_s, 100.0 * (pipelined_s / plain_s - 1.0));
+              samples / pipelined_step, samples / plain_step,
+              100.0 * (pipelined_step / plain_step - 1.0));
   MPI_Finalize();
   return 0;
 }

@@ -63,8 +63,11 @@ void madpipe::runtime::DeviceStaging::to_device(at::Tensor host, at::Tensor targ
   const std::int64_t bytes = static_cast<std::int64_t>(target.nbytes());
   event_on(compute)->block(side_);  // the compute stream is done with the slot's earlier data
   {
+    // Written as MPI or NCCL write memory, past autograd: the slot's version counter is shared
+    // with the views of earlier messages that autograd saved (arena slots are views of one
+    // buffer), so bumping it would fail their backward although their bytes are untouched.
     const c10::StreamGuard on_side(side_);
-    bytes_view(target).copy_(host.narrow(0, 0, bytes), /*non_blocking=*/true);
+    bytes_view(target.variable_data()).copy_(host.narrow(0, 0, bytes), /*non_blocking=*/true);
   }
   target.record_stream(side_);
   std::shared_ptr<c10::Event> copied = event_on(side_);

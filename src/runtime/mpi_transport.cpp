@@ -105,9 +105,11 @@ class MpiTransport final : public madpipe::runtime::Transport {
     if (pending.device_copy_back.defined()) {
       staging(pending.target.device()).to_device(pending.host, pending.target);
       out = pending.device_copy_back;
-      if (!out.is_same(pending.target)) out.copy_(pending.target);  // a strided buffer
+      // A strided buffer; written past autograd, as MPI writes (DeviceStaging::to_device).
+      if (!out.is_same(pending.target)) out.variable_data().copy_(pending.target);
     } else if (pending.target.defined()) {
-      out = pending.target.copy_(out);  // a strided CPU buffer
+      pending.target.variable_data().copy_(out);  // a strided CPU buffer
+      out = pending.target;
     }
     receives_.erase(it);
     reap_sends();

@@ -233,7 +233,9 @@ PY
     # An MLP trains on the tensors of a file written by torch.save in Python; a file whose rows
     # the model does not take, or a truncated one, stops every rank before training.
     python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
-    [[ -x $python ]] || fail "no Python with torch in .venv (launch/install-deps.sh makes it)"
+    [[ -x $python ]] || python=python3  # a machine whose own Python holds torch (gpu-check)
+    "$python" -c "import torch" 2>/dev/null ||
+      fail "no Python with torch (.venv/bin/python, made by launch/install-deps.sh, or python3)"
     "$python" - <<'PY' || fail "could not write the tensor files"
 import torch
 g = torch.Generator().manual_seed(0)

@@ -10,6 +10,7 @@
 #include "plan/validate.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/stage.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -208,7 +209,7 @@ TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
 TEST(Planner, TooLittleMemoryIsInfeasibleWithAReason) {
   const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(4, 1'000'000);
-  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+  for (mp::Algorithm algorithm : mt::runnable_algorithms()) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
     EXPECT_FALSE(result.feasible) << mp::to_string(algorithm);
     EXPECT_NE(result.reason.find(mp::to_string(algorithm)), std::string::npos) << result.reason;
@@ -220,7 +221,7 @@ TEST(Planner, TooLittleMemoryIsInfeasibleWithAReason) {
 TEST(Planner, SmallestFeasibleMemoryIsFeasible) {
   const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("gpt2_small"));
   const madpipe::Platform platform = platform_of(4, 1'000'000);
-  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+  for (mp::Algorithm algorithm : mt::runnable_algorithms()) {
     SCOPED_TRACE(mp::to_string(algorithm));
     mp::PlannerOptions options = options_for(algorithm);
     options.discretization = {41, 21, 6, 6};
@@ -341,7 +342,7 @@ TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {
   const madpipe::Profile profile =
       mt::make_chain({1, 2, 3}, {2, 3, 4}, {10, 20, 30}, {100, 200, 300}, 50);
   const madpipe::Platform platform = platform_of(1, kGB);
-  for (mp::Algorithm algorithm : mp::all_algorithms()) {
+  for (mp::Algorithm algorithm : mt::runnable_algorithms()) {
     const mp::PlanResult result = mp::make_plan(profile, platform, options_for(algorithm));
     ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
     EXPECT_NEAR(result.plan.predicted.period_ms, 15.0, 1e-6) << mp::to_string(algorithm);

@@ -7,6 +7,7 @@
 #include "partition/planner.hpp"
 #include "plan/program_memory.hpp"
 #include "schedule/memory.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -143,7 +144,7 @@ TEST(Lower, EveryPlanOfEveryAlgorithmRunsWithoutDeadlock) {
   for (int trial = 0; trial < 12; ++trial) {
     const madpipe::Profile profile = madpipe::testing::random_chain(rng, 4 + trial % 6);
     for (int gpus : {2, 3, 4}) {
-      for (mp::Algorithm algorithm : mp::all_algorithms()) {
+      for (mp::Algorithm algorithm : madpipe::testing::runnable_algorithms()) {
         // The full ILP is slow to prove anything beyond a few layers; short chains suffice here.
         if (algorithm == mp::Algorithm::Ilp && (profile.layers.size() > 5 || gpus > 2)) continue;
         mp::PlannerOptions options;
