@@ -115,6 +115,32 @@ void time_layer(const LayerProbe& probe, const madpipe::runtime::ProfilerOptions
   spread.backward = relative_spread(backward_ms);
 }
 
+// What the device's libraries keep allocated from their first product on (cuBLAS and cuBLASLt
+// workspaces on a GPU; nothing on the CPU): every later op runs with it there, so it is part of
+// each layer's transient memory, and a plan that leaves it out overruns its memory on the device.
+std::int64_t library_workspace_bytes(const torch::Device& device, torch::Dtype dtype,
+                                     madpipe::runtime::MemoryMeter& meter) {
+  if (!device.is_cuda()) return 0;
+  torch::cuda::synchronize(device.index());
+  const std::int64_t before = meter.current_bytes();
+  {
+    const auto options = torch::TensorOptions().device(device).dtype(dtype).requires_grad(true);
+    const torch::Tensor x = torch::ones({64, 64}, options);
+    const torch::Tensor w = torch::ones({64, 64}, options);
+    const torch::Tensor b = torch::ones({64}, options);
+    torch::nn::functional::linear(x, w, b).sum().backward();
+    torch::matmul(x, w).sum().backward();
+  }
+  torch::cuda::synchronize(device.index());
+  return std::max<std::int64_t>(0, meter.current_bytes() - before);
+}
+
+torch::Dtype floating_dtype(const torch::nn::Module& layer) {
+  for (const auto& p : layer.parameters())
+    if (p.is_floating_point()) return p.scalar_type();
+  return torch::kFloat;
+}
+
 // Saved bytes and workspaces from the allocator's current and peak levels around one forward and
 // one backward. Before the forward the input exists; what the forward leaves allocated is the
 // output plus what autograd saved; what the backward adds is the input's gradient. The weight
@@ -167,17 +193,25 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
   profile.input_bytes = bytes_of(sample.input);
   torch::Tensor x = sample.input;
   const int n = static_cast<int>(model.layers.size());
+  std::int64_t library_bytes = -1;  // measured with the first layer, in its dtype
   for (int l = 0; l < n; ++l) {
     // A layer the model does not hold is built for its measurement and dropped after it.
     const bool borrowed = !model.holds(l);
     if (borrowed) model.materialize(l, options.device);
     if (profile.dtype.empty()) profile.dtype = dtype_name(*model.layers[l].ptr());
+    if (library_bytes < 0)
+      library_bytes = out.memory_measured
+                          ? library_workspace_bytes(options.device,
+                                                    floating_dtype(*model.layers[l].ptr()), meter)
+                          : 0;
     const LayerProbe probe(model, l, x, sample, options.device);
     Layer layer;
     layer.name = model.names[l];
     LayerSpread spread;
     time_layer(probe, options, *timer, layer, spread);
     if (out.memory_measured) measure_layer_memory(probe, meter, layer);
+    layer.forward_workspace_bytes += library_bytes;
+    layer.backward_workspace_bytes += library_bytes;
     for (const auto& p : model.layers[l].ptr()->parameters()) layer.weight_bytes += bytes_of(p);
     for (const auto& b : model.layers[l].ptr()->buffers()) layer.weight_bytes += bytes_of(b);
     torch::NoGradGuard no_grad;
