@@ -182,6 +182,13 @@ std::string madpipe::format_bytes(double bytes) {
   return printf_string("%.1f %s", scaled, kUnits[index]);
 }
 
+std::string madpipe::format_bytes_up(double bytes) {
+  if (!std::isfinite(bytes) || bytes < 1023.5) return format_bytes(std::ceil(bytes));
+  double unit = 1024.0;
+  while (bytes / unit >= 1023.95 && unit < 1e18) unit *= 1024.0;
+  return format_bytes(std::ceil(bytes / unit * 10.0 - 1e-9) / 10.0 * unit);
+}
+
 std::string madpipe::format_bandwidth(double bytes_per_ms) {
   static constexpr const char* kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s"};
   static constexpr int kNumUnits = static_cast<int>(sizeof kUnits / sizeof kUnits[0]);

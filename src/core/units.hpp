@@ -17,6 +17,9 @@ double parse_bandwidth(std::string_view text, const std::string& field = "");
 
 // Human-readable forms for summaries: "15.6 GiB", "12.0 GB/s", "41.7 ms".
 std::string format_bytes(double bytes);
+// As format_bytes, with the last digit rounded up: the amount it names is at least `bytes`
+// (for a memory size that the reader may pass back as a limit).
+std::string format_bytes_up(double bytes);
 std::string format_bandwidth(double bytes_per_ms);
 std::string format_ms(double ms);
 std::string format_percent(double ratio);  // 0.0147 -> "1.47%"

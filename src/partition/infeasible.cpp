@@ -15,6 +15,11 @@ static std::string bytes(std::int64_t value) {
   return madpipe::format_bytes(static_cast<double>(value));
 }
 
+// A memory size that suffices, as the reader may pass it back: rounded up.
+static std::string enough_bytes(std::int64_t value) {
+  return madpipe::format_bytes_up(static_cast<double>(value));
+}
+
 static std::string layers_of(const madpipe::Profile& profile, int first, int last) {
   const auto name = [&](int l) { return profile.layers[static_cast<std::size_t>(l)].name; };
   return first == last ? "layer " + std::to_string(first) + " (" + name(first) + ")"
@@ -29,7 +34,8 @@ static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
                                   bool contiguous_algorithm) {
   const bool cut = floor.cut;
   std::string text = "the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
-                     (cut ? "at most " : "") + bytes(floor.bytes) +
+                     (cut ? "at most " : "") +
+                     madpipe::format_bytes_up(static_cast<double>(floor.bytes)) +
                      " (the fullest GPU then holds " +
                      layers_of(profile, floor.binding_first, floor.binding_last) + " with " +
                      std::to_string(floor.binding_in_flight) + " micro-batch" +
@@ -85,8 +91,8 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
     if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
       text += "; with --remat rotor (recompute activations in the backward) it is " +
               (with_remat.cut ? "between " + bytes(with_remat.at_least_bytes) + " and " +
-                                    bytes(with_remat.bytes) + " (the search was cut short)"
-                              : bytes(with_remat.bytes));
+                                    enough_bytes(with_remat.bytes) + " (the search was cut short)"
+                              : enough_bytes(with_remat.bytes));
   }
   // The largest layer alone: C weight copies, what one micro-batch keeps, its workspace.
   int largest = 0;

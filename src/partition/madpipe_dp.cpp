@@ -317,8 +317,11 @@ madpipe::partition::DpResult madpipe::partition::madpipe_dp(
     result.period_ms = kInf;
     return result;
   }
-  Solver solver(costs, platform, discretization, allow_special, target_ms, upper_bound_ms, remat,
-                &out_of_time);
+  // With one GPU there is nothing to be special among: the special GPU's memory estimate (its
+  // stages keep one micro-batch fewer than their groups, thesis 7.1) would count none for the
+  // chain's only stage, and a plan that cannot run would hide the ones that recompute.
+  Solver solver(costs, platform, discretization, allow_special && platform.gpus > 1, target_ms,
+                upper_bound_ms, remat, &out_of_time);
   const State root = solver.root();
   result.period_ms = solver.solve(root);
   if (result.period_ms == kInf) {
@@ -370,51 +373,67 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
   double total_links = 0;
   for (int l = 0; l + 1 < L; ++l) total_links += link_ms(costs, l, platform);
   double lb = std::max(costs.total_compute_ms() / platform.gpus, costs.max_layer_compute_ms());
-  double ub = std::min(costs.total_compute_ms() + total_links, upper_bound_ms);
-  if (ub < lb) ub = lb;
+  // Without recomputation no period exceeds running everything in sequence; with it a period
+  // can, so where nothing is found below that bound the search doubles it, a few times.
+  constexpr int kMaxWidenings = 6;
+  double cap = std::max(lb, std::min(costs.total_compute_ms() + total_links, upper_bound_ms));
+  double ub = cap;
   double target = lb;
   std::vector<double> tried{target};
   std::vector<std::pair<double, Allocation>> found;
   *cut = false;
-  for (int iter = 0; iter < discretization.iterations; ++iter) {
-    if (iter > 0 && out_of_time && out_of_time()) {
-      *cut = true;
+  for (int widened = 0;; ++widened) {
+    for (int iter = 0; iter < discretization.iterations; ++iter) {
+      if (iter > 0 && out_of_time && out_of_time()) {
+        *cut = true;
+        break;
+      }
+      // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
+      const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, target,
+                                      ub * 1.0001, remat, out_of_time);
+      if (run.cut) {
+        *cut = true;
+        break;
+      }
+      const double achieved = std::max(run.period_ms, target);
+      if (progress) {
+        std::ostringstream line;
+        line << (allow_special ? "madpipe-dp" : "contiguous-dp") << " iteration " << iter + 1 << "/"
+             << discretization.iterations << ": target " << format_ms(target) << " -> period "
+             << (run.period_ms == kInf ? std::string("none") : format_ms(run.period_ms)) << " ("
+             << run.states << " states)";
+        progress(line.str());
+      }
+      if (run.period_ms < kInf) {
+        bool duplicate = false;
+        for (auto& [period, allocation] : found)
+          if (allocation == run.allocation) {
+            duplicate = true;
+            period = std::min(period, achieved);
+          }
+        if (!duplicate) found.emplace_back(achieved, run.allocation);
+      }
+      lb = std::max(lb, std::min(run.period_ms, target));
+      ub = std::min(ub, achieved);
+      if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
+      // When the DP met its target with room to spare, the best max(T, T^) may be reached at
+      // T^ = T itself: try the lower bound first (DP(T^) does not increase with T^), else bisect.
+      const double next = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
+      // Never run the same target twice (a failed T^ = lb step would repeat): bisect instead.
+      target = std::find(tried.begin(), tried.end(), next) == tried.end() ? next : 0.5 * (lb + ub);
+      tried.push_back(target);
+    }
+    if (!found.empty() || remat == nullptr || !remat->enabled() || *cut ||
+        widened == kMaxWidenings || cap >= upper_bound_ms)
       break;
-    }
-    // Prune what cannot beat the best max(T, T^) so far; keep a margin for discretization.
-    const DpResult run = madpipe_dp(costs, platform, discretization, allow_special, target,
-                                    ub * 1.0001, remat, out_of_time);
-    if (run.cut) {
-      *cut = true;
-      break;
-    }
-    const double achieved = std::max(run.period_ms, target);
-    if (progress) {
-      std::ostringstream line;
-      line << (allow_special ? "madpipe-dp" : "contiguous-dp") << " iteration " << iter + 1 << "/"
-           << discretization.iterations << ": target " << format_ms(target) << " -> period "
-           << (run.period_ms == kInf ? std::string("none") : format_ms(run.period_ms)) << " ("
-           << run.states << " states)";
-      progress(line.str());
-    }
-    if (run.period_ms < kInf) {
-      bool duplicate = false;
-      for (auto& [period, allocation] : found)
-        if (allocation == run.allocation) {
-          duplicate = true;
-          period = std::min(period, achieved);
-        }
-      if (!duplicate) found.emplace_back(achieved, run.allocation);
-    }
-    lb = std::max(lb, std::min(run.period_ms, target));
-    ub = std::min(ub, achieved);
-    if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
-    // When the DP met its target with room to spare, the best max(T, T^) may be reached at
-    // T^ = T itself: try the lower bound first (DP(T^) does not increase with T^), else bisect.
-    const double next = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
-    // Never run the same target twice (a failed T^ = lb step would repeat): bisect instead.
-    target = std::find(tried.begin(), tried.end(), next) == tried.end() ? next : 0.5 * (lb + ub);
-    tried.push_back(target);
+    lb = cap;
+    cap = std::min(2 * cap, upper_bound_ms);
+    ub = cap;
+    target = cap;
+    tried = {target};
+    if (progress)
+      progress("no allocation with a period up to " + format_ms(lb) +
+               ": with recomputation, searching up to " + format_ms(cap));
   }
   // Candidates beyond the search path, from targets spread over [lower bound, first bound].
   const double first_lb =

@@ -226,19 +226,22 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
     floor.at_least_bytes = floor.bytes;
   }
   floor.fits = true;
-  // The stage that needs the floor: in a cut that fits it exactly, some stage needs all of it.
+  // The stage that needs the floor: the fullest of the cut that fits it (after a bisection the
+  // floor is within its precision of that stage's need, not always equal to it).
   const int stages = static_cast<int>(first_layers.size());
+  std::int64_t fullest = -1;
   for (int s = 0; s < stages; ++s) {
     const int first = first_layers[s];
     const int last = s + 1 < stages ? first_layers[s + 1] - 1 : L - 1;
     const int nca = std::max(1, in_flight(stages - s));
     bool saves = false;
-    if (memory.least(first, last, nca, &saves) != floor.bytes) continue;
+    const std::int64_t need = memory.least(first, last, nca, &saves);
+    if (need <= fullest) continue;
+    fullest = need;
     floor.binding_first = first;
     floor.binding_last = last;
     floor.binding_saves_memory = saves;
     floor.binding_in_flight = nca;
-    break;
   }
   // Without rematerialization a GPU keeps each of its layers' weights, what one micro-batch of
   // each keeps, and its layers' largest workspace.

@@ -1,6 +1,10 @@
 #include "partition/stage_options.hpp"
 
+#include "remat/offload_replay.hpp"
 #include "remat/pofo.hpp"
+
+#include <algorithm>
+#include <limits>
 
 // An option is of use when it recomputes or offloads (the plain stage has the same time
 // otherwise) or keeps less.
@@ -39,8 +43,15 @@ const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions
       option.forward_ms = result.replay.forward_ms;
       option.backward_ms = result.replay.backward_ms;
       option.stored_bytes = result.replay.stored_bytes;
-      // A runtime frees an offloaded tensor only when its copy is done.
-      option.transient_bytes = result.replay.peak_bytes_release_at_completion - option.stored_bytes;
+      // A runtime frees an offloaded tensor only when its copy is done, and it does not hold a
+      // forward back until memory is free as the DP's budget did: it may run ahead of its
+      // offloads, so what it holds is the larger of the two replays'.
+      const remat::OffloadReplay unthrottled = remat::replay_offload_sequence(
+          chain, result.sequence, std::numeric_limits<std::int64_t>::max() / 4,
+          settings_.host_bytes_per_ms);
+      option.transient_bytes = std::max(result.replay.peak_bytes_release_at_completion,
+                                        unthrottled.peak_bytes_release_at_completion) -
+                               option.stored_bytes;
       option.sequence = result.sequence;
       candidates.push_back(std::move(option));
     }

@@ -267,3 +267,12 @@ TEST(UnitsRoundTrip, FormattedBandwidthParsesBack) {
     EXPECT_DOUBLE_EQ(madpipe::parse_bandwidth(text), bytes_per_ms) << text;
   }
 }
+
+TEST(FormatBytesUp, RoundsTheLastDigitUp) {
+  EXPECT_EQ(madpipe::format_bytes_up(512), "512 B");
+  EXPECT_EQ(madpipe::format_bytes_up(1024), "1.0 KiB");
+  EXPECT_EQ(madpipe::format_bytes_up(1025), "1.1 KiB");
+  EXPECT_EQ(madpipe::format_bytes_up(2.04 * 1024 * 1024 * 1024), "2.1 GiB");
+  EXPECT_EQ(madpipe::format_bytes(2.04 * 1024 * 1024 * 1024), "2.0 GiB");
+  EXPECT_EQ(madpipe::format_bytes_up(1023.99 * 1024), "1.0 MiB");
+}

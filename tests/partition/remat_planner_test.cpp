@@ -193,3 +193,54 @@ TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
     reported = reported || v.field == "/platform/host_bandwidth_bytes_per_ms";
   EXPECT_TRUE(reported);
 }
+
+// One GPU, where only recomputation makes the chain fit: its period is longer than running the
+// chain in sequence without it, which the DPs' search for a period must reach (a GPT measured on
+// an H200: 1.5 GiB of weights and optimizer state, 1.4 GiB of activations).
+TEST(RematPlanner, OneGpuRecomputesWhereOnlyThatFits) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(mt::test_data_path("profiles/gpt_w1024_h200.json"));
+  double sequential_ms = 0;
+  for (const madpipe::Layer& layer : profile.layers)
+    sequential_ms += layer.forward_ms + layer.backward_ms;
+  mp::PlannerOptions options;
+  options.remat.rotor = true;
+  const madpipe::Platform loose = mt::make_platform(1, 64 * kGiB, 1e8, 4);
+  const std::int64_t floor = mp::smallest_feasible_memory(profile, loose, options);
+  options.remat.rotor = false;
+  const std::int64_t plain_floor = mp::smallest_feasible_memory(profile, loose, options);
+  ASSERT_LT(floor, plain_floor);
+  options.remat.rotor = true;
+  for (double at : {0.0, 0.5}) {
+    const auto memory = static_cast<std::int64_t>(floor + at * (plain_floor - floor));
+    const mp::PlanResult result =
+        mp::make_plan(profile, mt::make_platform(1, memory, 1e8, 4), options);
+    ASSERT_TRUE(result.feasible) << memory << ": " << result.reason;
+    EXPECT_GT(result.plan.predicted.period_ms, sequential_ms);
+    EXPECT_EQ(remat_stages(result.plan), 1);
+    expect_valid_and_replayable(result.plan, profile);
+  }
+}
+
+// Offloading plans count the memory of a runtime that does not hold a forward back for its
+// offloads to finish (the validator's replay), at every memory where they fit on one GPU.
+TEST(RematPlanner, OffloadingPlansHoldTheirMemoryWithoutWaitingForCopies) {
+  const madpipe::Profile profile =
+      madpipe::read_profile(mt::test_data_path("profiles/gpt_w1024_h200.json"));
+  mp::PlannerOptions options;
+  options.remat.host_offload = true;
+  options.remat.host_bytes_per_ms = 55e6;  // 55 GB/s
+  madpipe::Platform platform = mt::make_platform(1, 64 * kGiB, 1e8, 4);
+  platform.host_bandwidth_bytes_per_ms = options.remat.host_bytes_per_ms;
+  int offloading = 0;
+  for (double gib = 1.6; gib <= 3.0; gib += 0.1) {
+    platform.memory_bytes = static_cast<std::int64_t>(gib * kGiB);
+    const mp::PlanResult result = mp::make_plan(profile, platform, options);  // validates
+    if (!result.feasible) continue;
+    for (const ms::Stage& stage : result.plan.stages)
+      offloading += stage.sequence.find(" O") != std::string::npos;
+    const auto violations = mplan::validate(result.plan, profile);
+    EXPECT_TRUE(violations.empty()) << gib << " GiB: " << violations.front().problem;
+  }
+  EXPECT_GE(offloading, 1);
+}
