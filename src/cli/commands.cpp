@@ -28,8 +28,7 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
       {"memplan", "static memory plan of a stage: tensor offsets in one arena (OLLA ILP)",
        memplan_command},
       {"profile", "measure every layer of a model on a device -> profile.json", profile_command},
-      {"train", "train a built-in model with a plan, one MPI process per pipeline rank",
-       train_command},
+      {"train", "train a model with a plan, one MPI process per pipeline rank", train_command},
       {"show", "draw a plan or a training trace as a Gantt chart: SVG or Chrome trace",
        show_command},
   };

@@ -18,13 +18,15 @@ namespace po = boost::program_options;
 using madpipe::cli::at_least;
 
 const madpipe::cli::CommandSyntax kSyntax{
-    "profile", "[--config FILE] [--model NAME | --torchscript FILE --input-shape S] [options]",
+    "profile",
+    "[--config FILE] [--model NAME [--script FILE] | --torchscript FILE --input-shape S] [options]",
     "Measures every layer of a model on the device it will train on and writes a\n"
     "madpipe.profile/1 file for `madpipe plan`: forward and backward time (median of --repeats\n"
     "runs after --warmup), weight and output bytes, the bytes autograd saves for the backward\n"
     "and the forward/backward workspace peaks. The model is a built-in one (the [model] options\n"
-    "of `madpipe train`, read from the same --config files) or a TorchScript module whose\n"
-    "top-level children form the chain (torch.jit.save of a scripted nn.Sequential)."};
+    "of `madpipe train`, read from the same --config files), --model script --script FILE on\n"
+    "its --data (as madpipe train takes it), or a TorchScript module whose top-level children\n"
+    "form the chain on a random input of --input-shape (--torchscript FILE)."};
 
 po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
   po::options_description g("Data [training]", 100);
@@ -54,8 +56,7 @@ po::options_description profile_group(madpipe::runtime::ProfileConfig& c, std::s
       "TorchScript: one micro-batch of input, batch first, e.g. 8,3,224,224")(
       "input-dtype", po::value(&c.input_dtype)->default_value(c.input_dtype),
       "TorchScript: float32 (random normal) or int64 (token ids 0)")(
-      "loss", po::value(&c.loss)->default_value(c.loss),
-      "TorchScript: loss after the last layer, mse (to zeros) or cross-entropy (last dim)")(
+
       "device", po::value(&c.device)->default_value(c.device), "cpu, cuda or cuda:N")(
       "warmup", po::value(&c.warmup)->default_value(c.warmup)->notifier(at_least(0, "--warmup")),
       "untimed runs per layer")(
@@ -132,6 +133,7 @@ int madpipe::cli::profile_command(const std::vector<std::string>& args) {
   if (config.torchscript.empty() && !config.input_shape.empty())
     throw_invalid("", "--input-shape", "only applies to --torchscript models");
 #ifdef MADPIPE_HAS_RUNTIME
+  if (config.workload.model == "script") runtime::check_train_config(config.workload);
   const auto started = std::chrono::steady_clock::now();
   const runtime::ProfileMeasurement measurement = runtime::run_profile(config);
   write_profile(measurement.profile, output);

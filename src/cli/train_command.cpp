@@ -8,10 +8,11 @@
 
 static const madpipe::cli::CommandSyntax kSyntax{
     "train", "[--config FILE] [options]",
-    "Trains a built-in model with pipelined model parallelism: one MPI process per pipeline\n"
-    "rank (run it under mpirun with --gpus processes). It profiles the model, plans it (or loads\n"
-    "--plan), then runs the plan's schedule step after step. Rank 0 prints progress and writes\n"
-    "plan.json, profile.json and metrics.jsonl to --output-dir."};
+    "Trains a model (built in, or a TorchScript chain: --model script) with pipelined model\n"
+    "parallelism: one MPI process per pipeline rank (run it under mpirun with --gpus\n"
+    "processes). It profiles the model, plans it (or loads --plan), then runs the plan's\n"
+    "schedule step after step. Rank 0 prints progress and writes plan.json, profile.json and\n"
+    "metrics.jsonl to --output-dir."};
 
 int madpipe::cli::train_command(const std::vector<std::string>& args) {
   runtime::TrainConfig config;

@@ -9,7 +9,14 @@
 madpipe::cli::po::options_description madpipe::cli::model_group(
     madpipe::runtime::ModelSettings& c) {
   po::options_description g("Model [model]", 100);
-  g.add_options()("model", po::value(&c.model)->default_value(c.model), "gpt, mlp or cnn")(
+  g.add_options()("model", po::value(&c.model)->default_value(c.model),
+                  "gpt, mlp, cnn, or script (a TorchScript chain: --script)")(
+      "script", po::value(&c.script)->value_name("FILE"),
+      "--model script: a module saved by torch.jit.save whose top-level children, in order, "
+      "are the layers, each taking one tensor and returning one")(
+      "loss", po::value(&c.loss)->value_name("NAME"),
+      "--model script: cross-entropy (logits over the last dimension against int64 targets; "
+      "the default) or mse")(
       "layers", po::value(&c.layers)->default_value(c.layers)->notifier(at_least(1, "--layers")),
       "transformer blocks (gpt), hidden layers (mlp) or residual blocks (cnn)")(
       "width", po::value(&c.width)->default_value(c.width)->notifier(at_least(1, "--width")),

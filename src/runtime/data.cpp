@@ -416,6 +416,8 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
   w.model.outputs = c.outputs;
   w.model.image = c.image;
   w.model.seed = c.seed;
+  w.model.script = c.script;
+  if (!c.loss.empty()) w.model.loss = c.loss;
   if (c.data_format == DataFormat::Tensors) {
     auto tensors = std::make_unique<TensorFileData>(c.data, c.validation_data, c.micro_batch_size,
                                                     c.micro_batches * c.replicas, c.seed);
@@ -429,6 +431,19 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
       check_rows(path, "targets", rows.target, {}, torch::kLong, "cnn (class ids)");
       check_ids_below(path, "targets", rows.target, c.outputs,
                       "the " + std::to_string(c.outputs) + " classes of --outputs");
+    } else if (c.model == "script") {
+      const bool classes = w.model.loss == "cross-entropy";
+      const torch::ScalarType wanted = classes ? torch::kLong : torch::kFloat;
+      if (rows.target.scalar_type() != wanted)
+        throw Error(ErrorKind::InvalidInput, path, "targets",
+                    "are " + std::string(c10::toString(rows.target.scalar_type())) +
+                        ", but --loss " + w.model.loss + " takes " + c10::toString(wanted) +
+                        (classes ? " class ids" : " values"));
+      if (classes && c.vocab > 0)
+        for (const torch::Tensor* ids : {&rows.input, &rows.target})
+          if (ids->scalar_type() == torch::kLong)
+            check_ids_below(path, ids == &rows.input ? "inputs" : "targets", *ids, c.vocab,
+                            "the embedding of " + std::to_string(c.vocab) + " ids (--vocab)");
     } else if (c.model == "gpt") {
       check_rows(path, "inputs", rows.input, {c.context}, torch::kLong, "gpt (--context)");
       check_rows(path, "targets", rows.target, {c.context}, torch::kLong, "gpt (--context)");
@@ -451,7 +466,7 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
     w.data = std::move(tensors);
     return w;
   }
-  if (c.model == "gpt" && c.data_format != DataFormat::Text) {
+  if ((c.model == "gpt" || c.model == "script") && c.data_format != DataFormat::Text) {
     auto tokens = std::make_unique<TokenFileData>(c.data, c.validation_data,
                                                   c.data_format == DataFormat::TokensU16 ? 2 : 4,
                                                   c.context, c.micro_batch_size, c.seed);

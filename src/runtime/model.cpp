@@ -1,6 +1,7 @@
 #include "runtime/model.hpp"
 
 #include "core/error.hpp"
+#include "runtime/script_model.hpp"
 
 #include <cmath>
 
@@ -224,9 +225,14 @@ madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& co
     model.loss = [](const torch::Tensor& logits, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(logits, target);
     };
+  } else if (config.name == "script") {
+    ChainModel script = script_chain_model(config.script, config.loss);
+    for (int l = 0; l < script.size(); ++l)
+      if (!keep || keep(l)) script.materialize(l, device);
+    return script;
   } else {
     throw Error(ErrorKind::InvalidInput, "", "model",
-                "unknown model '" + config.name + "' (valid: gpt, mlp, cnn)");
+                "unknown model '" + config.name + "' (valid: gpt, mlp, cnn, script)");
   }
   model.build_layer = [makers, seed = config.seed](int layer) {
     torch::manual_seed(layer_seed(seed, layer));

@@ -10,16 +10,19 @@ namespace madpipe::runtime {
 
 // Sizes of the built-in models; one struct for all of them, each model reads its fields.
 struct ModelConfig {
-  std::string name = "gpt";  // "gpt" (character-level transformer), "mlp" or "cnn" (ResNet-style)
-  int layers = 4;            // transformer blocks / hidden layers / residual blocks
-  int width = 64;            // embedding / hidden width / channels of the first block
-  int heads = 4;             // attention heads (gpt)
-  int context = 32;          // tokens per sample (gpt)
-  int vocab = 96;            // characters (gpt; set from the corpus)
-  int inputs = 16;           // input features (mlp)
-  int outputs = 4;           // output features (mlp) / classes (cnn)
-  int image = 32;            // image height and width (cnn)
-  std::uint64_t seed = 1;    // initial weights
+  std::string name = "gpt";  // "gpt" (character-level transformer), "mlp", "cnn" (ResNet-style)
+                             // or "script" (a TorchScript chain: script_model.hpp)
+  std::string script;        // script: the TorchScript file
+  std::string loss = "cross-entropy";  // script: cross-entropy | mse
+  int layers = 4;                      // transformer blocks / hidden layers / residual blocks
+  int width = 64;                      // embedding / hidden width / channels of the first block
+  int heads = 4;                       // attention heads (gpt)
+  int context = 32;                    // tokens per sample (gpt)
+  int vocab = 96;                      // characters (gpt; set from the corpus)
+  int inputs = 16;                     // input features (mlp)
+  int outputs = 4;                     // output features (mlp) / classes (cnn)
+  int image = 32;                      // image height and width (cnn)
+  std::uint64_t seed = 1;              // initial weights
 };
 
 // A model as the planner sees it: an ordered chain of layers, each a module taking one tensor

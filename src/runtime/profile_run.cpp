@@ -8,6 +8,14 @@
 
 #include <torch/torch.h>
 
+namespace {
+// "models/gpt.pt" -> "gpt": a TorchScript model's default profile name.
+std::string file_stem(const std::string& path) {
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  return name.substr(0, name.find_last_of('.'));
+}
+}  // namespace
+
 madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const ProfileConfig& c) {
   if (c.threads < 1) throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
   const torch::Device device = device_of(c.device);
@@ -20,18 +28,19 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
     ScriptInput input;
     input.shape = parse_shape(c.input_shape, "input-shape");
     input.dtype = c.input_dtype;
-    input.loss = c.loss;
+    input.loss = c.workload.loss.empty() ? "mse" : c.workload.loss;
     ScriptChain chain = load_script_chain(c.torchscript, input, device);
-    std::string name = c.name;
-    if (name.empty()) {
-      name = c.torchscript.substr(c.torchscript.find_last_of('/') + 1);
-      name = name.substr(0, name.find_last_of('.'));
-    }
-    return profile_model(chain.model, chain.sample, name, options);
+    return profile_model(chain.model, chain.sample,
+                         c.name.empty() ? file_stem(c.torchscript) : c.name, options);
   }
   Workload workload = make_workload(c.workload);
   // No layer is held: the profiler builds each for its measurement, one at a time.
   ChainModel model = build_model(workload.model, [](int) { return false; });
+  if (workload.model.name == "script")
+    check_script_chain(model, workload.data->micro_batch(0, 0, false), workload.model.script);
   const Batch sample = on_device(workload.data->micro_batch(0, 0, false), device);
-  return profile_model(model, sample, c.name.empty() ? c.workload.model : c.name, options);
+  const std::string name = !c.name.empty()                   ? c.name
+                           : workload.model.name == "script" ? file_stem(workload.model.script)
+                                                             : c.workload.model;
+  return profile_model(model, sample, name, options);
 }

@@ -12,11 +12,11 @@ namespace madpipe::runtime {
 struct ProfileConfig {
   TrainConfig workload;  // a built-in model: its [model] sizes, data, micro-batch size and seed
   // A TorchScript module instead (its top-level children are the layers), with the shape and
-  // dtype of one micro-batch of input and the loss to put after the last layer.
+  // dtype of one micro-batch of input (the loss after the last layer is workload.loss: mse
+  // against zeros by default, or cross-entropy against class 0).
   std::string torchscript;
   std::string input_shape;
   std::string input_dtype = "float32";  // float32 | int64
-  std::string loss = "mse";             // mse | cross-entropy
   std::string device = "cpu";           // cpu | cuda | cuda:N
   int warmup = 2;
   int repeats = 10;

@@ -24,6 +24,20 @@ struct ScriptInput {
   std::string loss = "mse";         // mse (against zeros) or cross-entropy (class 0, last dim)
 };
 
+// The chain of a TorchScript module for training (`--model script --script FILE`): the names of
+// its top-level children, a builder of each (a copy of the child from the module, loaded once on
+// the CPU) and `loss` ("cross-entropy": logits over the last dimension against int64 targets;
+// "mse": against float targets of the output's shape). Holds no layer. Throws Error{Io} when the
+// file cannot be loaded and Error{InvalidInput} naming the file and the child when the module has
+// no children or a child's forward does not take one tensor and return one.
+ChainModel script_chain_model(const std::string& path, const std::string& loss);
+
+// Runs `sample` (one micro-batch, on the CPU) through a chain of script_chain_model, each layer
+// built for its forward alone, then the loss: Error{InvalidInput} naming the file and the layer
+// whose forward fails on what the previous one gave (shapes that do not chain, a dtype the layer
+// does not take), or the loss that does not fit the last output and the targets.
+void check_script_chain(ChainModel& model, const Batch& sample, const std::string& path);
+
 // Throws Error{Io} when the file cannot be loaded and Error{InvalidInput} (naming the file) when
 // the module has no children, a child does not map a tensor to a tensor, or the options are bad.
 ScriptChain load_script_chain(const std::string& path, const ScriptInput& input,

@@ -36,21 +36,41 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
     invalid("replan-after", "--replan-after " + std::to_string(c.replan_after) +
                                 " leaves no step to run with a new plan (--steps " +
                                 std::to_string(c.steps) + ")");
+  const bool script = c.model == "script";
+  if (script && c.script.empty())
+    invalid("script", "--model script needs --script FILE (a module saved by torch.jit.save)");
+  if (!script && !c.script.empty())
+    invalid("script", "--script is the file of --model script, not of the built-in " + c.model);
+  if (!script && !c.loss.empty())
+    invalid("loss",
+            "--loss applies to --model script; the built-in " + c.model + " has its own loss");
+  if (!c.loss.empty() && c.loss != "cross-entropy" && c.loss != "mse")
+    invalid("loss", "unknown loss '" + c.loss + "' (valid: cross-entropy, mse)");
   const bool tokens =
       c.data_format == DataFormat::TokensU16 || c.data_format == DataFormat::TokensU32;
-  if (tokens && c.model != "gpt")
+  if (tokens && c.model != "gpt" && !script)
     invalid("data-format", std::string("--data-format ") +
                                name_of(kDataFormatNames, c.data_format) +
-                               " needs --model gpt (token ids are a language model's input)");
+                               " needs --model gpt or script (token ids are a language model's "
+                               "input)");
+  if (script && tokens && c.loss == "mse")
+    invalid("loss",
+            "token files give class ids (the next tokens) as targets: --loss "
+            "cross-entropy");
+  if (script && c.data_format == DataFormat::Text)
+    invalid("data-format",
+            "--model script needs its data: --data-format tokens-u16, tokens-u32 (windows of "
+            "--context tokens) or tensors (torch.save of {\"inputs\": X, \"targets\": Y})");
   if (!c.validation_data.empty() && c.data_format == DataFormat::Text)
     invalid("validation-data",
             "--validation-data needs --data-format tokens-u16, tokens-u32 or tensors (text "
             "data holds out its last tenth)");
   if (c.vocab < 0) invalid("vocab", "must be >= 0, got " + std::to_string(c.vocab));
-  if (c.vocab > 0 && (c.model != "gpt" || c.data_format == DataFormat::Text))
+  if (c.vocab > 0 && ((c.model != "gpt" && !script) || c.data_format == DataFormat::Text))
     invalid("vocab",
-            "--vocab is the gpt's embedding with token ids from files (--data-format "
-            "tokens-u16, tokens-u32 or tensors); text data's vocabulary is its characters");
+            "--vocab is the embedding (of the gpt or a script model) with token ids from files "
+            "(--data-format tokens-u16, tokens-u32 or tensors); text data's vocabulary is its "
+            "characters");
   if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
     invalid("replan-min-gain",
             "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));

@@ -43,9 +43,11 @@ enum class TransportKind {
 inline constexpr Named<TransportKind> kTransportNames[] = {
     {TransportKind::Auto, "auto"}, {TransportKind::Nccl, "nccl"}, {TransportKind::Mpi, "mpi"}};
 
-// [model]: a built-in model's sizes.
+// [model]: a built-in model's sizes, or a TorchScript chain (`script`).
 struct ModelSettings {
-  std::string model = "gpt";  // gpt | mlp | cnn
+  std::string model = "gpt";  // gpt | mlp | cnn | script
+  std::string script;         // script: the TorchScript file (torch.jit.save)
+  std::string loss;           // script: cross-entropy (the default) | mse
   int layers = 4;
   int width = 64;
   int heads = 4;

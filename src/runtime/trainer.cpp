@@ -24,6 +24,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/replicas.hpp"
 #include "runtime/resume.hpp"
+#include "runtime/script_model.hpp"
 #include "runtime/stop_request.hpp"
 #include "runtime/sync_pipeline.hpp"
 #include "runtime/trace_recorder.hpp"
@@ -426,6 +427,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
     ChainModel model = build_model(model_config, [](int) { return false; });
+    if (model_config.name == "script")  // on every rank: each stops with the same error
+      check_script_chain(model, data->micro_batch(0, 0, false), model_config.script);
     if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
     fs::create_directories(c.output_dir);
 

@@ -55,6 +55,24 @@ mpi() {
   status=$?
 }
 
+# python_with_torch: sets $python to a Python that imports torch (.venv's, else python3 when it
+# holds torch, as on a GPU machine), or fails the case.
+python_with_torch() {
+  python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
+  [[ -x $python ]] || python=python3
+  "$python" -c "import torch" 2>/dev/null ||
+    fail "no Python with torch (.venv/bin/python, made by launch/install-deps.sh, or python3)"
+}
+
+# same_losses A B: the per-step losses of two runs' metrics.jsonl agree within 1e-5 (relative).
+same_losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)) else 1)
+PY
+}
+
 small=(--model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --micro-batches 4
   --micro-batch-size 2 --eval-every 2)
 
@@ -229,13 +247,79 @@ PY
     [[ $(grep -c "train.bin: vocab: token [0-9]* is id [0-9]*, outside the embedding of 100 ids" err) -eq 2 ]] ||
       fail "every rank should name the file and the id: $(cat err)"
     ;;
+  script_model)
+    # TorchScript chains written by PyTorch train as --model script: an MLP (mse, tensors file)
+    # and a small language model (cross-entropy, token files); pipelined over 2 and 4 ranks they
+    # give the losses of 1 rank, and the language model's loss falls. Bad modules and data stop
+    # every rank before training with exit 2, naming the file and the problem.
+    python_with_torch
+    cat >make.py <<'PY'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+mlp = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 2))
+torch.jit.save(torch.jit.script(mlp), "mlp.pt")
+x = torch.randn(200, 8)
+torch.save({"inputs": x, "targets": torch.tanh(x[:, :2])}, "mlp_data.pt")
+torch.save({"inputs": x, "targets": (x[:, 0] > 0).long()}, "class_ids.pt")
+lm = nn.Sequential(nn.Embedding(32, 24), nn.Linear(24, 24), nn.GELU(), nn.LayerNorm(24),
+                   nn.Linear(24, 32))
+torch.jit.save(torch.jit.script(lm), "lm.pt")
+text = np.tile(np.arange(32, dtype=np.uint16), 400)  # a sequence the model can learn
+text.tofile("train.bin")
+text[:2000].tofile("val.bin")
+class Pair(nn.Module):
+    def forward(self, x):
+        return x, x
+torch.jit.save(torch.jit.script(nn.Sequential(nn.Linear(8, 8), Pair())), "pair.pt")
+torch.jit.save(torch.jit.script(nn.Sequential(nn.Linear(8, 16), nn.Linear(32, 2))), "gap.pt")
+PY
+    "$python" make.py 2>/dev/null || fail "could not write the TorchScript modules"
+    mlp=(--model script --script mlp.pt --loss mse --data mlp_data.pt --data-format tensors
+      --micro-batches 4 --micro-batch-size 5 --eval-every 0 --steps 4)
+    lm=(--model script --script lm.pt --data train.bin --validation-data val.bin
+      --data-format tokens-u16 --context 16 --micro-batches 4 --micro-batch-size 4
+      --learning-rate 0.01 --eval-every 10 --steps 20)
+    for ranks in 1 2 4; do
+      mpi "$ranks" "${mlp[@]}" --gpus "$ranks" --output-dir "mlp-$ranks"
+      [[ $status -eq 0 ]] || fail "the MLP on $ranks ranks failed: $(tail -3 err)"
+      mpi "$ranks" "${lm[@]}" --gpus "$ranks" --output-dir "lm-$ranks"
+      [[ $status -eq 0 ]] || fail "the language model on $ranks ranks failed: $(tail -3 err)"
+    done
+    for ranks in 2 4; do
+      same_losses "mlp-$ranks/metrics.jsonl" mlp-1/metrics.jsonl ||
+        fail "the MLP's losses on $ranks ranks differ from 1 rank's"
+      same_losses "lm-$ranks/metrics.jsonl" lm-1/metrics.jsonl ||
+        fail "the language model's losses on $ranks ranks differ from 1 rank's"
+    done
+    first=$(loss_of lm-4/metrics.jsonl 1)
+    last=$(loss_of lm-4/metrics.jsonl 20)
+    python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" ||
+      fail "the language model's loss did not fall: $first -> $last"
+    grep -q '"step":20,.*"val_loss"' lm-4/metrics.jsonl || fail "no validation loss at step 20"
+    # expect_refusal MESSAGE ARGS...: 2 ranks exit 2 before training, each printing MESSAGE.
+    expect_refusal() {
+      local message=$1
+      shift
+      mpi 2 "$@" --gpus 2 --output-dir bad
+      [[ $status -eq 2 ]] || fail "expected exit 2 ($message), got $status"
+      [[ $(grep -cF "$message" err) -eq 2 ]] || fail "every rank should say: $message"
+      [[ ! -e bad/metrics.jsonl ]] || fail "trained despite: $message"
+    }
+    head -c 500 mlp.pt >truncated.pt
+    expect_refusal "pair.pt: layer 1: forward is (Tensor) -> (Tensor, Tensor); each child of the chain must take one tensor and return one tensor" \
+      "${mlp[@]/mlp.pt/pair.pt}"
+    expect_refusal "gap.pt: layer 1: fails on its input of shape [5, 16] Float (what layer 0 gives)" \
+      "${mlp[@]/mlp.pt/gap.pt}"
+    expect_refusal "truncated.pt: cannot load a TorchScript module" "${mlp[@]/mlp.pt/truncated.pt}"
+    expect_refusal "class_ids.pt: targets: are Long, but --loss mse takes Float values" \
+      "${mlp[@]/mlp_data.pt/class_ids.pt}"
+    expect_refusal "train.bin: vocab: token 16 is id 16, outside the embedding of 16 ids" \
+      "${lm[@]}" --vocab 16
+    ;;
   mlp_tensor_file)
     # An MLP trains on the tensors of a file written by torch.save in Python; a file whose rows
     # the model does not take, or a truncated one, stops every rank before training.
-    python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
-    [[ -x $python ]] || python=python3  # a machine whose own Python holds torch (gpu-check)
-    "$python" -c "import torch" 2>/dev/null ||
-      fail "no Python with torch (.venv/bin/python, made by launch/install-deps.sh, or python3)"
+    python_with_torch
     "$python" - <<'PY' || fail "could not write the tensor files"
 import torch
 g = torch.Generator().manual_seed(0)
@@ -516,7 +600,7 @@ PY
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
     [[ $status -ne 0 ]] || fail "an unknown model must fail"
-    grep -q "unknown model 'transformer' (valid: gpt, mlp, cnn)" err || fail "message should list models"
+    grep -q "unknown model 'transformer' (valid: gpt, mlp, cnn, script)" err || fail "message should list models"
     ;;
   *)
     fail "unknown case"
