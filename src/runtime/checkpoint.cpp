@@ -64,6 +64,9 @@ void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
     for (std::size_t i = 0; i < tensors->size(); ++i)
       archive.write(kind + std::to_string(i), (*tensors)[i].detach().cpu());
   }
+  for (const auto& [field, keys] : {std::pair{"parameter_keys", &state.parameter_keys},
+                                    std::pair{"buffer_keys", &state.buffer_keys}})
+    if (!keys->empty()) archive.write(field, c10::IValue(c10::List<std::string>(*keys)));
   if (state.optimizer) {
     torch::serialize::OutputArchive optimizer;
     state.optimizer->save(optimizer);
@@ -134,6 +137,43 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
     archive.read("optimizer", optimizer);
     state.optimizer->load(optimizer);
   }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> madpipe::runtime::read_stage_tensors(
+    const std::string& dir, int step, int stage) {
+  const fs::path file = stage_file(dir, step, stage);
+  const std::string problem = verify_stage(dir, step, stage);
+  if (!problem.empty()) throw Error(ErrorKind::Io, file.string(), "", problem);
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(file.string(), torch::kCPU);
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::Io, file.string(), "",
+                std::string("cannot read checkpoint: ") + e.what_without_backtrace());
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [kind, field] :
+       {std::pair{"parameter", "parameter_keys"}, std::pair{"buffer", "buffer_keys"}}) {
+    torch::Tensor count;
+    c10::IValue keys;
+    archive.read(std::string(kind) + "s", count);
+    if (count.item<std::int64_t>() == 0) continue;
+    if (!archive.try_read(field, keys) || !keys.isList())
+      throw Error(
+          ErrorKind::InvalidInput, file.string(), field,
+          "missing: the checkpoint does not name its tensors (written by an older madpipe)");
+    const c10::List<c10::IValue> list = keys.toList();
+    if (static_cast<std::int64_t>(list.size()) != count.item<std::int64_t>())
+      throw Error(ErrorKind::InvalidInput, file.string(), field,
+                  "names " + std::to_string(list.size()) + " tensors but the stage holds " +
+                      std::to_string(count.item<std::int64_t>()));
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      torch::Tensor value;
+      archive.read(kind + std::to_string(i), value);
+      out.emplace_back(list.get(i).toStringRef(), value);
+    }
+  }
+  return out;
 }
 
 void madpipe::runtime::mark_complete(const std::string& dir, int step) {

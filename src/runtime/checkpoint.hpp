@@ -22,6 +22,10 @@ struct StageState {
   std::vector<torch::Tensor> parameters;
   std::vector<torch::Tensor> buffers;
   torch::optim::Optimizer* optimizer = nullptr;
+  // The state_dict keys of the tensors above (ChainModel::parameter_keys), saved with them for
+  // export_weights(); empty: none saved.
+  std::vector<std::string> parameter_keys{};
+  std::vector<std::string> buffer_keys{};
 };
 
 void save_stage(const std::string& dir, int step, int stage, const StageState& state);
@@ -33,6 +37,12 @@ std::string verify_stage(const std::string& dir, int step, int stage);
 // missing, damaged or unreadable, Error{InvalidInput} when it does not match the stage.
 void load_stage(const std::string& dir, int step, int stage, const StageState& state,
                 const torch::Device& device);
+
+// The tensors of a stage's checkpoint by their state_dict keys, onto the CPU; throws Error{Io}
+// naming the file when missing, damaged or unreadable, Error{InvalidInput} when it holds no keys
+// (written by a madpipe before they were saved).
+std::vector<std::pair<std::string, torch::Tensor>> read_stage_tensors(const std::string& dir,
+                                                                      int step, int stage);
 
 // Rank 0, after every rank saved: `complete` in the step's directory, then `latest`.
 void mark_complete(const std::string& dir, int step);

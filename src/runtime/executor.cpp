@@ -107,6 +107,13 @@ std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(
   return model.parameters(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
 }
 
+madpipe::runtime::StageState madpipe::runtime::PipelineExecutor::stage_state(
+    int stage, torch::optim::Optimizer* optimizer, int copy) const {
+  const int first = plan_.stages[stage].first_layer, last = plan_.stages[stage].last_layer;
+  return StageState{stage_parameters(stage, copy), stage_buffers(stage), optimizer,
+                    model_.parameter_keys(first, last), model_.buffer_keys(first, last)};
+}
+
 void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
     ChainModel& second, std::function<int(int, int)> copy_of,
     std::function<void(int, int)> after_backward) {

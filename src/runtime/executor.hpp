@@ -2,6 +2,7 @@
 
 #include "plan/plan.hpp"
 #include "plan/program.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "runtime/op_timer.hpp"
@@ -86,6 +87,9 @@ class PipelineExecutor {
   const torch::Device& device() const noexcept { return device_; }
   std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
   std::vector<torch::Tensor> stage_buffers(int stage) const;
+  // A stage's tensors for a checkpoint: its weights (of `copy`), buffers, their state_dict keys,
+  // and `optimizer`.
+  StageState stage_state(int stage, torch::optim::Optimizer* optimizer, int copy = 0) const;
 
   // Asynchronous training with two weight versions (2BW): micro-batch i runs its forward and its
   // backward on stage s with weight copy copy_of(s, i) (0: the constructor's model, 1: `second`;

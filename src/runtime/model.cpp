@@ -171,6 +171,35 @@ std::vector<torch::Tensor> madpipe::runtime::ChainModel::buffers(int first, int 
   return out;
 }
 
+namespace {
+std::vector<std::string> keys_of(const madpipe::runtime::ChainModel& model, int first, int last,
+                                 bool buffers) {
+  std::vector<std::string> out;
+  const auto& originals = buffers ? model.original_buffer_names : model.original_parameter_names;
+  for (int l = first; l <= last; ++l) {
+    const std::string prefix = model.names[l] + ".";
+    if (static_cast<std::size_t>(l) < originals.size() && !originals[l].empty()) {
+      for (const std::string& name : originals[l]) out.push_back(prefix + name);
+      continue;
+    }
+    const torch::nn::Module& layer = *model.layers[l].ptr();
+    for (const auto& item : buffers ? layer.named_buffers() : layer.named_parameters())
+      out.push_back(prefix + item.key());
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> madpipe::runtime::ChainModel::parameter_keys(int first, int last) const {
+  check_held(*this, first, last);
+  return keys_of(*this, first, last, false);
+}
+
+std::vector<std::string> madpipe::runtime::ChainModel::buffer_keys(int first, int last) const {
+  check_held(*this, first, last);
+  return keys_of(*this, first, last, true);
+}
+
 madpipe::runtime::ChainModel madpipe::runtime::build_model(const ModelConfig& config,
                                                            const LayerFilter& keep,
                                                            const torch::Device& device) {

@@ -49,6 +49,16 @@ struct ChainModel {
   std::vector<torch::Tensor> parameters(int first, int last) const;
   // The layers' buffers (batch-norm running statistics), in a fixed order.
   std::vector<torch::Tensor> buffers(int first, int last) const;
+
+  // The state_dict keys of parameters() and buffers(), in their order: the layer's name, a dot,
+  // the tensor's name within the layer ("block0.attn.weight"; for an nn.Sequential saved as
+  // TorchScript, "3.weight", as its state_dict has it). Throws as parameters() does.
+  std::vector<std::string> parameter_keys(int first, int last) const;
+  std::vector<std::string> buffer_keys(int first, int last) const;
+  // Per layer, the names of its parameters and buffers within it where the module registers
+  // them under other names (a TorchScript child's nested "attn.weight" as "attn_weight"); empty:
+  // the registered names are the original ones.
+  std::vector<std::vector<std::string>> original_parameter_names, original_buffer_names;
 };
 
 // Which layers a process builds: all of them by default.

@@ -145,6 +145,13 @@ madpipe::runtime::ChainModel madpipe::runtime::script_chain_model(const std::str
     for (const auto& child : module.named_children()) {
       check_signature(child.value, path, "layer " + child.name);
       model.names.push_back(child.name);
+      // In the order ScriptLayer registers them, which is the order parameters() lists them.
+      std::vector<std::string> parameters, buffers;
+      for (const auto& p : child.value.named_parameters(/*recurse=*/true))
+        parameters.push_back(p.name);
+      for (const auto& b : child.value.named_buffers(/*recurse=*/true)) buffers.push_back(b.name);
+      model.original_parameter_names.push_back(std::move(parameters));
+      model.original_buffer_names.push_back(std::move(buffers));
     }
   }
   if (model.names.empty())

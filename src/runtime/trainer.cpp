@@ -238,9 +238,11 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   // A checkpoint holds the newest version and its optimizer; the executor's buffers.
   auto stage_states = [&] {
     std::vector<std::pair<int, runtime::StageState>> states;
-    for (int s : executor.local_stages())
-      states.emplace_back(s, runtime::StageState{versions.newest(s), executor.stage_buffers(s),
-                                                 versions.optimizer(s)});
+    for (int s : executor.local_stages()) {
+      runtime::StageState state = executor.stage_state(s, versions.optimizer(s));
+      state.parameters = versions.newest(s);
+      states.emplace_back(s, std::move(state));
+    }
     return states;
   };
   int first_step = 1;
@@ -487,8 +489,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     auto checkpoint = [&](int step) {
       std::vector<std::pair<int, StageState>> states;
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
-        states.emplace_back(s, StageState{pipeline->executor->stage_parameters(s),
-                                          pipeline->executor->stage_buffers(s), optimizer});
+        states.emplace_back(s, pipeline->executor->stage_state(s, optimizer));
       // Replicas hold the same weights: the first one writes them.
       write_checkpoint(c, step, pipeline->plan, states, groups.layout().replica == 0, rank);
     };

@@ -296,6 +296,27 @@ PY
     python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" ||
       fail "the language model's loss did not fall: $first -> $last"
     grep -q '"step":20,.*"val_loss"' lm-4/metrics.jsonl || fail "no validation loss at step 20"
+    # The trained weights go back to PyTorch under the module's own keys, the same from 1 and 4
+    # ranks, and not the initial ones.
+    for ranks in 1 4; do
+      "$madpipe" export-weights --run "lm-$ranks" --output "state-$ranks.pt" >out 2>err ||
+        fail "export-weights of lm-$ranks failed"
+      grep -q "wrote state-$ranks.pt: 7 tensors .* of step 20 of lm-$ranks" out ||
+        fail "no export line in: $(cat out)"
+    done
+    "$python" - <<'PY' 2>/dev/null || fail "the exported weights do not load into the module, or differ"
+import torch, torch.nn as nn
+lm = nn.Sequential(nn.Embedding(32, 24), nn.Linear(24, 24), nn.GELU(), nn.LayerNorm(24),
+                   nn.Linear(24, 32))
+one, four = torch.load("state-1.pt"), torch.load("state-4.pt")
+lm.load_state_dict(one)  # strict: every key of the module, no other
+initial = torch.jit.load("lm.pt").state_dict()
+assert all(torch.allclose(one[k], four[k], rtol=1e-5, atol=1e-6) for k in one)
+assert any(not torch.equal(one[k], initial[k]) for k in one)
+PY
+    "$madpipe" export-weights --run . --output none.pt >out 2>err
+    [[ $? -eq 2 ]] && grep -q "checkpoints: no complete checkpoint" err ||
+      fail "export-weights without a checkpoint should exit 2 naming the folder: $(cat err)"
     # expect_refusal MESSAGE ARGS...: 2 ranks exit 2 before training, each printing MESSAGE.
     expect_refusal() {
       local message=$1

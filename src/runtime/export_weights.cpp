@@ -1,0 +1,69 @@
+#include "runtime/export_weights.hpp"
+
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "plan/plan.hpp"
+#include "runtime/checkpoint.hpp"
+
+#include <filesystem>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/torch.h>
+
+namespace {
+// torch::pickle_save's file without its type tags (a typed dict pickles as a call of
+// torch.jit._pickle.restore_type_tag, which torch.load refuses unless weights_only=False): a
+// plain dict of tensors, which torch.load reads as its weights.
+std::string torch_save_bytes(const c10::IValue& value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* data, std::size_t size) { pickled.insert(pickled.end(), data, data + size); },
+      nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
+    out.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  return out;
+}
+}  // namespace
+
+madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::string& run_dir,
+                                                                   const std::string& output,
+                                                                   int step) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(run_dir))
+    throw Error(ErrorKind::Io, run_dir, "", "no such folder (the --output-dir of madpipe train)");
+  ExportedWeights out;
+  out.step = step > 0 ? step : read_latest(run_dir);
+  if (out.step <= 0)
+    throw Error(ErrorKind::Io, (fs::path(run_dir) / "checkpoints").string(), "",
+                "no complete checkpoint (madpipe train writes one at its end and every "
+                "--checkpoint-every steps)");
+  const fs::path plan_path = checkpoint_plan_path(run_dir, out.step);
+  if (!fs::exists(plan_path))
+    throw Error(ErrorKind::Io, plan_path.string(), "",
+                "missing: no checkpoint of step " + std::to_string(out.step));
+  const plan::Plan plan = plan::read_plan(plan_path.string());
+  c10::Dict<std::string, at::Tensor> state;
+  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
+    for (auto& [key, tensor] : read_stage_tensors(run_dir, out.step, s)) {
+      if (state.contains(key))
+        throw Error(ErrorKind::InvalidInput, checkpoint_dir(run_dir, out.step).string(), key,
+                    "two stages hold this tensor");
+      out.bytes += static_cast<std::int64_t>(tensor.nbytes());
+      state.insert(key, tensor);
+      ++out.tensors;
+    }
+  }
+  write_file_atomically(output, torch_save_bytes(c10::IValue(state)));
+  return out;
+}
