@@ -28,9 +28,8 @@ int madpipe::cli::export_weights_command(const std::vector<std::string>& args) {
   options.add_options()("run", po::value(&run)->required()->value_name("DIR"),
                         "the --output-dir of the training run")(
       "output,o", po::value(&output)->default_value("model_state.pt")->value_name("FILE"),
-      "where to write the weights")(
-      "step", po::value(&step)->default_value(0)->value_name("K"),
-      "the checkpoint of step K (0: the newest complete one)");
+      "where to write the weights")("step", po::value(&step)->default_value(0)->value_name("K"),
+                                    "the checkpoint of step K (0: the newest complete one)");
   if (!parse_options(args, kSyntax, options)) return 0;
 #ifdef MADPIPE_HAS_RUNTIME
   const runtime::ExportedWeights exported = runtime::export_weights(run, output, step);

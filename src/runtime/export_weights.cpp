@@ -1,40 +1,13 @@
 #include "runtime/export_weights.hpp"
 
 #include "core/error.hpp"
-#include "core/json_file.hpp"
 #include "plan/plan.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/torch_file.hpp"
 
 #include <filesystem>
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
-
-namespace {
-// torch::pickle_save's file without its type tags (a typed dict pickles as a call of
-// torch.jit._pickle.restore_type_tag, which torch.load refuses unless weights_only=False): a
-// plain dict of tensors, which torch.load reads as its weights.
-std::string torch_save_bytes(const c10::IValue& value) {
-  std::vector<char> pickled;
-  torch::jit::Pickler pickler(
-      [&](const char* data, std::size_t size) { pickled.insert(pickled.end(), data, data + size); },
-      nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  std::string out;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) {
-    out.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
-                                     writer);
-  writer.writeEndOfFile();
-  return out;
-}
-}  // namespace
 
 madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::string& run_dir,
                                                                    const std::string& output,
@@ -64,6 +37,6 @@ madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::st
       ++out.tensors;
     }
   }
-  write_file_atomically(output, torch_save_bytes(c10::IValue(state)));
+  write_torch_file(output, c10::IValue(state));
   return out;
 }

@@ -42,6 +42,25 @@ void madpipe::runtime::MpiSession::abort(const std::string& message, int code) c
   std::_Exit(code);
 }
 
+void madpipe::runtime::MpiSession::run_on_every_rank(const std::function<void()>& work,
+                                                     int code) const {
+  std::string failure;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "failed";
+  }
+  if (all_reduce_sum(failure.empty() ? 0.0 : 1.0) == 0) return;
+  if (!failure.empty()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank_, failure.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 std::string madpipe::runtime::broadcast_string(const std::string& value, int root) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

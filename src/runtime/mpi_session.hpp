@@ -24,6 +24,10 @@ class MpiSession {
 
   // Stops every rank: prints "rank N: <message>" and aborts the MPI job, so no peer waits forever.
   [[noreturn]] void abort(const std::string& message, int code = 1) const;
+  // Collective: runs `work`, which every rank does alike (reading the data, checking the model).
+  // When it throws on any rank, each rank it threw on prints "rank N: <message>", and once every
+  // rank has, the job stops with `code`: no rank's abort cuts another's message short.
+  void run_on_every_rank(const std::function<void()>& work, int code = 2) const;
 
  private:
   int rank_ = 0;

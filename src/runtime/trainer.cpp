@@ -27,6 +27,7 @@
 #include "runtime/script_model.hpp"
 #include "runtime/stop_request.hpp"
 #include "runtime/sync_pipeline.hpp"
+#include "runtime/torch_file.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/train_planning.hpp"
 #include "runtime/transport.hpp"
@@ -188,6 +189,23 @@ void write_checkpoint(const madpipe::runtime::TrainConfig& c, int step,
   }
   MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
   if (rank == 0) mark_complete(c.output_dir, step);
+}
+
+// <output-dir>/validation.pt: the samples every validation loss is the mean loss of, as
+// torch.save({"inputs": X, "targets": Y}) would write them, to check a loss outside madpipe.
+void write_validation_set(const madpipe::runtime::TrainConfig& c,
+                          const madpipe::runtime::DataSource& data) {
+  std::vector<torch::Tensor> inputs, targets;
+  for (int i = 0; i < c.eval_micro_batches; ++i) {
+    const madpipe::runtime::Batch batch = data.micro_batch(0, i, true);
+    inputs.push_back(batch.input);
+    targets.push_back(batch.target);
+  }
+  c10::Dict<std::string, at::Tensor> samples;
+  samples.insert("inputs", torch::cat(inputs));
+  samples.insert("targets", torch::cat(targets));
+  madpipe::runtime::write_torch_file((fs::path(c.output_dir) / "validation.pt").string(),
+                                     c10::IValue(samples));
 }
 
 // The last step of the 2BW window that starts at `first`: windows end where the run validates,
@@ -424,13 +442,17 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
     // Data and model: identical on every rank (same seed). The model holds no layer until the
     // plan says which are this rank's: the profiler builds each layer for its measurement alone.
-    Workload workload = make_workload(c);
+    Workload workload;
+    ChainModel model;
+    session.run_on_every_rank([&] {
+      workload = make_workload(c);
+      model = build_model(workload.model, [](int) { return false; });
+      if (workload.model.name == "script")
+        check_script_chain(model, workload.data->micro_batch(0, 0, false), workload.model.script);
+    });
     const ModelConfig& model_config = workload.model;
     std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
-    ChainModel model = build_model(model_config, [](int) { return false; });
-    if (model_config.name == "script")  // on every rank: each stops with the same error
-      check_script_chain(model, data->micro_batch(0, 0, false), model_config.script);
     if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
     fs::create_directories(c.output_dir);
 
@@ -450,6 +472,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       say("dry run: profile and plan in " + c.output_dir + "; nothing trained");
       return 0;
     }
+    if (rank == 0 && c.eval_every > 0) write_validation_set(c, *data);
     const int position = replica_layout(rank, session.size(), c.replicas).position;
     const LayerFilter mine = layers_of_rank(first_plan, position);
     for (int l = 0; l < model.size(); ++l)

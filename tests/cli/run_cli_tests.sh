@@ -137,7 +137,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, scale, remat, memplan, profile, train, show)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, scale, remat, memplan, profile, train, export-weights, show)"
   expect_empty out
   run
   expect_status 2

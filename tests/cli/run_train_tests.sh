@@ -337,6 +337,24 @@ PY
     expect_refusal "train.bin: vocab: token 16 is id 16, outside the embedding of 16 ids" \
       "${lm[@]}" --vocab 16
     ;;
+  gpt_from_pytorch_example)
+    # examples/gpt_from_pytorch at small size on 1 and 4 ranks: the same losses, a falling loss,
+    # and the exported weights give madpipe's last validation loss in PyTorch (check.py).
+    python_with_torch
+    example=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/examples/gpt_from_pytorch/run.sh
+    for ranks in 1 4; do
+      MADPIPE=$madpipe PYTHON=$python SIZE=small STEPS=24 "$example" "$ranks" "run-$ranks" \
+        >"out-$ranks" 2>&1 || { cp "out-$ranks" out; fail "the example on $ranks ranks failed"; }
+      grep -q "validation loss: PyTorch .* (relative difference" "out-$ranks" ||
+        { cp "out-$ranks" out; fail "no check line on $ranks ranks"; }
+    done
+    same_losses run-4/run/metrics.jsonl run-1/run/metrics.jsonl ||
+      fail "the losses on 4 ranks differ from 1 rank's"
+    first=$(loss_of run-4/run/metrics.jsonl 1)
+    last=$(loss_of run-4/run/metrics.jsonl 24)
+    python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" ||
+      fail "the loss did not fall: $first -> $last"
+    ;;
   mlp_tensor_file)
     # An MLP trains on the tensors of a file written by torch.save in Python; a file whose rows
     # the model does not take, or a truncated one, stops every rank before training.
