@@ -1,6 +1,7 @@
 #include "runtime/data.hpp"
 
 #include "core/error.hpp"
+#include "runtime/script_model.hpp"
 
 #include <algorithm>
 #include <array>
@@ -407,6 +408,10 @@ std::string madpipe::runtime::SyntheticImages::description() const {
 
 madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c) {
   Workload w;
+  // A script model's input ids must be below its embedding's rows, as a gpt's below --vocab.
+  const std::int64_t id_limit = c.vocab > 0           ? c.vocab
+                                : c.model == "script" ? script_embedding_rows(c.script)
+                                                      : 0;
   w.model.name = c.model;
   w.model.layers = c.layers;
   w.model.width = c.width;
@@ -439,11 +444,13 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
                     "are " + std::string(c10::toString(rows.target.scalar_type())) +
                         ", but --loss " + w.model.loss + " takes " + c10::toString(wanted) +
                         (classes ? " class ids" : " values"));
+      const std::string rows_of_embedding = "the embedding of " + std::to_string(id_limit) +
+                                            " ids" +
+                                            (c.vocab > 0 ? " (--vocab)" : " (the module's)");
+      if (id_limit > 0 && rows.input.scalar_type() == torch::kLong)
+        check_ids_below(path, "inputs", rows.input, id_limit, rows_of_embedding);
       if (classes && c.vocab > 0)
-        for (const torch::Tensor* ids : {&rows.input, &rows.target})
-          if (ids->scalar_type() == torch::kLong)
-            check_ids_below(path, ids == &rows.input ? "inputs" : "targets", *ids, c.vocab,
-                            "the embedding of " + std::to_string(c.vocab) + " ids (--vocab)");
+        check_ids_below(path, "targets", rows.target, c.vocab, rows_of_embedding);
     } else if (c.model == "gpt") {
       check_rows(path, "inputs", rows.input, {c.context}, torch::kLong, "gpt (--context)");
       check_rows(path, "targets", rows.target, {c.context}, torch::kLong, "gpt (--context)");
@@ -470,7 +477,7 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
     auto tokens = std::make_unique<TokenFileData>(c.data, c.validation_data,
                                                   c.data_format == DataFormat::TokensU16 ? 2 : 4,
                                                   c.context, c.micro_batch_size, c.seed);
-    const std::int64_t needed = tokens->check_ids(c.vocab);
+    const std::int64_t needed = tokens->check_ids(id_limit);
     if (c.vocab == 0 && needed > std::numeric_limits<int>::max())
       throw Error(ErrorKind::InvalidInput, c.data, "vocab",
                   "token ids up to " + std::to_string(needed - 1) +

@@ -172,6 +172,19 @@ madpipe::runtime::ChainModel madpipe::runtime::script_chain_model(const std::str
   return model;
 }
 
+std::int64_t madpipe::runtime::script_embedding_rows(const std::string& path) {
+  const torch::jit::Module module = load_module(path, torch::kCPU);
+  for (const torch::jit::Module& first : module.children()) {
+    for (const torch::jit::Module& inner : first.modules()) {
+      const auto name = inner.type()->name();
+      if (name && name->name() == "Embedding" && inner.hasattr("num_embeddings"))
+        return inner.attr("num_embeddings").toInt();
+    }
+    break;
+  }
+  return 0;
+}
+
 void madpipe::runtime::check_script_chain(ChainModel& model, const Batch& sample,
                                           const std::string& path) {
   torch::NoGradGuard no_grad;

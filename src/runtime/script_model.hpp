@@ -32,6 +32,10 @@ struct ScriptInput {
 // no children or a child's forward does not take one tensor and return one.
 ChainModel script_chain_model(const std::string& path, const std::string& loss);
 
+// The rows of the first embedding (torch.nn.Embedding) within the module's first child, which
+// every input id must be below; 0 when it has none. Throws as script_chain_model.
+std::int64_t script_embedding_rows(const std::string& path);
+
 // Runs `sample` (one micro-batch, on the CPU) through a chain of script_chain_model, each layer
 // built for its forward alone, then the loss: Error{InvalidInput} naming the file and the layer
 // whose forward fails on what the previous one gave (shapes that do not chain, a dtype the layer

@@ -267,6 +267,7 @@ torch.jit.save(torch.jit.script(lm), "lm.pt")
 text = np.tile(np.arange(32, dtype=np.uint16), 400)  # a sequence the model can learn
 text.tofile("train.bin")
 text[:2000].tofile("val.bin")
+np.array([1, 2, 40] + [3] * 100, dtype=np.uint16).tofile("bad.bin")  # 40: past the embedding
 class Pair(nn.Module):
     def forward(self, x):
         return x, x
@@ -336,6 +337,8 @@ PY
       "${mlp[@]/mlp_data.pt/class_ids.pt}"
     expect_refusal "train.bin: vocab: token 16 is id 16, outside the embedding of 16 ids" \
       "${lm[@]}" --vocab 16
+    expect_refusal "bad.bin: vocab: token 2 is id 40, outside the embedding of 32 ids" \
+      "${lm[@]/train.bin/bad.bin}"
     ;;
   gpt_from_pytorch_example)
     # examples/gpt_from_pytorch at small size on 1 and 4 ranks: the same losses, a falling loss,
