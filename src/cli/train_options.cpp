@@ -25,7 +25,7 @@ madpipe::cli::po::options_description madpipe::cli::model_group(
       "attention heads (gpt)")(
       "context",
       po::value(&c.context)->default_value(c.context)->notifier(at_least(2, "--context")),
-      "characters per sample (gpt)")(
+      "tokens per sample (gpt; script models on token files)")(
       "inputs", po::value(&c.inputs)->default_value(c.inputs)->notifier(at_least(1, "--inputs")),
       "input features (mlp)")(
       "outputs",
@@ -42,7 +42,7 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
     madpipe::runtime::TrainingSettings& c) {
   po::options_description g("Training [training]", 100);
   g.add_options()("data", po::value(&c.data)->default_value(c.data),
-                  "text file or directory of text files, or a token file (gpt)")(
+                  "text file or directory of text files (gpt), or a token or tensors file")(
       "data-format",
       enum_value(c.data_format, runtime::kDataFormatNames, "data-format", "--data-format"),
       "text, token ids as little-endian unsigned integers: tokens-u16 (nanoGPT's train.bin) "
