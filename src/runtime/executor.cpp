@@ -4,16 +4,66 @@
 #include "runtime/memory_meter.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/engine.h>
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
 using madpipe::plan::TraceOpKind;
 using madpipe::plan::TraceTransferKind;
+
+namespace {
+// The micro-batches' losses, reported in the order they were computed. On a GPU one is read only
+// once the device has computed it: reading it earlier would wait for the device, which would then
+// idle until the host has queued the next instructions' kernels.
+class LossReader {
+ public:
+  LossReader(const c10::Device& device, const std::function<void(int, double)>& on_loss)
+      : device_(device), on_loss_(on_loss) {}
+  void add(int micro_batch, const torch::Tensor& value) {
+    Pending pending{micro_batch, value.detach(), std::nullopt};
+    if (!device_.is_cpu()) {
+      pending.computed.emplace(device_.type());
+      pending.computed->record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
+    }
+    pending_.push_back(std::move(pending));
+    read_computed();
+  }
+  void read_computed() {
+    while (!pending_.empty() && (!pending_.front().computed || pending_.front().computed->query()))
+      read_front();
+  }
+  madpipe::runtime::StepLoss finish() {
+    while (!pending_.empty()) read_front();
+    return loss_;
+  }
+
+ private:
+  struct Pending {
+    int micro_batch;
+    torch::Tensor value;
+    std::optional<c10::Event> computed;
+  };
+  void read_front() {
+    const double value = pending_.front().value.item<double>();
+    loss_.sum += value;
+    ++loss_.count;
+    if (on_loss_) on_loss_(pending_.front().micro_batch, value);
+    pending_.pop_front();
+  }
+  c10::Device device_;
+  const std::function<void(int, double)>& on_loss_;
+  std::deque<Pending> pending_;
+  madpipe::runtime::StepLoss loss_;
+};
+}  // namespace
 
 static std::int64_t bytes_of(const torch::Tensor& t) {
   return static_cast<std::int64_t>(t.numel()) * t.element_size();
@@ -261,7 +311,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   // them (the trace keeps the wall clock).
   const bool cpu_clock = device_.is_cpu();
   std::vector<double> cpu_took_ms;
-  StepLoss loss;
+  LossReader losses(device_, on_loss_);
   MemoryMeter meter(device_);
   const bool metered = train && meter.counting();
   if (metered) meter.interval_peak();  // what came before the program is not its instructions'
@@ -305,10 +355,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         // The loss of the last stage, divided so that accumulated gradients are the update's.
         auto scaled_loss = [&](const torch::Tensor& output) {
           torch::Tensor value = model_.loss(output, batch(i).target);
-          const double item = value.item<double>();
-          loss.sum += item;
-          ++loss.count;
-          if (on_loss_) on_loss_(i, item);
+          losses.add(i, value);
           return value / loss_divisor;
         };
         const int copy = copy_of_ ? copy_of_(s, i) : 0;
@@ -410,12 +457,14 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
       live.erase(b);
     }
     for (int x : complete_after[k]) transport_.wait_send(list[x].peer, key_of(list[x]));
+    losses.read_computed();
     if (metered) {
       const std::int64_t held = meter.interval_peak();
       if (held > memory_peak_.bytes) memory_peak_ = {held, plan::to_string(instr)};
     }
   }
   transport_.wait_sends();
+  const StepLoss loss = losses.finish();
   if (train) {
     arena_use_ = use;
     const std::vector<OpTimer::Span> spans = timer_->finish_run();

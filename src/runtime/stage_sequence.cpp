@@ -243,6 +243,61 @@ torch::Tensor to_device(torch::Tensor host, c10::Device device,
   impl.recordDataPtrOnStream(out.storage().data_ptr(), impl.getStream(device));
   return out;
 }
+
+// Whether a_j's storage holds a_j alone: exactly its bytes, refillable through an allocator, and
+// used by no other tensor the run holds (a layer may return its input, or a view of it).
+bool owns_its_storage(const SequenceRun& run, int j, const torch::Tensor& x) {
+  const c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
+  if (storage->allocator() == nullptr || !x.is_contiguous() || x.storage_offset() != 0 ||
+      storage->nbytes() != x.nbytes() || x.nbytes() == 0)
+    return false;
+  auto same = [storage](const torch::Tensor& t) {
+    return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage;
+  };
+  for (std::size_t i = 0; i < run.plain.size(); ++i) {
+    const bool mine = static_cast<int>(i) == j;
+    // a_j itself: the plain tensor, the recorded output of layer j, the input leaf of layer j + 1
+    if ((!mine && (same(run.plain[i]) || same(run.recorded[i]) || same(run.evicted[i]))) ||
+        (static_cast<int>(i) != j + 1 && same(run.leaf[i])) || same(run.gradient[i]) ||
+        same(run.output))
+      return false;
+  }
+  return true;
+}
+
+// Frees the memory of x's storage (after to_host, which told the caching allocator of the copy
+// still reading it); every tensor sharing the storage keeps its sizes and version.
+void free_storage(const torch::Tensor& x) {
+  c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, x.device()));
+  storage->set_nbytes(0);
+}
+
+// P into the storage that free_storage emptied, through the allocator that first filled it, so
+// that the tensors autograd saved see the values again. As to_device otherwise.
+void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
+                    std::shared_ptr<c10::Event>& ready) {
+  c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
+  const std::size_t bytes = host.nbytes();
+  // variable_data: a copy into the storage is not a modification autograd should see.
+  if (!x.is_cuda()) {
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+    x.variable_data().copy_(host);
+    return;
+  }
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Stream side = side_stream(impl, x.device());
+  {
+    c10::StreamGuard guard(side);
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+    storage->set_nbytes(bytes);
+    x.variable_data().copy_(host, /*non_blocking=*/true);
+  }
+  ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+  ready->record(side);
+  impl.recordDataPtrOnStream(storage->data_ptr(), impl.getStream(x.device()));
+}
 }  // namespace
 
 madpipe::runtime::SequencePresence::SequencePresence(int n)
@@ -311,6 +366,21 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
       ++forwards[op.stage];
   recomputed_.assign(forwards.size(), 0);
   for (std::size_t k = 0; k < forwards.size(); ++k) recomputed_[k] = forwards[k] > 1;
+  frees_storage_.assign(ops_.size(), 0);
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const int k = ops_[i].stage;
+    if (ops_[i].kind != RematOpKind::Offload || k < 2) continue;
+    for (std::size_t later = i + 1; later < ops_.size(); ++later) {
+      const RematOp& op = ops_[later];
+      if (op.kind == RematOpKind::Prefetch && op.stage == k) {
+        frees_storage_[i] = 1;
+        break;
+      }
+      if (op.stage == k - 1 && op.kind != RematOpKind::Backward &&
+          op.kind != RematOpKind::Offload && op.kind != RematOpKind::Prefetch)
+        break;  // a_{k-1} computed again: graphs may hold the old storage and the new one
+    }
+  }
 }
 
 void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string& problem,
@@ -334,6 +404,7 @@ std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(ChainModel
   run->host.resize(size);
   run->home.assign(size, input.device());
   run->ready.resize(size);
+  run->evicted.resize(size);
   run->leaf.resize(size);
   run->recorded.resize(size);
   run->gradient.resize(size);
@@ -468,6 +539,11 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
     case RematOpKind::Backward: {
       if (k == n + 1) {  // dLoss
         if (run.computes_loss) {
+          if (run.ready[n]) {  // the loss saved a_n, prefetched into its storage
+            c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+            run.ready[n]->block(impl.getStream(run.leaf[k].device()));
+            run.ready[n].reset();
+          }
           run.recorded[k].backward();
           torch::Tensor delta = run.leaf[k].grad();
           run.gradient[n] = delta.defined() ? delta : torch::zeros_like(run.leaf[k]);
@@ -500,11 +576,21 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
       torch::Tensor x = input_of(run, index, k - 1);
       run.home[k - 1] = x.device();
       run.host[k - 1] = to_host(x);
+      if (frees_storage_[index] && owns_its_storage(run, k - 1, x)) {
+        free_storage(x);
+        run.evicted[k - 1] = x;
+      }
       run.plain[k - 1] = torch::Tensor();
       break;
     }
     case RematOpKind::Prefetch: {
-      run.plain[k - 1] = to_device(std::move(run.host[k - 1]), run.home[k - 1], run.ready[k - 1]);
+      if (run.evicted[k - 1].defined()) {
+        refill_storage(run.evicted[k - 1], run.host[k - 1], run.ready[k - 1]);
+        run.plain[k - 1] = std::move(run.evicted[k - 1]);
+        run.evicted[k - 1] = torch::Tensor();
+      } else {
+        run.plain[k - 1] = to_device(std::move(run.host[k - 1]), run.home[k - 1], run.ready[k - 1]);
+      }
       run.host[k - 1] = torch::Tensor();
       break;
     }

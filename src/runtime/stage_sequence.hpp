@@ -44,7 +44,8 @@ struct SequenceRun {
   std::vector<torch::Tensor> host;   // [0..n] host copies (pinned when the stage is on CUDA)
   std::vector<c10::Device> home;     // [0..n] device an offloaded a_j returns to
   std::vector<std::shared_ptr<c10::Event>> ready;  // [0..n] CUDA: end of a_j's prefetch copy
-  std::vector<torch::Tensor> leaf;                 // [1..n+1] detached input of a recorded forward
+  std::vector<torch::Tensor> evicted;   // [0..n] offloaded a_j whose storage was freed (P refills)
+  std::vector<torch::Tensor> leaf;      // [1..n+1] detached input of a recorded forward
   std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
   std::vector<torch::Tensor> gradient;  // [0..n] delta_j (delta_0 may be undefined: not needed)
   std::vector<int> forwards;            // [1..n] forwards of layer k run so far
@@ -60,9 +61,13 @@ struct SequenceRun {
 // recorded layer k alone and yields the gradient of its input. O_k copies a_{k-1} (the plain
 // tensor, else the output of the recorded forward of layer k - 1) to host memory (pinned, on a
 // side stream, when it is on CUDA; a plain host copy on CPU) and drops the device tensor the
-// sequence holds; until P_k copies it back, no op may read a_{k-1}. Tensors that a recorded graph
-// saved internally stay on the device (LibTorch has no saved-tensor hooks without Python), so an
-// offload frees device memory only where the sequence held the last reference. A layer forwarded
+// sequence holds; until P_k copies it back, no op may read a_{k-1}. The recorded graphs of layers
+// k - 1 and k may have saved a_{k-1} too: when P_k comes before any forward of layer k - 1 again,
+// O_k frees the memory of a_{k-1}'s storage itself, which every such reference shares, and P_k
+// refills that storage (so autograd finds its saved tensor, at the same version). The stage input
+// a_0 (a receive buffer or the data's tensor) and tensors that share their storage with another
+// tensor of the run are only copied. Other tensors that a graph saved internally stay on the
+// device (LibTorch has no saved-tensor hooks without Python). A layer forwarded
 // again (a recomputation) sees the random generator state of its first forward and leaves its
 // buffers (batch-norm running statistics) as they were.
 class StageSequence {
@@ -104,6 +109,8 @@ class StageSequence {
   remat::RematSequence ops_;
   std::size_t loss_index_ = 0;
   std::vector<char> recomputed_;  // [1..n] layer k is forwarded more than once
+  std::vector<char>
+      frees_storage_;  // [op] an offload whose prefetch comes before a_{k-1} is redone
 };
 
 }  // namespace madpipe::runtime

@@ -19,9 +19,7 @@ namespace mr = madpipe::runtime;
 using namespace madpipe::testing;
 
 namespace {
-std::string temporary_path(const std::string& name) {
-  return "data_file_test_rank" + std::to_string(world_rank()) + "_" + name;
-}
+std::string temporary_path(const std::string& name) { return scratch_file(name); }
 
 // Token ids first, first + 1, ... as little-endian integers of `bytes` bytes.
 std::string token_file(const std::string& name, int bytes, std::uint32_t count,

@@ -31,6 +31,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 namespace madpipe::testing {
 
@@ -52,6 +53,12 @@ inline int world_rank() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
+}
+
+// A file name in the working directory that no other test process uses: ctest runs the rank
+// counts of one test binary at the same time, in one directory.
+inline std::string scratch_file(const std::string& name) {
+  return "scratch_" + std::to_string(::getpid()) + "_" + name;
 }
 
 inline int world_size() {
@@ -183,11 +190,12 @@ inline runtime::ModelConfig small_config(const std::string& model, int layers) {
 // Deterministic data for `config` (gpt: a tiny corpus written by the test; sets the vocabulary).
 inline std::unique_ptr<runtime::DataSource> data_for(runtime::ModelConfig& config) {
   if (config.name == "gpt") {
-    const std::string path = "test_corpus_rank" + std::to_string(world_rank()) + ".txt";
+    const std::string path = scratch_file("corpus.txt");
     std::FILE* f = std::fopen(path.c_str(), "w");
     for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
     std::fclose(f);
     auto text = std::make_unique<runtime::TextData>(path, config.context, 3, 7);
+    std::remove(path.c_str());  // read whole
     config.vocab = text->vocab();
     return text;
   }

@@ -35,9 +35,7 @@ mr::ChainModel known_chain() {
 
 mr::Batch known_batch() { return {torch::randn({kBatch, 16}), torch::randn({kBatch, 3})}; }
 
-std::string temporary_path(const std::string& name) {
-  return "profile_trace_test_rank" + std::to_string(world_rank()) + "_" + name;
-}
+std::string temporary_path(const std::string& name) { return scratch_file(name); }
 }  // namespace
 
 TEST(Profiler, MeasuresWeightsOutputsAndSavedBytesOfAKnownChain) {
