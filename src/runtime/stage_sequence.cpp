@@ -1,11 +1,14 @@
 #include "runtime/stage_sequence.hpp"
 
+#include "runtime/saved_tensors.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -265,6 +268,14 @@ bool owns_its_storage(const SequenceRun& run, int j, const torch::Tensor& x) {
   return true;
 }
 
+// All the bytes of x's storage, as a tensor of its own (a copy into it is no modification of x
+// that autograd would see).
+torch::Tensor storage_bytes(const torch::Tensor& x) {
+  const auto bytes = static_cast<std::int64_t>(x.storage().nbytes());
+  return torch::empty({0}, x.options().dtype(torch::kByte).requires_grad(false))
+      .set_(x.storage(), 0, {bytes}, {1});
+}
+
 // Frees the memory of x's storage (after to_host, which told the caching allocator of the copy
 // still reading it); every tensor sharing the storage keeps its sizes and version.
 void free_storage(const torch::Tensor& x) {
@@ -273,17 +284,17 @@ void free_storage(const torch::Tensor& x) {
   storage->set_nbytes(0);
 }
 
-// P into the storage that free_storage emptied, through the allocator that first filled it, so
-// that the tensors autograd saved see the values again. As to_device otherwise.
+// P into the storage that free_storage emptied (`host`: its bytes), through the allocator that
+// first filled it, so that the tensors autograd saved see the values again. As to_device
+// otherwise.
 void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
                     std::shared_ptr<c10::Event>& ready) {
   c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
   const std::size_t bytes = host.nbytes();
-  // variable_data: a copy into the storage is not a modification autograd should see.
   if (!x.is_cuda()) {
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
-    x.variable_data().copy_(host);
+    storage_bytes(x).copy_(host.reshape({-1}).view(torch::kByte));
     return;
   }
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
@@ -292,11 +303,39 @@ void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
     c10::StreamGuard guard(side);
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
-    x.variable_data().copy_(host, /*non_blocking=*/true);
+    storage_bytes(x).copy_(host.reshape({-1}).view(torch::kByte), /*non_blocking=*/true);
   }
   ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
   ready->record(side);
   impl.recordDataPtrOnStream(storage->data_ptr(), impl.getStream(x.device()));
+}
+
+// O of abar_j beyond a_j: copies the storages that the recorded graph of layer j saved to host
+// memory and frees them, but for those the run needs before P: the stage's weights and buffers,
+// and storages another tensor of the run holds (a_j's own is handled by the caller).
+void park_saved(SequenceRun& run, int j, int first_layer, int last_layer) {
+  std::set<const c10::StorageImpl*> kept;
+  auto keep = [&kept](const torch::Tensor& t) {
+    if (t.defined() && t.has_storage()) kept.insert(t.storage().unsafeGetStorageImpl());
+  };
+  for (const torch::Tensor& t : run.model->parameters(first_layer, last_layer)) keep(t);
+  for (const torch::Tensor& t : run.model->buffers(first_layer, last_layer)) keep(t);
+  for (std::size_t i = 0; i < run.plain.size(); ++i) {
+    for (const torch::Tensor* t :
+         {&run.plain[i], &run.recorded[i], &run.leaf[i], &run.gradient[i], &run.evicted[i]})
+      keep(*t);
+    if (static_cast<int>(i) != j)
+      for (const torch::Tensor& t : run.saved[i]) keep(t);
+  }
+  keep(run.output);
+  for (const torch::Tensor& t : run.saved[static_cast<std::size_t>(j)]) {
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (storage->allocator() == nullptr || storage->nbytes() == 0 || !kept.insert(storage).second)
+      continue;  // kept, already parked, or not refillable
+    run.parked[static_cast<std::size_t>(j)].emplace_back(t, to_host(storage_bytes(t)));
+    free_storage(t);
+  }
+  run.saved[static_cast<std::size_t>(j)].clear();
 }
 }  // namespace
 
@@ -367,6 +406,7 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
   recomputed_.assign(forwards.size(), 0);
   for (std::size_t k = 0; k < forwards.size(); ++k) recomputed_[k] = forwards[k] > 1;
   frees_storage_.assign(ops_.size(), 0);
+  collects_.assign(static_cast<std::size_t>(n_) + 2, 0);
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     const int k = ops_[i].stage;
     if (ops_[i].kind != RematOpKind::Offload || k < 2) continue;
@@ -380,6 +420,7 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
           op.kind != RematOpKind::Offload && op.kind != RematOpKind::Prefetch)
         break;  // a_{k-1} computed again: graphs may hold the old storage and the new one
     }
+    if (frees_storage_[i]) collects_[static_cast<std::size_t>(k - 1)] = 1;
   }
 }
 
@@ -405,6 +446,8 @@ std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(ChainModel
   run->home.assign(size, input.device());
   run->ready.resize(size);
   run->evicted.resize(size);
+  run->saved.resize(size);
+  run->parked.resize(size);
   run->leaf.resize(size);
   run->recorded.resize(size);
   run->gradient.resize(size);
@@ -512,7 +555,13 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
       if (leaf.is_floating_point() && (k > 1 || run.needs_input_gradient))
         leaf.requires_grad_(true);
       torch::AutoGradMode grad_mode(true);
-      run.recorded[k] = forward_layer(run, k, leaf);
+      run.saved[k].clear();
+      if (collects_[k]) {
+        SavedTensorCollector collect(run.saved[k]);
+        run.recorded[k] = forward_layer(run, k, leaf);
+      } else {
+        run.recorded[k] = forward_layer(run, k, leaf);
+      }
       run.leaf[k] = leaf;
       run.plain[k] = torch::Tensor();
       run.host[k] = torch::Tensor();
@@ -568,6 +617,10 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
       }
       run.recorded[k] = torch::Tensor();
       run.leaf[k] = torch::Tensor();
+      if (k <= n) {
+        run.saved[k].clear();
+        run.parked[k].clear();
+      }
       run.plain[k - 1] = torch::Tensor();
       run.ready[k - 1].reset();
       break;
@@ -580,10 +633,14 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
         free_storage(x);
         run.evicted[k - 1] = x;
       }
+      if (frees_storage_[index] && run.recorded[k - 1].defined())
+        park_saved(run, k - 1, first_layer_, first_layer_ + n - 1);
       run.plain[k - 1] = torch::Tensor();
       break;
     }
     case RematOpKind::Prefetch: {
+      for (auto& [tensor, host] : run.parked[k - 1]) refill_storage(tensor, host, run.ready[k - 1]);
+      run.parked[k - 1].clear();
       if (run.evicted[k - 1].defined()) {
         refill_storage(run.evicted[k - 1], run.host[k - 1], run.ready[k - 1]);
         run.plain[k - 1] = std::move(run.evicted[k - 1]);

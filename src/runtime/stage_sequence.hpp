@@ -44,7 +44,11 @@ struct SequenceRun {
   std::vector<torch::Tensor> host;   // [0..n] host copies (pinned when the stage is on CUDA)
   std::vector<c10::Device> home;     // [0..n] device an offloaded a_j returns to
   std::vector<std::shared_ptr<c10::Event>> ready;  // [0..n] CUDA: end of a_j's prefetch copy
-  std::vector<torch::Tensor> evicted;   // [0..n] offloaded a_j whose storage was freed (P refills)
+  std::vector<torch::Tensor> evicted;  // [0..n] offloaded a_j whose storage was freed (P refills)
+  // [1..n] what the recorded graph of layer k saved (collected when an offload moves abar_k), and
+  // those of its storages an offload freed, each with its host bytes
+  std::vector<std::vector<torch::Tensor>> saved;
+  std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> parked;
   std::vector<torch::Tensor> leaf;      // [1..n+1] detached input of a recorded forward
   std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
   std::vector<torch::Tensor> gradient;  // [0..n] delta_j (delta_0 may be undefined: not needed)
@@ -61,15 +65,15 @@ struct SequenceRun {
 // recorded layer k alone and yields the gradient of its input. O_k copies a_{k-1} (the plain
 // tensor, else the output of the recorded forward of layer k - 1) to host memory (pinned, on a
 // side stream, when it is on CUDA; a plain host copy on CPU) and drops the device tensor the
-// sequence holds; until P_k copies it back, no op may read a_{k-1}. The recorded graphs of layers
-// k - 1 and k may have saved a_{k-1} too: when P_k comes before any forward of layer k - 1 again,
-// O_k frees the memory of a_{k-1}'s storage itself, which every such reference shares, and P_k
-// refills that storage (so autograd finds its saved tensor, at the same version). The stage input
-// a_0 (a receive buffer or the data's tensor) and tensors that share their storage with another
-// tensor of the run are only copied. Other tensors that a graph saved internally stay on the
-// device (LibTorch has no saved-tensor hooks without Python). A layer forwarded
-// again (a recomputation) sees the random generator state of its first forward and leaves its
-// buffers (batch-norm running statistics) as they were.
+// sequence holds; until P_k copies it back, no op may read a_{k-1}. When a_{k-1} is the output of
+// a recorded forward, O_k moves abar_{k-1}: the tensors that forward's graph saved too (collected
+// by SavedTensorCollector). The graphs hold on to what they saved, so when P_k comes before any
+// forward of layer k - 1 again, O_k frees the memory of each storage itself, which every
+// reference shares, and P_k refills it in place (autograd finds its saved tensors unchanged).
+// Storages that the run needs meanwhile are only copied: the stage input a_0 (a receive buffer
+// or the data's tensor), the stage's weights, and what another tensor of the run shares. A layer
+// forwarded again (a recomputation) sees the random generator state of its first forward and leaves
+// its buffers (batch-norm running statistics) as they were.
 class StageSequence {
  public:
   // Throws Error{InvalidInput} naming the stage and the op when the text does not parse, names a
@@ -109,8 +113,9 @@ class StageSequence {
   remat::RematSequence ops_;
   std::size_t loss_index_ = 0;
   std::vector<char> recomputed_;  // [1..n] layer k is forwarded more than once
-  std::vector<char>
-      frees_storage_;  // [op] an offload whose prefetch comes before a_{k-1} is redone
+  // [op] an offload whose prefetch comes before a_{k-1} is computed again
+  std::vector<char> frees_storage_;
+  std::vector<char> collects_;  // [1..n] F^all of layer k collects what its graph saves
 };
 
 }  // namespace madpipe::runtime

@@ -14,6 +14,7 @@
 #include "remat/rotor.hpp"
 #include "runtime/data.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/memory_meter.hpp"
 #include "runtime/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/stage_sequence.hpp"
@@ -544,4 +545,53 @@ TEST(RematSequences, MalformedSequencesGiveClearErrorsOnEveryRank) {
   // Layers never backpropagated: their weights would get no gradient.
   expect_error([&](int f, int l) { return forwards(f, l, "ck") + "Loss dLoss"; },
                {"must end with only the gradient of the stage input"});
+}
+
+namespace {
+struct TanhBlockImpl : torch::nn::Module {
+  TanhBlockImpl()
+      : first(register_module("first", torch::nn::Linear(64, 64))),
+        second(register_module("second", torch::nn::Linear(64, 64))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return second(first(x).tanh()).tanh(); }
+  torch::nn::Linear first, second;
+};
+TORCH_MODULE(TanhBlock);
+
+// Bytes held after the forward part of `sequence` on a chain of tanh blocks, and the input
+// gradient its backward part gives.
+std::pair<std::int64_t, torch::Tensor> forward_held_bytes(const std::string& sequence) {
+  mr::install_cpu_memory_counter();
+  torch::manual_seed(5);
+  mr::ChainModel model;
+  for (int l = 0; l < 4; ++l) {
+    model.layers.emplace_back(TanhBlock());
+    model.names.push_back("block" + std::to_string(l));
+  }
+  model.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
+  ms::Stage stage;
+  stage.first_layer = 0;
+  stage.last_layer = 3;
+  stage.sequence = sequence;
+  const mr::StageSequence sequence_of_stage(stage);
+  const torch::Tensor input = torch::randn({256, 64}), target = torch::randn({256, 64});
+  mr::MemoryMeter meter(torch::kCPU);
+  const std::int64_t before = meter.current_bytes();
+  std::unique_ptr<mr::SequenceRun> run = sequence_of_stage.forward(
+      model, input, true, [&](const torch::Tensor& y) { return model.loss(y, target); });
+  const std::int64_t held = meter.current_bytes() - before;
+  torch::Tensor delta = sequence_of_stage.backward(*run, mr::StageSequence::GradientFn());
+  return {held, delta};
+}
+}  // namespace
+
+TEST(RematSequences, OffloadsFreeWhatTheRecordedGraphsSaved) {
+  if (world_rank() != 0) GTEST_SKIP() << "one rank suffices";
+  const auto [stored, stored_delta] =
+      forward_held_bytes("F0all F1all F2all F3all Loss dLoss B3 B2 B1 B0");
+  // abar_1 and abar_2 (the graphs' saved tensors, not only the outputs) go to host memory.
+  const auto [offloaded, offloaded_delta] =
+      forward_held_bytes("F0all F1all O1 F2all O2 F3all Loss P2 P1 dLoss B3 B2 B1 B0");
+  const std::int64_t layer_bytes = stored / 4;
+  EXPECT_LT(offloaded, stored - layer_bytes) << "stored " << stored << " bytes";
+  EXPECT_TRUE(torch::allclose(offloaded_delta, stored_delta, 1e-6, 1e-7));
 }
