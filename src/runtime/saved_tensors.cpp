@@ -28,8 +28,7 @@ class CollectingHooks final : public torch::autograd::SavedVariableHooks {
 
 class CollectingEngine final : public torch::autograd::Engine {
  public:
-  std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks()
-      override {
+  std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
     if (collecting == nullptr) return nullptr;
     return std::make_unique<CollectingHooks>(collecting);
   }

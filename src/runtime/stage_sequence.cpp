@@ -398,6 +398,9 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
                     ": the sequence must end with only the gradient of the stage input stored, "
                     "it leaves " +
                     leftovers(presence, n_, first_layer_));
+  original_index_.resize(ops_.size());
+  for (std::size_t i = 0; i < ops_.size(); ++i) original_index_[i] = i;
+  delay_prefetches();
   std::vector<int> forwards(static_cast<std::size_t>(n_) + 2, 0);
   for (const RematOp& op : ops_)
     if (op.kind != RematOpKind::Backward && op.kind != RematOpKind::Offload &&
@@ -424,11 +427,60 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
   }
 }
 
+namespace {
+bool is_transfer(const RematOp& op) {
+  return op.kind == RematOpKind::Offload || op.kind == RematOpKind::Prefetch;
+}
+}  // namespace
+
+// The planner's model starts each prefetch as late as the host link allows it to end when its
+// reader starts; run where the sequence lists it (often every P right after the Loss), a P would
+// bring its tensor back long before, all of them at once. Each P moves to just before the compute
+// op that precedes its reader (B_k or a forward of layer k), so that its copy overlaps that op,
+// prefetches keeping their order on the link; the sequence as written when the moved one would
+// break a rule.
+void madpipe::runtime::StageSequence::delay_prefetches() {
+  const std::size_t size = ops_.size();
+  std::vector<std::size_t> before(size, size);  // P at i: the compute op it moves before
+  for (std::size_t i = 0; i < size; ++i) {
+    if (ops_[i].kind != RematOpKind::Prefetch) continue;
+    std::size_t previous_compute = size;
+    for (std::size_t j = i + 1; j < size; ++j) {
+      if (is_transfer(ops_[j])) continue;
+      if (ops_[j].stage == ops_[i].stage) break;  // the reader
+      previous_compute = j;
+    }
+    before[i] = previous_compute;
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t j = 0; j < size; ++j) {
+    if (!is_transfer(ops_[j]))
+      for (std::size_t i = 0; i < j; ++i)
+        if (before[i] == j) order.push_back(i);
+    if (before[j] == size) order.push_back(j);
+  }
+  remat::RematSequence delayed;
+  for (std::size_t i : order) delayed.push_back(ops_[i]);
+  SequencePresence presence(n_);
+  presence.plain[0] = 1;
+  for (const RematOp& op : delayed) {
+    if (!blocked(presence, op, n_, first_layer_).empty()) return;
+    apply(presence, op, n_);
+  }
+  if (!presence.finished()) return;
+  ops_ = std::move(delayed);
+  original_index_ = std::move(order);
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    if (ops_[i].stage == n_ + 1 && ops_[i].kind == RematOpKind::ForwardAll) loss_index_ = i;
+}
+
 void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string& problem,
                                            ErrorKind kind) const {
+  const std::string op = remat::to_string({ops_[index]}, chain_);
+  if (index < original_index_.size()) index = original_index_[index];
   throw Error(kind, "", "/stages/" + std::to_string(stage_) + "/sequence",
-              "stage " + std::to_string(stage_) + ", op " + std::to_string(index + 1) + " '" +
-                  remat::to_string({ops_[index]}, chain_) + "': " + problem);
+              "stage " + std::to_string(stage_) + ", op " + std::to_string(index + 1) + " '" + op +
+                  "': " + problem);
 }
 
 std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(ChainModel& model,

@@ -82,6 +82,7 @@ class StageSequence {
   explicit StageSequence(const schedule::Stage& stage);
 
   int stage() const noexcept { return stage_; }
+  // The ops in the order they run: as written, but for prefetches delayed (delay_prefetches).
   const remat::RematSequence& ops() const noexcept { return ops_; }
   std::size_t loss_index() const noexcept { return loss_index_; }
 
@@ -103,7 +104,8 @@ class StageSequence {
                   const GradientFn& gradient) const;
   torch::Tensor input_of(SequenceRun& run, std::size_t index, int j) const;
   torch::Tensor forward_layer(SequenceRun& run, int k, const torch::Tensor& x) const;
-  // Throws Error{kind} naming the stage and op `index`.
+  void delay_prefetches();
+  // Throws Error{kind} naming the stage and op `index` (of the sequence as written).
   [[noreturn]] void fail(std::size_t index, const std::string& problem, ErrorKind kind) const;
 
   int stage_ = 0;
@@ -112,7 +114,8 @@ class StageSequence {
   remat::RematChain chain_;
   remat::RematSequence ops_;
   std::size_t loss_index_ = 0;
-  std::vector<char> recomputed_;  // [1..n] layer k is forwarded more than once
+  std::vector<char> recomputed_;             // [1..n] layer k is forwarded more than once
+  std::vector<std::size_t> original_index_;  // [op] its index in the sequence as written
   // [op] an offload whose prefetch comes before a_{k-1} is computed again
   std::vector<char> frees_storage_;
   std::vector<char> collects_;  // [1..n] F^all of layer k collects what its graph saves

@@ -595,3 +595,14 @@ TEST(RematSequences, OffloadsFreeWhatTheRecordedGraphsSaved) {
   EXPECT_LT(offloaded, stored - layer_bytes) << "stored " << stored << " bytes";
   EXPECT_TRUE(torch::allclose(offloaded_delta, stored_delta, 1e-6, 1e-7));
 }
+
+TEST(RematSequences, PrefetchesRunJustBeforeTheOpBeforeTheirReader) {
+  ms::Stage stage;
+  stage.first_layer = 0;
+  stage.last_layer = 3;
+  stage.sequence = "F0all F1all O1 F2all O2 F3all Loss P2 P1 dLoss B3 B2 B1 B0";
+  const mr::StageSequence sequence(stage);
+  const mremat::RematChain chain = mremat::make_remat_chain(4);
+  EXPECT_EQ(mremat::to_string(sequence.ops(), chain),
+            "F0all F1all O1 F2all O2 F3all Loss dLoss P2 B3 P1 B2 B1 B0");
+}
