@@ -31,16 +31,20 @@ static std::string layers_of(const madpipe::Profile& profile, int first, int las
 // and how exact X is.
 static std::string describe_floor(const madpipe::partition::MemoryFloor& floor,
                                   const madpipe::Profile& profile, const std::string& with,
-                                  bool contiguous_algorithm) {
+                                  bool contiguous_algorithm, const std::string& saving,
+                                  std::int64_t limit_bytes) {
   const bool cut = floor.cut;
+  std::string floor_text = madpipe::format_bytes_up(static_cast<double>(floor.bytes));
+  // Rounded, the floor may read as the limit that it exceeds: then in bytes, both.
+  if (floor_text == bytes(limit_bytes))
+    floor_text += " (" + std::to_string(floor.bytes) + " bytes; the limit is " +
+                  std::to_string(limit_bytes) + ")";
   std::string text = "the smallest memory per GPU for which madpipe finds a plan" + with + " is " +
-                     (cut ? "at most " : "") +
-                     madpipe::format_bytes_up(static_cast<double>(floor.bytes)) +
-                     " (the fullest GPU then holds " +
+                     (cut ? "at most " : "") + floor_text + " (the fullest GPU then holds " +
                      layers_of(profile, floor.binding_first, floor.binding_last) + " with " +
                      std::to_string(floor.binding_in_flight) + " micro-batch" +
                      (floor.binding_in_flight == 1 ? "" : "es") + " in flight" +
-                     (floor.binding_saves_memory ? ", rematerializing" : "");
+                     (floor.binding_saves_memory ? ", " + saving : "");
   if (cut)
     text += "; at least " + bytes(floor.at_least_bytes) + ": the time limit cut the search";
   else if (contiguous_algorithm || floor.any_allocation_bytes >= floor.bytes)
@@ -81,7 +85,11 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   if (!floor.fits)
     text += "; madpipe finds no plan" + with + " with any memory per GPU";
   else
-    text += "; " + describe_floor(floor, profile, with, contiguous);
+    text += "; " + describe_floor(floor, profile, with, contiguous,
+                                  !options.remat.host_offload ? "rematerializing"
+                                  : options.remat.rotor       ? "recomputing or offloading"
+                                                              : "offloading",
+                                  platform.memory_bytes);
   if (!options.remat.rotor) {
     RematSettings rotor = options.remat;
     rotor.rotor = true;
@@ -89,7 +97,10 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
     const MemoryFloor with_remat =
         algorithm_memory_floor(costs, platform, options, &remat, hint_out_of_time);
     if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
-      text += "; with --remat rotor (recompute activations in the backward) it is " +
+      text += std::string("; with --remat rotor") +
+              (options.remat.host_offload ? " as well (recompute activations in the backward too)"
+                                          : " (recompute activations in the backward)") +
+              " it is " +
               (with_remat.cut ? "between " + bytes(with_remat.at_least_bytes) + " and " +
                                     enough_bytes(with_remat.bytes) + " (the search was cut short)"
                               : enough_bytes(with_remat.bytes));

@@ -35,3 +35,25 @@ TEST(ExplainInfeasible, NamesALayerTooLargeForAnyGpu) {
   EXPECT_NE(text.find("layer 1 (" + profile.layers[1].name + ") alone keeps"), std::string::npos)
       << text;
 }
+
+TEST(ExplainInfeasible, OffloadingFloorsSayOffloadingAndSuggestRecomputingAsWell) {
+  // A GPT of width 1024 on one GPU: offloading alone needs about 2.1 GiB, with recomputation
+  // about 1.5 GiB.
+  const madpipe::Profile profile =
+      madpipe::read_profile(mt::test_data_path("profiles/gpt_w1024_h200.json"));
+  madpipe::Platform platform = mt::make_platform(1, std::int64_t{1800} << 20, 1e8, 3);
+  platform.host_bandwidth_bytes_per_ms = 55.3e6;
+  mp::PlannerOptions options;
+  options.gpipe_micro_batches = 4;
+  options.remat.host_offload = true;
+  options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
+  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  ASSERT_FALSE(result.feasible);
+  const std::string text = mp::explain_infeasible(result.reason, profile, platform, options);
+  EXPECT_NE(text.find("in flight, offloading;"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rematerializing"), std::string::npos) << text;
+  EXPECT_NE(text.find("with --remat rotor as well (recompute activations in the backward too) "
+                      "it is "),
+            std::string::npos)
+      << text;
+}
