@@ -132,6 +132,27 @@ std::string leftovers(const SequencePresence& p, int n, int first) {
   return out;
 }
 
+// Replays `ops` with the rules the run applies before each op: the index of the first op they
+// block (why in `problem`), else ops.size(); `presence` is what the ops leave.
+std::size_t dry_run(const madpipe::remat::RematSequence& ops, int n, int first,
+                    SequencePresence& presence, std::string& problem) {
+  presence = SequencePresence(n);
+  presence.plain[0] = 1;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    problem = blocked(presence, ops[i], n, first);
+    if (!problem.empty()) return i;
+    apply(presence, ops[i], n);
+  }
+  return ops.size();
+}
+
+bool is_transfer(const RematOp& op) {
+  return op.kind == RematOpKind::Offload || op.kind == RematOpKind::Prefetch;
+}
+
+// F^all, F^ck, F^none of a layer or the Loss.
+bool is_forward(const RematOp& op) { return op.kind != RematOpKind::Backward && !is_transfer(op); }
+
 std::string what_of(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
   return e.what();
@@ -247,27 +268,6 @@ torch::Tensor to_device(torch::Tensor host, c10::Device device,
   return out;
 }
 
-// Whether a_j's storage holds a_j alone: exactly its bytes, refillable through an allocator, and
-// used by no other tensor the run holds (a layer may return its input, or a view of it).
-bool owns_its_storage(const SequenceRun& run, int j, const torch::Tensor& x) {
-  const c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
-  if (storage->allocator() == nullptr || !x.is_contiguous() || x.storage_offset() != 0 ||
-      storage->nbytes() != x.nbytes() || x.nbytes() == 0)
-    return false;
-  auto same = [storage](const torch::Tensor& t) {
-    return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage;
-  };
-  for (std::size_t i = 0; i < run.plain.size(); ++i) {
-    const bool mine = static_cast<int>(i) == j;
-    // a_j itself: the plain tensor, the recorded output of layer j, the input leaf of layer j + 1
-    if ((!mine && (same(run.plain[i]) || same(run.recorded[i]) || same(run.evicted[i]))) ||
-        (static_cast<int>(i) != j + 1 && same(run.leaf[i])) || same(run.gradient[i]) ||
-        same(run.output))
-      return false;
-  }
-  return true;
-}
-
 // All the bytes of x's storage, as a tensor of its own (a copy into it is no modification of x
 // that autograd would see).
 torch::Tensor storage_bytes(const torch::Tensor& x) {
@@ -284,9 +284,9 @@ void free_storage(const torch::Tensor& x) {
   storage->set_nbytes(0);
 }
 
-// P into the storage that free_storage emptied (`host`: its bytes), through the allocator that
-// first filled it, so that the tensors autograd saved see the values again. As to_device
-// otherwise.
+// P into the storage that free_storage emptied (`host`: its bytes, from storage_bytes), through the
+// allocator that first filled it, so that the tensors autograd saved see the values again. As
+// to_device otherwise.
 void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
                     std::shared_ptr<c10::Event>& ready) {
   c10::StorageImpl* storage = x.storage().unsafeGetStorageImpl();
@@ -294,7 +294,7 @@ void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
   if (!x.is_cuda()) {
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
-    storage_bytes(x).copy_(host.reshape({-1}).view(torch::kByte));
+    storage_bytes(x).copy_(host);
     return;
   }
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
@@ -303,17 +303,18 @@ void refill_storage(const torch::Tensor& x, const torch::Tensor& host,
     c10::StreamGuard guard(side);
     storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
     storage->set_nbytes(bytes);
-    storage_bytes(x).copy_(host.reshape({-1}).view(torch::kByte), /*non_blocking=*/true);
+    storage_bytes(x).copy_(host, /*non_blocking=*/true);
   }
   ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
   ready->record(side);
   impl.recordDataPtrOnStream(storage->data_ptr(), impl.getStream(x.device()));
 }
 
-// O of abar_j beyond a_j: copies the storages that the recorded graph of layer j saved to host
-// memory and frees them, but for those the run needs before P: the stage's weights and buffers,
-// and storages another tensor of the run holds (a_j's own is handled by the caller).
-void park_saved(SequenceRun& run, int j, int first_layer, int last_layer) {
+// O of a_j when its P comes before a_j is computed again: copies to host memory, and frees in
+// place, the storage of a_j and those of what the recorded graph of layer j saved (abar_j), but
+// for storages the run needs before the P: the stage's weights and buffers, and what other
+// tensors of the run hold. Returns whether a_j's own storage moved (else the caller copies a_j).
+bool park(SequenceRun& run, int j, const torch::Tensor& x, int first_layer, int last_layer) {
   std::set<const c10::StorageImpl*> kept;
   auto keep = [&kept](const torch::Tensor& t) {
     if (t.defined() && t.has_storage()) kept.insert(t.storage().unsafeGetStorageImpl());
@@ -321,21 +322,30 @@ void park_saved(SequenceRun& run, int j, int first_layer, int last_layer) {
   for (const torch::Tensor& t : run.model->parameters(first_layer, last_layer)) keep(t);
   for (const torch::Tensor& t : run.model->buffers(first_layer, last_layer)) keep(t);
   for (std::size_t i = 0; i < run.plain.size(); ++i) {
-    for (const torch::Tensor* t :
-         {&run.plain[i], &run.recorded[i], &run.leaf[i], &run.gradient[i], &run.evicted[i]})
-      keep(*t);
-    if (static_cast<int>(i) != j)
+    const int at = static_cast<int>(i);
+    // a_j itself: the plain tensor, the recorded output of layer j, the input leaf of layer j + 1
+    if (at != j) {
+      keep(run.plain[i]);
+      keep(run.recorded[i]);
       for (const torch::Tensor& t : run.saved[i]) keep(t);
+    }
+    if (at != j + 1) keep(run.leaf[i]);
+    keep(run.gradient[i]);
+    keep(run.evicted[i]);
   }
   keep(run.output);
-  for (const torch::Tensor& t : run.saved[static_cast<std::size_t>(j)]) {
+  auto move = [&](const torch::Tensor& t) {
     const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
     if (storage->allocator() == nullptr || storage->nbytes() == 0 || !kept.insert(storage).second)
-      continue;  // kept, already parked, or not refillable
+      return false;  // kept, already moved, or not refillable
     run.parked[static_cast<std::size_t>(j)].emplace_back(t, to_host(storage_bytes(t)));
     free_storage(t);
-  }
+    return true;
+  };
+  const bool moved = move(x);
+  for (const torch::Tensor& t : run.saved[static_cast<std::size_t>(j)]) move(t);
   run.saved[static_cast<std::size_t>(j)].clear();
+  return moved;
 }
 }  // namespace
 
@@ -384,14 +394,10 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
                     "' has " + std::to_string(losses) + " and " + std::to_string(dlosses));
   if (dloss_index < loss_index_)
     fail(dloss_index, "dLoss comes before Loss", ErrorKind::InvalidInput);
-  // Dry run with the rules the run applies before each op.
   SequencePresence presence(n_);
-  presence.plain[0] = 1;
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    const std::string problem = blocked(presence, ops_[i], n_, first_layer_);
-    if (!problem.empty()) fail(i, problem, ErrorKind::InvalidInput);
-    apply(presence, ops_[i], n_);
-  }
+  std::string problem;
+  const std::size_t blocked_at = dry_run(ops_, n_, first_layer_, presence, problem);
+  if (blocked_at < ops_.size()) fail(blocked_at, problem, ErrorKind::InvalidInput);
   if (!presence.finished())
     throw Error(ErrorKind::InvalidInput, "", field,
                 who +
@@ -403,9 +409,7 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
   delay_prefetches();
   std::vector<int> forwards(static_cast<std::size_t>(n_) + 2, 0);
   for (const RematOp& op : ops_)
-    if (op.kind != RematOpKind::Backward && op.kind != RematOpKind::Offload &&
-        op.kind != RematOpKind::Prefetch && op.stage <= n_)
-      ++forwards[op.stage];
+    if (is_forward(op) && op.stage <= n_) ++forwards[op.stage];
   recomputed_.assign(forwards.size(), 0);
   for (std::size_t k = 0; k < forwards.size(); ++k) recomputed_[k] = forwards[k] > 1;
   frees_storage_.assign(ops_.size(), 0);
@@ -419,19 +423,12 @@ madpipe::runtime::StageSequence::StageSequence(const schedule::Stage& stage)
         frees_storage_[i] = 1;
         break;
       }
-      if (op.stage == k - 1 && op.kind != RematOpKind::Backward &&
-          op.kind != RematOpKind::Offload && op.kind != RematOpKind::Prefetch)
+      if (op.stage == k - 1 && is_forward(op))
         break;  // a_{k-1} computed again: graphs may hold the old storage and the new one
     }
     if (frees_storage_[i]) collects_[static_cast<std::size_t>(k - 1)] = 1;
   }
 }
-
-namespace {
-bool is_transfer(const RematOp& op) {
-  return op.kind == RematOpKind::Offload || op.kind == RematOpKind::Prefetch;
-}
-}  // namespace
 
 // The planner's model starts each prefetch as late as the host link allows it to end when its
 // reader starts; run where the sequence lists it (often every P right after the Loss), a P would
@@ -462,12 +459,10 @@ void madpipe::runtime::StageSequence::delay_prefetches() {
   remat::RematSequence delayed;
   for (std::size_t i : order) delayed.push_back(ops_[i]);
   SequencePresence presence(n_);
-  presence.plain[0] = 1;
-  for (const RematOp& op : delayed) {
-    if (!blocked(presence, op, n_, first_layer_).empty()) return;
-    apply(presence, op, n_);
-  }
-  if (!presence.finished()) return;
+  std::string problem;
+  if (dry_run(delayed, n_, first_layer_, presence, problem) < delayed.size() ||
+      !presence.finished())
+    return;
   ops_ = std::move(delayed);
   original_index_ = std::move(order);
   for (std::size_t i = 0; i < ops_.size(); ++i)
@@ -680,21 +675,17 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
     case RematOpKind::Offload: {
       torch::Tensor x = input_of(run, index, k - 1);
       run.home[k - 1] = x.device();
-      run.host[k - 1] = to_host(x);
-      if (frees_storage_[index] && owns_its_storage(run, k - 1, x)) {
-        free_storage(x);
+      if (frees_storage_[index] && park(run, k - 1, x, first_layer_, first_layer_ + n - 1))
         run.evicted[k - 1] = x;
-      }
-      if (frees_storage_[index] && run.recorded[k - 1].defined())
-        park_saved(run, k - 1, first_layer_, first_layer_ + n - 1);
+      else
+        run.host[k - 1] = to_host(x);
       run.plain[k - 1] = torch::Tensor();
       break;
     }
     case RematOpKind::Prefetch: {
       for (auto& [tensor, host] : run.parked[k - 1]) refill_storage(tensor, host, run.ready[k - 1]);
       run.parked[k - 1].clear();
-      if (run.evicted[k - 1].defined()) {
-        refill_storage(run.evicted[k - 1], run.host[k - 1], run.ready[k - 1]);
+      if (run.evicted[k - 1].defined()) {  // refilled with the parked storages
         run.plain[k - 1] = std::move(run.evicted[k - 1]);
         run.evicted[k - 1] = torch::Tensor();
       } else {

@@ -45,9 +45,9 @@ struct SequenceRun {
   std::vector<c10::Device> home;     // [0..n] device an offloaded a_j returns to
   std::vector<std::shared_ptr<c10::Event>> ready;  // [0..n] CUDA: end of a_j's prefetch copy
   std::vector<torch::Tensor> evicted;  // [0..n] offloaded a_j whose storage was freed (P refills)
-  // [1..n] what the recorded graph of layer k saved (collected when an offload moves abar_k), and
-  // those of its storages an offload freed, each with its host bytes
+  // [1..n] what the recorded graph of layer k saved (collected when an offload moves abar_k)
   std::vector<std::vector<torch::Tensor>> saved;
+  // [0..n] the storages an offload of a_j freed (a_j's, abar_j's), each with its host bytes
   std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> parked;
   std::vector<torch::Tensor> leaf;      // [1..n+1] detached input of a recorded forward
   std::vector<torch::Tensor> recorded;  // [1..n+1] its output, with the graph (the loss: n + 1)
