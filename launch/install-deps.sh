@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages that madpipe (planner, runtime, CLI, tests) builds against,
 # clang for launch/sanitize.sh and launch/fuzz.sh, and clang-format for launch/format.sh; then
-# PyTorch (whose LibTorch the runtime builds against) and numpy from PyPI into .venv/ at the
-# repository root. Skips apt when every package is already installed, and pip when .venv/ has the
-# wanted torch. Used by launch/quickstart.sh and .ci/run.
+# from PyPI into .venv/ at the repository root: PyTorch (whose LibTorch the runtime builds
+# against), numpy, and what the Python package builds and tests with (nanobind,
+# scikit-build-core, pytest). Skips apt when every package is already installed, and pip when
+# .venv/ has the wanted versions. Used by launch/quickstart.sh and .ci/run.
 #
 #   MADPIPE_TORCH=torch==2.15.0   the pip requirement for PyTorch (the default wheel is
 #                                 CUDA-enabled; it runs on machines without a GPU too)
@@ -11,6 +12,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 torch_requirement=${MADPIPE_TORCH:-torch==2.15.0}
+# The Python package's build and tests (python/, pyproject.toml).
+python_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0)
 
 packages=(
   build-essential cmake ninja-build ccache
@@ -18,6 +21,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   coinor-libcbc-dev libglpk-dev
   libopenmpi-dev openmpi-bin
+  python3-dev python3-venv
   clang libclang-rt-14-dev clang-format
 )
 
@@ -25,23 +29,26 @@ is_installed() {
   dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'
 }
 
-# PyTorch in .venv/: CMake finds its LibTorch there (CMakeLists.txt).
-install_torch() {
+# PyTorch and the Python package's tools in .venv/: CMake finds LibTorch and nanobind there
+# (CMakeLists.txt, python/CMakeLists.txt).
+install_python_packages() {
   local venv=$repo/.venv
   if [[ -x $venv/bin/python ]] &&
-    "$venv/bin/python" - "$torch_requirement" <<'PY' 2>/dev/null; then
+    "$venv/bin/python" - "$torch_requirement" "${python_requirements[@]}" <<'PY' 2>/dev/null; then
 import sys
 from importlib.metadata import version
-name, _, wanted = sys.argv[1].partition("==")
-have = version(name)
-sys.exit(0 if not wanted or have == wanted else 1)
+for requirement in sys.argv[1:]:
+    name, _, wanted = requirement.partition("==")
+    if wanted and version(name) != wanted:
+        sys.exit(1)
 PY
-    echo "install-deps: $torch_requirement is installed in .venv/"
+    echo "install-deps: $torch_requirement ${python_requirements[*]} are installed in .venv/"
     return
   fi
-  echo "install-deps: installing $torch_requirement and numpy into .venv/ (a few GB)"
+  echo "install-deps: installing $torch_requirement, numpy and ${python_requirements[*]} into .venv/ (a few GB)"
   [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "$torch_requirement" numpy
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$torch_requirement" numpy \
+    "${python_requirements[@]}"
   echo "install-deps: $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
 }
 
@@ -51,7 +58,7 @@ for package in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
-  install_torch
+  install_python_packages
   exit 0
 fi
 
@@ -71,4 +78,4 @@ echo "install-deps: installing ${missing[*]}"
 as_root apt-get update
 as_root env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${packages[@]}"
-install_torch
+install_python_packages

@@ -51,6 +51,9 @@ for layer in "${!may_include[@]}"; do
 done
 
 export CCACHE_DIR=${CCACHE_DIR:-$repo/.ccache}
+# The packaging test (python/tests/test_packaging.py) builds the planner again in build-python/;
+# with the build directory left out of the hash, ccache serves it this build's objects.
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
