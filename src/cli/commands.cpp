@@ -1,6 +1,7 @@
 #include "cli/commands.hpp"
 
 #include "cli/compare_command.hpp"
+#include "cli/export_command.hpp"
 #include "cli/export_weights_command.hpp"
 #include "cli/memplan_command.hpp"
 #include "cli/plan_command.hpp"
@@ -30,6 +31,7 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
        memplan_command},
       {"profile", "measure every layer of a model on a device -> profile.json", profile_command},
       {"train", "train a model with a plan, one MPI process per pipeline rank", train_command},
+      {"export", "a plan as a schedule that torch.distributed.pipelining runs", export_command},
       {"export-weights", "a training run's checkpointed weights as a file PyTorch loads",
        export_weights_command},
       {"show", "draw a plan or a training trace as a Gantt chart: SVG or Chrome trace",

@@ -103,7 +103,7 @@ expect_count() {
 case_help() {
   run --help
   expect_status 0
-  for command in plan simulate compare sweep scale show; do expect_match out "^  $command  "; done
+  for command in plan simulate compare sweep scale export show; do expect_match out "^  $command  "; done
   expect_empty err
   run help plan
   expect_status 0
@@ -137,7 +137,7 @@ case_version() {
 case_unknown_command() {
   run frobnicate
   expect_status 2
-  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, scale, remat, memplan, profile, train, export-weights, show)"
+  expect_in err "madpipe: error: unknown command 'frobnicate' (valid: plan, simulate, compare, sweep, scale, remat, memplan, profile, train, export, export-weights, show)"
   expect_empty out
   run
   expect_status 2
@@ -848,10 +848,116 @@ case_scale() {
   expect_in err "madpipe: error: no split of the 4 GPUs into D replicas of a pipeline works"
 }
 
+# torch_accepts DIR...: when a Python with torch.distributed.pipelining is at hand (.venv's, else
+# python3), its own checks take each DIR/schedule.csv: _validate_schedule (every stage's F and B
+# of each micro-batch once, on one rank), the insertion of sends and receives, and the simulation
+# of compute and communication, which fails on a deadlock. Without torch, nothing is checked.
+torch_accepts() {
+  local python=$source_dir/.venv/bin/python
+  [[ -x $python ]] || python=python3
+  if ! "$python" -c "import torch.distributed.pipelining.schedules" 2>/dev/null; then
+    echo "($case_name: no Python with torch.distributed.pipelining: torch's checks skipped)" >&2
+    return 0
+  fi
+  "$python" - "$@" <<'PY' || fail "torch.distributed.pipelining rejects a schedule of: $*"
+import json, sys
+from torch.distributed.pipelining.schedules import (
+    _Action, _add_send_recv, _simulate_comms_compute, _validate_schedule)
+for folder in sys.argv[1:]:
+    stages = json.load(open(f"{folder}/stages.json"))
+    S, N = stages["num_stages"], stages["micro_batches"]
+    lines = open(f"{folder}/schedule.csv").read().splitlines()
+    actions = {r: [_Action.from_str(a) for a in line.split(",")] for r, line in enumerate(lines)}
+    mapping = _validate_schedule(actions, pp_group_size=len(lines), num_stages=S,
+                                 num_microbatches=N)
+    assert mapping == {s["stage"]: s["rank"] for s in stages["stages"]}, (folder, mapping)
+    comms = _add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=S)
+    _simulate_comms_compute(comms, lambda s: mapping[s], S)
+PY
+}
+
+# A plan as torch.distributed.pipelining's compute-only CSV and its stages: one line per GPU,
+# each stage's forwards on its GPU's line; torch takes it, with several stages on one GPU too.
+case_export_torch() {
+  run plan --profile "$resnet" "${platform[@]}" --quiet --output plan.json
+  expect_status 0
+  run export --plan plan.json --format torch --micro-batches 8 --output torch
+  expect_status 0
+  expect_empty err
+  expect_in out "schedule  torch.distributed.pipelining: 4 ranks, 4 stages, 8 micro-batches"
+  expect_match out "^   0  0 +16  0F0 0F1 "
+  expect_in out "schedule written to torch/schedule.csv"
+  expect_in out "stages written to torch/stages.json"
+  [[ -f torch/schedule.csv && -f torch/stages.json ]] || fail "torch/ lacks its two files"
+  expect_line_count torch/schedule.csv 4
+  expect_count torch/schedule.csv "F" 32
+  expect_count torch/schedule.csv "B" 32
+  local rank
+  for rank in 0 1 2 3; do
+    [[ $(sed -n "$((rank + 1))p" torch/schedule.csv) =~ ^(${rank}[FB][0-7],){15}${rank}[FB][0-7]$ ]] ||
+      fail "line $((rank + 1)) of schedule.csv is not 16 actions of stage $rank"
+  done
+  expect_json torch/stages.json
+  expect_in torch/stages.json '"format": "madpipe.torch-stages/1",'
+  expect_in torch/stages.json '"micro_batches": 8,'
+  expect_in torch/stages.json '"ranks": 4,'
+  expect_in torch/stages.json '"num_stages": 4,'
+  expect_match torch/stages.json '^    \{"stage": 3, "rank": 3, "first_layer": [0-9]+, "last_layer": 20, "remat": "none", "offload": "none"\}$'
+  expect_in torch/stages.json '"notes": []'
+
+  # Nine stages on four GPUs, six of them on GPU 0.
+  run plan --profile "$source_dir/configs/profiles/gpt2_xl16.json" --gpus 4 --memory 16GiB \
+    --bandwidth 50GB/s --quiet --output xl.json
+  expect_status 0
+  run export --plan xl.json --format torch --micro-batches 5 -o xl
+  expect_status 0
+  local stages
+  stages=$(grep -o '"num_stages": [0-9]*' xl/stages.json | grep -o '[0-9]*$')
+  [[ $stages -gt 4 ]] || fail "the gpt2_xl16 plan has $stages stages, expected more than the 4 GPUs"
+  expect_line_count xl/schedule.csv 4
+  expect_count xl/schedule.csv "F" $((stages * 5))
+  torch_accepts torch xl
+
+  # A GPU without a stage: an empty line and a note.
+  run plan --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 12GB/s --algorithm 1f1b --quiet \
+    --output idle.json
+  expect_status 0
+  run export --plan idle.json --format torch --micro-batches 4 -o idle
+  expect_status 0
+  expect_line_count idle/schedule.csv 4
+  [[ -z $(sed -n 4p idle/schedule.csv) ]] || fail "rank 3 of idle/schedule.csv is not empty"
+  expect_in out "note: rank 3 runs no stage, and torch.distributed.pipelining needs one on every rank"
+  expect_in idle/stages.json '"rank 3 runs no stage'
+
+  # Errors: status 2, a message naming the option or the file, nothing written.
+  run export --plan plan.json --format onnx --micro-batches 8 --output bad
+  expect_status 2
+  expect_in err "madpipe: error: --format: unknown format 'onnx' (valid: torch)"
+  run export --plan plan.json --format torch --micro-batches 0 --output bad
+  expect_status 2
+  expect_in err "madpipe: error: --micro-batches: must be >= 1, got 0"
+  run export --plan plan.json --format torch --output bad
+  expect_status 2
+  expect_in err "madpipe: error: the option '--micro-batches' is required but missing"
+  run export --plan missing.json --format torch --micro-batches 8 --output bad
+  expect_status 2
+  expect_match err "^madpipe: error: missing\.json: cannot open file"
+  expect_empty out
+  sed 's|"gpu": 3|"gpu": 9|' plan.json >wrong-gpu.json
+  run export --plan wrong-gpu.json --format torch --micro-batches 8 --output bad
+  expect_status 2
+  expect_in err "madpipe: error: wrong-gpu.json: /stages/3/gpu: invalid plan: 1 violation"
+  [[ ! -e bad ]] || fail "a failed export created its output folder"
+  touch file
+  run export --plan plan.json --format torch --micro-batches 8 --output file
+  expect_status 2
+  expect_in err "madpipe: error: file: cannot create the output folder"
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan scale)
+  multi_node memplan scale export_torch)
 
 run_case() {
   case_name=$1
