@@ -14,6 +14,7 @@ torch.distributed.pipelining (``run_plan``). See docs/python.md.
 from ._checking import Simulation, Violation, simulate, validate
 from ._documents import Plan, Profile, read_plan, read_profile
 from ._errors import Error
+from ._export import TorchSchedule, export_torch, read_torch_schedule
 from ._planning import Comparison, compare, lower_bound, plan, smallest_feasible_memory
 
 from . import _madpipe
@@ -22,7 +23,7 @@ __version__ = _madpipe.version()
 ALGORITHMS = tuple(_madpipe.algorithm_names())
 
 __all__ = [
-    "ALGORITHMS", "Comparison", "Error", "Plan", "Profile", "Simulation", "Violation", "compare",
-    "lower_bound", "plan", "read_plan", "read_profile", "simulate", "smallest_feasible_memory",
-    "validate",
+    "ALGORITHMS", "Comparison", "Error", "Plan", "Profile", "Simulation", "TorchSchedule",
+    "Violation", "compare", "export_torch", "lower_bound", "plan", "read_plan", "read_profile",
+    "read_torch_schedule", "simulate", "smallest_feasible_memory", "validate",
 ]

@@ -12,6 +12,7 @@
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/simulate.hpp"
+#include "plan/torch_schedule.hpp"
 #include "plan/validate.hpp"
 #include "schedule/pattern.hpp"
 
@@ -181,6 +182,19 @@ std::int64_t smallest_feasible_memory(const std::string& profile_text,
                                                       request.platform, request.options);
 }
 
+nb::dict export_torch(const std::string& plan_text, const std::string& plan_file,
+                      int micro_batches) {
+  const madpipe::plan::Plan plan = plan_of(plan_text, plan_file);
+  madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), plan_file);
+  const madpipe::plan::TorchSchedule schedule = madpipe::plan::torch_schedule(plan, micro_batches);
+  nb::dict out;
+  out["actions"] = schedule.actions;
+  out["stage_to_rank"] = schedule.stage_to_rank;
+  out["csv"] = madpipe::plan::torch_schedule_csv(schedule);
+  out["stages"] = madpipe::plan::torch_stages_text(plan, schedule);
+  return out;
+}
+
 std::vector<std::string> algorithm_names() {
   std::vector<std::string> names;
   for (madpipe::partition::Algorithm a : madpipe::partition::all_algorithms())
@@ -242,6 +256,8 @@ NB_MODULE(_madpipe, m) {
         nb::arg("request"));
   m.def("smallest_feasible_memory", &smallest_feasible_memory, nb::arg("profile"),
         nb::arg("profile_file"), nb::arg("request"));
+  m.def("export_torch", &export_torch, nb::arg("plan"), nb::arg("plan_file"),
+        nb::arg("micro_batches"));
   m.def("algorithm_names", &algorithm_names);
   m.def("version", [] { return std::string(MADPIPE_VERSION); });
 }

@@ -22,3 +22,18 @@ def madpipe_bin():
     if not (os.path.isfile(path) and os.access(path, os.X_OK)) and not shutil.which(path):
         pytest.skip(f"no madpipe command at {path} (set MADPIPE_BIN)")
     return path
+
+
+def chain_profile(forward_ms, backward_ms, output_bytes=1024, weight_bytes=4096, name="chain"):
+    """A madpipe.profile/1 dict of a chain with the given per-layer times."""
+    return {
+        "format": "madpipe.profile/1", "name": name, "input_bytes": output_bytes,
+        "layers": [{"name": f"layer{i}", "forward_ms": f, "backward_ms": b, "weight_bytes": weight_bytes,
+                    "output_bytes": output_bytes} for i, (f, b) in enumerate(zip(forward_ms, backward_ms))],
+    }
+
+
+@pytest.fixture
+def non_contiguous_profile():
+    """The thesis's three-layer chain: on 2 GPUs, MadPipe puts layers 0 and 2 on one GPU."""
+    return chain_profile([0.5, 1, 0.5], [0.5, 1, 0.5], name="thesis3")
