@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,10 +45,26 @@ std::string broadcast_string(const std::string& value, int root);
 // on every rank (as Error{InvalidInput}), so that no rank is left waiting.
 std::string computed_on_rank0(int rank, const std::function<std::string()>& produce);
 
-// MPI_Wait, or with timeout_s > 0, MPI_Test until done or the time is up: then Error{Runtime}
-// (field "transfer-timeout") "rank R waited more than T s <what>", so that a lost or stuck peer
-// stops the run instead of hanging it.
+// MPI_Test until done, or with timeout_s > 0 until the time is up: then Error{Runtime} (field
+// "transfer-timeout") "rank R waited more than T s <what>", so that a lost or stuck peer stops
+// the run instead of hanging it. Polls as PollPacer says.
 void wait_with_deadline(MPI_Request& request, double timeout_s, int rank, const std::string& what);
+
+// The pause between two polls of a rank that waits for a message. A wait that has lasted
+// kSpinFor yields between polls (the message is probably about to come); a longer one sleeps
+// kSleep between polls, so that where ranks share cores (more ranks than cores, as on the CPU
+// test machines) a waiting rank hands its core to the ranks that compute instead of spinning on
+// it. A message is then noticed at most kSleep late. (MPI_Wait polls as well in Open MPI.)
+class PollPacer {
+ public:
+  static constexpr std::chrono::microseconds kSpinFor{200};
+  static constexpr std::chrono::microseconds kSleep{50};
+
+  void pause();
+
+ private:
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+};
 
 // Keeps `owned` alive until the process exits. For what an active request still reads or writes
 // when its owner is destroyed by an error: such a request may be neither waited for (the peer may

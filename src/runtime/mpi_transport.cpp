@@ -206,6 +206,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
       return;
     }
     const auto started = std::chrono::steady_clock::now();
+    madpipe::runtime::PollPacer pacer;
     for (;;) {
       int done = 0;
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
@@ -220,7 +221,7 @@ class MpiTransport final : public madpipe::runtime::Transport {
             madpipe::ErrorKind::Runtime, "", "transfer-timeout",
             "rank " + std::to_string(rank_) + " waited more than " + limit + " s " + what);
       }
-      std::this_thread::yield();
+      pacer.pause();
     }
   }
 
