@@ -3,7 +3,9 @@
 #include "core/error.hpp"
 #include "core/json_file.hpp"
 #include "core/json_reader.hpp"
+#include "core/units.hpp"
 
+#include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <climits>
@@ -83,6 +85,39 @@ static int optional_batch(const JsonReader& reader, const json& object) {
   return static_cast<int>(batch);
 }
 
+// backward_input_ms and backward_weight_ms come together and add up to backward_ms (to a
+// relative 1e-6: writers round); backward_weight_kept_bytes only with them.
+static std::optional<madpipe::SplitBackward> read_split_backward(const JsonReader& reader,
+                                                                 const json& object,
+                                                                 const std::string& pointer,
+                                                                 double backward_ms) {
+  const bool has_input = JsonReader::find(object, "backward_input_ms") != nullptr;
+  const bool has_weight = JsonReader::find(object, "backward_weight_ms") != nullptr;
+  if (!has_input && !has_weight) {
+    if (JsonReader::find(object, "backward_weight_kept_bytes") != nullptr) {
+      reader.fail(pointer + "/backward_weight_kept_bytes",
+                  "needs backward_input_ms and backward_weight_ms");
+    }
+    return std::nullopt;
+  }
+  if (!has_input)
+    reader.fail(pointer + "/backward_input_ms", "missing (backward_weight_ms is given)");
+  if (!has_weight)
+    reader.fail(pointer + "/backward_weight_ms", "missing (backward_input_ms is given)");
+  const auto non_negative = JsonReader::Sign::NonNegative;
+  madpipe::SplitBackward split;
+  split.input_ms = reader.number_member(object, pointer, "backward_input_ms", non_negative);
+  split.weight_ms = reader.number_member(object, pointer, "backward_weight_ms", non_negative);
+  split.kept_bytes = optional_size(reader, object, pointer, "backward_weight_kept_bytes");
+  const double sum = split.input_ms + split.weight_ms;
+  if (std::fabs(sum - backward_ms) > 1e-6 * std::max(1.0, backward_ms)) {
+    reader.fail(pointer + "/backward_weight_ms",
+                "backward_input_ms + backward_weight_ms must equal backward_ms (" +
+                    madpipe::format_number(backward_ms) + "), got " + madpipe::format_number(sum));
+  }
+  return split;
+}
+
 static madpipe::Layer read_layer(const JsonReader& reader, const json& value,
                                  const std::string& pointer) {
   const json& object = reader.object_value(value, pointer);
@@ -96,14 +131,20 @@ static madpipe::Layer read_layer(const JsonReader& reader, const json& value,
   out.saved_bytes = optional_size(reader, object, pointer, "saved_bytes");
   out.forward_workspace_bytes = optional_size(reader, object, pointer, "forward_workspace_bytes");
   out.backward_workspace_bytes = optional_size(reader, object, pointer, "backward_workspace_bytes");
+  out.split_backward = read_split_backward(reader, object, pointer, out.backward_ms);
   return out;
+}
+
+bool madpipe::operator==(const SplitBackward& a, const SplitBackward& b) {
+  return a.input_ms == b.input_ms && a.weight_ms == b.weight_ms && a.kept_bytes == b.kept_bytes;
 }
 
 bool madpipe::operator==(const Layer& a, const Layer& b) {
   return a.name == b.name && a.forward_ms == b.forward_ms && a.backward_ms == b.backward_ms &&
          a.weight_bytes == b.weight_bytes && a.output_bytes == b.output_bytes &&
          a.saved_bytes == b.saved_bytes && a.forward_workspace_bytes == b.forward_workspace_bytes &&
-         a.backward_workspace_bytes == b.backward_workspace_bytes;
+         a.backward_workspace_bytes == b.backward_workspace_bytes &&
+         a.split_backward == b.split_backward;
 }
 
 bool madpipe::operator==(const Profile& a, const Profile& b) {
@@ -197,6 +238,11 @@ static nlohmann::ordered_json to_ordered_json(const madpipe::Profile& profile) {
     entry["saved_bytes"] = layer.saved_bytes;
     entry["forward_workspace_bytes"] = layer.forward_workspace_bytes;
     entry["backward_workspace_bytes"] = layer.backward_workspace_bytes;
+    if (layer.split_backward) {  // absent: the file is byte for byte a profile without it
+      entry["backward_input_ms"] = layer.split_backward->input_ms;
+      entry["backward_weight_ms"] = layer.split_backward->weight_ms;
+      entry["backward_weight_kept_bytes"] = layer.split_backward->kept_bytes;
+    }
     layers.push_back(std::move(entry));
   }
   out["layers"] = std::move(layers);

@@ -1,12 +1,22 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace madpipe {
+
+// A backward split in two (zero-bubble schedules): the input gradient I, which the previous
+// stage waits for, and the weight gradient W, which nobody waits for. Optional in a profile.
+struct SplitBackward {
+  double input_ms = 0;          // backward_input_ms
+  double weight_ms = 0;         // backward_weight_ms; input_ms + weight_ms = backward_ms
+  std::int64_t kept_bytes = 0;  // backward_weight_kept_bytes: kept from I until W
+};
+bool operator==(const SplitBackward& a, const SplitBackward& b);
 
 // One layer of the chain, fields named as in madpipe.profile/1 (FORMATS.md).
 struct Layer {
@@ -18,6 +28,7 @@ struct Layer {
   std::int64_t saved_bytes = 0;   // kept from F until B besides input and output
   std::int64_t forward_workspace_bytes = 0;
   std::int64_t backward_workspace_bytes = 0;
+  std::optional<SplitBackward> split_backward;  // when the profile measured the split
 };
 
 struct Profile {

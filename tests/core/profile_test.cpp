@@ -479,6 +479,54 @@ TEST(ProfileFromJson, RejectsEachInvalidField) {
   }
 }
 
+TEST(ProfileFromJson, ReadsASplitBackward) {
+  json j = valid_json();
+  j["layers"][0]["backward_input_ms"] = 1.25;
+  j["layers"][0]["backward_weight_ms"] = 1.75;
+  j["layers"][0]["backward_weight_kept_bytes"] = 3000;
+  const Profile p = madpipe::profile_from_json(j);
+  ASSERT_TRUE(p.layers[0].split_backward.has_value());
+  EXPECT_EQ(p.layers[0].split_backward->input_ms, 1.25);
+  EXPECT_EQ(p.layers[0].split_backward->weight_ms, 1.75);
+  EXPECT_EQ(p.layers[0].split_backward->kept_bytes, 3000);
+  EXPECT_FALSE(p.layers[1].split_backward.has_value());
+  EXPECT_FALSE(p == madpipe::profile_from_json(valid_json()));
+}
+
+TEST(ProfileFromJson, RejectsEachBadSplitBackward) {
+  const auto split = [](double input, double weight) {
+    return [input, weight](json& j) {
+      j["layers"][0]["backward_input_ms"] = input;
+      j["layers"][0]["backward_weight_ms"] = weight;
+    };
+  };
+  const std::vector<BadJsonCase> cases = {
+      {"input alone", [](json& j) { j["layers"][0]["backward_input_ms"] = 3.0; },
+       "/layers/0/backward_weight_ms", "missing (backward_input_ms is given)"},
+      {"weight alone", [](json& j) { j["layers"][1]["backward_weight_ms"] = 0.5; },
+       "/layers/1/backward_input_ms", "missing (backward_weight_ms is given)"},
+      {"sum too small", split(1.0, 1.0), "/layers/0/backward_weight_ms",
+       "backward_input_ms + backward_weight_ms must equal backward_ms (3), got 2"},
+      {"negative input", split(-1.0, 4.0), "/layers/0/backward_input_ms", ">= 0"},
+      {"kept without split", [](json& j) { j["layers"][1]["backward_weight_kept_bytes"] = 8; },
+       "/layers/1/backward_weight_kept_bytes", "needs backward_input_ms and backward_weight_ms"},
+      {"kept negative",
+       [&split](json& j) {
+         split(2.0, 1.0)(j);
+         j["layers"][0]["backward_weight_kept_bytes"] = -8;
+       },
+       "/layers/0/backward_weight_kept_bytes", ""},
+  };
+  for (const BadJsonCase& c : cases) {
+    json j = valid_json();
+    c.mutate(j);
+    const Error e = from_json_error(j, "split.json");
+    EXPECT_EQ(e.field(), c.pointer) << c.what;
+    EXPECT_NE(e.problem().find(c.problem), std::string::npos)
+        << c.what << ": got '" << e.problem() << "'";
+  }
+}
+
 TEST(ProfileFromJson, ReportsTheFirstBadLayer) {
   json j = valid_json();
   for (int l = 0; l < 5; ++l) j["layers"].push_back(j["layers"][1]);
@@ -508,6 +556,22 @@ TEST(WriteProfile, RoundTripsAHandMadeProfile) {
   madpipe::write_profile(p, path);
   EXPECT_EQ(madpipe::read_profile(path), p);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST(WriteProfile, WritesASplitBackwardOnlyWhereThereIsOne) {
+  TempDir dir;
+  Profile p = madpipe::testing::make_chain({1.0, 2.0}, {2.0, 4.0}, {10, 20}, {100, 200}, 50);
+  const std::string plain = dir.file("plain.json");
+  madpipe::write_profile(p, plain);
+  EXPECT_EQ(read_text(plain).find("backward_input_ms"), std::string::npos);
+  p.layers[1].split_backward = madpipe::SplitBackward{1.5, 2.5, 300};
+  const std::string split = dir.file("split.json");
+  madpipe::write_profile(p, split);
+  EXPECT_EQ(madpipe::read_profile(split), p);
+  const std::string text = read_text(split);
+  EXPECT_NE(text.find("\"backward_weight_kept_bytes\": 300"), std::string::npos);
+  // After the documented fields of its layer (the second, the last one).
+  EXPECT_LT(text.rfind("backward_workspace_bytes"), text.find("backward_input_ms"));
 }
 
 TEST(WriteProfile, RoundTripsRandomChainsExactly) {
