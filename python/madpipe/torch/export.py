@@ -20,9 +20,9 @@ import json
 import os
 import re
 
+from .._export import SCHEDULE_FILE, STAGES_FILE
+
 STAGES_FORMAT = "madpipe.torch-stages/1"
-SCHEDULE_FILE = "schedule.csv"
-STAGES_FILE = "stages.json"
 
 # A compute action of a compute-only schedule: stage, F (forward) or B (full backward), micro-batch.
 _ACTION = re.compile(r"^(\d+)([FB])(\d+)$")
