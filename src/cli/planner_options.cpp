@@ -40,6 +40,20 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 }),
             "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
             "heuristic, or auto (ilp when a MILP solver is built)");
+  add_group("split-backward",
+            po::value(&settings.split_backward)
+                ->value_name("MODE")
+                ->default_value(settings.split_backward)
+                ->notifier([](const std::string& name) {
+                  try {
+                    partition::backward_split_from_string(name);
+                  } catch (const Error& e) {
+                    throw_invalid("", "--split-backward", e.problem());
+                  }
+                }),
+            "where the profile splits backwards into input and weight gradients "
+            "(backward_weight_ms): auto (madpipe and contiguous plan with and without the split "
+            "and keep the shorter period) or off (whole backwards)");
   add_group("solver", po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",
@@ -131,6 +145,7 @@ madpipe::partition::PlannerOptions madpipe::cli::to_planner_options(const Planne
   options.gpipe_micro_batches = settings.gpipe_micro_batches;
   options.max_k = settings.max_k;
   options.scheduler = partition::scheduler_from_string(settings.scheduler);
+  options.split_backward = partition::backward_split_from_string(settings.split_backward);
   options.milp = settings.milp;
   options.time_limit_s = settings.time_limit_s;
   options.milp.time_limit_s = settings.time_limit_s;

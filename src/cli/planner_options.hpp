@@ -16,6 +16,7 @@ struct PlannerSettings {
   int gpipe_micro_batches = 0;  // --micro-batches: GPipe step size; 0: number of GPUs
   int max_k = 0;                // 0: number of GPUs
   std::string scheduler = "auto";
+  std::string split_backward = "auto";
   partition::MilpSettings milp{};
   double time_limit_s = partition::kCommandTimeLimitS;  // --time-limit: the whole request
   bool verbose = false;                                 // --verbose: every planning step on stderr

@@ -7,6 +7,8 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
   const std::size_t n = profile.layers.size();
   forward_prefix_.assign(n + 1, 0.0);
   backward_prefix_.assign(n + 1, 0.0);
+  backward_weight_prefix_.assign(n + 1, 0.0);
+  kept_prefix_.assign(n + 1, 0);
   weight_prefix_.assign(n + 1, 0);
   stored_prefix_.assign(n + 1, 0);
   output_bytes_.assign(n + 1, 0);
@@ -19,6 +21,9 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
     forward_prefix_[l + 1] = forward_prefix_[l] + layer.forward_ms;
     backward_prefix_[l + 1] = backward_prefix_[l] + layer.backward_ms;
     weight_prefix_[l + 1] = weight_prefix_[l] + layer.weight_bytes;
+    const SplitBackward split = layer.split_backward.value_or(SplitBackward{});
+    backward_weight_prefix_[l + 1] = backward_weight_prefix_[l] + split.weight_ms;
+    kept_prefix_[l + 1] = kept_prefix_[l] + split.kept_bytes;
     stored_prefix_[l + 1] = stored_prefix_[l] + output_bytes_[l] + layer.saved_bytes;
     output_bytes_[l + 1] = layer.output_bytes;
     workspace[l] = std::max(layer.forward_workspace_bytes, layer.backward_workspace_bytes);
@@ -46,6 +51,14 @@ double madpipe::ChainCosts::backward_ms(int first, int last) const noexcept {
 
 double madpipe::ChainCosts::compute_ms(int first, int last) const noexcept {
   return forward_ms(first, last) + backward_ms(first, last);
+}
+
+double madpipe::ChainCosts::backward_weight_ms(int first, int last) const noexcept {
+  return backward_weight_prefix_[last + 1] - backward_weight_prefix_[first];
+}
+
+std::int64_t madpipe::ChainCosts::weight_kept_bytes(int first, int last) const noexcept {
+  return kept_prefix_[last + 1] - kept_prefix_[first];
 }
 
 std::int64_t madpipe::ChainCosts::weight_bytes(int first, int last) const noexcept {

@@ -17,6 +17,11 @@ class ChainCosts {
   double forward_ms(int first, int last) const noexcept;
   double backward_ms(int first, int last) const noexcept;
   double compute_ms(int first, int last) const noexcept;  // U(first, last)
+  // The part of backward_ms that a split backward defers to W (profile backward_weight_ms; 0 for
+  // layers without a split), and what those layers keep from I until W.
+  double backward_weight_ms(int first, int last) const noexcept;
+  std::int64_t weight_kept_bytes(int first, int last) const noexcept;
+  bool has_split_backward() const noexcept { return backward_weight_prefix_.back() > 0; }
   std::int64_t weight_bytes(int first, int last) const noexcept;
   // Memory one in-flight micro-batch occupies: inputs of the layers plus their saved_bytes.
   std::int64_t stored_bytes(int first, int last) const noexcept;
@@ -35,8 +40,8 @@ class ChainCosts {
   double max_layer_compute_ms() const noexcept { return max_layer_ms_; }
 
  private:
-  std::vector<double> forward_prefix_, backward_prefix_;
-  std::vector<std::int64_t> weight_prefix_, stored_prefix_;
+  std::vector<double> forward_prefix_, backward_prefix_, backward_weight_prefix_;
+  std::vector<std::int64_t> weight_prefix_, stored_prefix_, kept_prefix_;
   std::vector<std::int64_t> output_bytes_;  // index l+1 holds a_l; index 0 holds a_{-1}
   // workspace_max_[k][l]: largest workspace of layers l .. l + 2^k - 1 (a sparse table).
   std::vector<std::vector<std::int64_t>> workspace_max_;

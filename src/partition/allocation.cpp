@@ -26,6 +26,8 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const remat::RematO
   stage.backward_ms = option.backward_ms;
   stage.stored_bytes = option.stored_bytes;
   stage.workspace_bytes = option.transient_bytes;
+  stage.backward_weight_ms = 0;  // an operation sequence runs its backward whole
+  stage.weight_kept_bytes = 0;
   int forwards = 0;
   bool offloads = false;
   for (const remat::RematOp& op : option.sequence) {

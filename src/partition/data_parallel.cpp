@@ -46,12 +46,12 @@ double madpipe::partition::ring_all_reduce_ms(std::int64_t bytes, int replicas,
          steps * latency_ms;
 }
 
-// End of the last backward of each stage in the simulated step.
+// End of the last backward (B, or W on a split stage) of each stage in the simulated step.
 static std::vector<double> last_backward_ends(const madpipe::plan::SimResult& run,
                                               std::size_t num_stages) {
   std::vector<double> ends(num_stages, 0.0);
   for (const madpipe::plan::SimOp& op : run.ops)
-    if (op.kind == madpipe::schedule::OpKind::B)
+    if (op.kind == madpipe::schedule::OpKind::B || op.kind == madpipe::schedule::OpKind::W)
       ends[static_cast<std::size_t>(op.stage)] =
           std::max(ends[static_cast<std::size_t>(op.stage)], op.end_ms);
   return ends;

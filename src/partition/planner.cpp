@@ -32,6 +32,10 @@ constexpr Named<madpipe::partition::Scheduler> kSchedulerNames[] = {
     {madpipe::partition::Scheduler::Ilp, "ilp"},
     {madpipe::partition::Scheduler::Heuristic, "heuristic"},
 };
+constexpr Named<madpipe::partition::BackwardSplit> kBackwardSplitNames[] = {
+    {madpipe::partition::BackwardSplit::Auto, "auto"},
+    {madpipe::partition::BackwardSplit::Off, "off"},
+};
 
 }  // namespace
 
@@ -58,6 +62,19 @@ madpipe::partition::Scheduler madpipe::partition::scheduler_from_string(const st
   return value_named(kSchedulerNames, name, "scheduler", "scheduler");
 }
 
+const char* madpipe::partition::to_string(BackwardSplit split) {
+  return name_of(kBackwardSplitNames, split);
+}
+
+madpipe::partition::BackwardSplit madpipe::partition::backward_split_from_string(
+    const std::string& name) {
+  return value_named(kBackwardSplitNames, name, "split-backward", "split-backward mode");
+}
+
+bool madpipe::partition::can_split_backward(Algorithm algorithm) {
+  return algorithm == Algorithm::MadPipe || algorithm == Algorithm::Contiguous;
+}
+
 double madpipe::partition::lower_bound_period_ms(const Profile& profile, const Platform& platform) {
   return lower_bound_period_ms(ChainCosts(profile), platform);
 }
@@ -80,11 +97,18 @@ static std::string seconds_text(double seconds) {
   return text.str();
 }
 
-madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
-                                                             const Platform& platform,
-                                                             const PlannerOptions& options) {
-  check_platform(platform);
-  if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
+// The profile with every backward whole.
+static madpipe::Profile without_split_backward(madpipe::Profile profile) {
+  for (madpipe::Layer& layer : profile.layers) layer.split_backward.reset();
+  return profile;
+}
+
+// One planning request on `profile` as it is (split backwards where it has them).
+static madpipe::partition::PlanResult plan_profile(
+    const madpipe::Profile& profile, const madpipe::Platform& platform,
+    const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  using namespace madpipe::partition;
   const auto started = std::chrono::steady_clock::now();
   const ChainCosts costs(profile);
   PlanningBudget::Settings settings;
@@ -140,6 +164,37 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   plan.solver = best->solver;
   plan::fill_predicted(plan, lower_bound_period_ms(profile, platform));
   return result;
+}
+
+madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
+                                                             const Platform& platform,
+                                                             const PlannerOptions& options) {
+  check_platform(platform);
+  if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
+  const Profile whole = without_split_backward(profile);
+  if (options.split_backward == BackwardSplit::Off || !can_split_backward(options.algorithm) ||
+      !ChainCosts(profile).has_split_backward())
+    return plan_profile(whole, platform, options);
+  // Each request gets half the time limit.
+  PlannerOptions half = options;
+  if (std::isfinite(options.time_limit_s)) half.time_limit_s = options.time_limit_s / 2;
+  PlanResult result = plan_profile(whole, platform, half);
+  PlanResult split = plan_profile(profile, platform, half);
+  const bool split_wins =
+      split.feasible && (!result.feasible || split.plan.predicted.period_ms <
+                                                 result.plan.predicted.period_ms * (1 - 1e-9));
+  const std::string compared =
+      "split backward (B and W): " +
+      (split.feasible ? format_ms(split.plan.predicted.period_ms) : std::string("no plan")) +
+      " per micro-batch, whole backwards: " +
+      (result.feasible ? format_ms(result.plan.predicted.period_ms) : std::string("no plan"));
+  PlanResult& kept = split_wins ? split : result;
+  const PlanResult& other = split_wins ? result : split;
+  kept.notes.push_back(compared + (split_wins ? "; the split is kept" : "; whole backwards kept"));
+  kept.planning_seconds += other.planning_seconds;
+  kept.phases.insert(kept.phases.end(), other.phases.begin(), other.phases.end());
+  kept.cut_by_time_limit = kept.cut_by_time_limit || other.cut_by_time_limit;
+  return std::move(kept);
 }
 
 madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOptions& options,

@@ -37,6 +37,17 @@ enum class Scheduler {
 const char* to_string(Scheduler scheduler);                // "auto", "ilp", "heuristic"
 Scheduler scheduler_from_string(const std::string& name);  // Error lists names
 
+// Whether stages split their backward into B (input gradient) and W (weight gradient), as
+// zero-bubble schedules do, where the profile measured the split (backward_weight_ms). The
+// madpipe and contiguous algorithms split; the others run whole backwards.
+enum class BackwardSplit {
+  Auto,  // plans with and without the split, keeps the shorter period (whole backwards on a tie)
+  Off,   // whole backwards: the profile's split is ignored
+};
+const char* to_string(BackwardSplit split);                         // "auto", "off"
+BackwardSplit backward_split_from_string(const std::string& name);  // Error lists names
+bool can_split_backward(Algorithm algorithm);
+
 // The MILP solver the ILPs use.
 struct MilpSettings {
   std::string backend;       // "cbc", "glpk"; empty: the first built
@@ -76,6 +87,7 @@ struct PlannerOptions {
                                  // (one per pipeline resource)
   int refine_evaluations = 150;  // madpipe: schedules tried by the local search; 0: none
   Scheduler scheduler = Scheduler::Auto;
+  BackwardSplit split_backward = BackwardSplit::Auto;
   int ilp_allocations = 2;  // madpipe + ilp scheduler: best allocations given to the ILP
   MilpSettings milp{};
   RematSettings remat{};  // per-stage rematerialization (ROTOR) where memory is short

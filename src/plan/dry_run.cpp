@@ -114,6 +114,7 @@ std::string dry_run(const Program& program) {
           problem = "the gradient that " + to_string(instr) + " needs is not delivered before it";
         break;
       case InstrKind::OptimizerStep:
+      case InstrKind::BackwardWeight:
         break;
     }
     return problem.empty();

@@ -51,9 +51,11 @@ std::vector<std::vector<Planned>> planned_ops(const Plan& plan, const LowerOptio
   std::map<std::pair<int, int>, int> position;  // (kind, stage) -> chain position
   for (std::size_t c = 0; c < chain.size(); ++c)
     position[{static_cast<int>(chain[c].kind), chain[c].stage}] = static_cast<int>(c);
+  for (const schedule::Op& w : schedule::weight_ops(plan.stages))  // after the chain
+    position[{static_cast<int>(w.kind), w.stage}] = static_cast<int>(chain.size()) + w.stage;
   std::vector<std::vector<Planned>> planned(plan.platform.gpus);
   for (const schedule::Op& op : pattern.ops) {
-    if (is_transfer(op.kind) || (op.kind == schedule::OpKind::B && !options.train)) continue;
+    if (is_transfer(op.kind) || (op.kind != schedule::OpKind::F && !options.train)) continue;
     for (int i = residue(op.shift, k); i < options.micro_batches; i += k) {
       const int period = (i - op.shift) / k;
       planned[op.gpu].push_back({period * pattern.period_ms + op.start_ms,
@@ -115,6 +117,12 @@ std::vector<Instr> compute_list(const Plan& plan, const LowerOptions& options, i
         free_slots[s].insert(slot);  // validation keeps nothing for a backward
       continue;
     }
+    const bool split = plan.stages[s].splits_backward();
+    if (p.kind == schedule::OpKind::W) {
+      add(InstrKind::BackwardWeight, s, i);
+      if (m > 0 && ++backwards[{s, i / m}] == m) add(InstrKind::OptimizerStep, s, i / m);
+      continue;
+    }
     if (!last && next_gpu != g) add(InstrKind::RecvGrad, s, i, next_gpu);
     const int slot = slot_of.at({s, i});
     add(InstrKind::Backward, s, i, -1, slot);
@@ -125,7 +133,8 @@ std::vector<Instr> compute_list(const Plan& plan, const LowerOptions& options, i
       else
         add(InstrKind::SendGrad, s - 1, i, prev_gpu);
     }
-    if (m > 0 && ++backwards[{s, i / m}] == m) add(InstrKind::OptimizerStep, s, i / m);
+    // A split stage's weight gradients are complete after its W ops.
+    if (!split && m > 0 && ++backwards[{s, i / m}] == m) add(InstrKind::OptimizerStep, s, i / m);
   }
   return out;
 }

@@ -57,6 +57,10 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
     s["gpu"] = stage.gpu;
     s["forward_ms"] = stage.forward_ms;
     s["backward_ms"] = stage.backward_ms;
+    if (stage.splits_backward()) {  // absent: B is the whole backward, as before
+      s["backward_weight_ms"] = stage.backward_weight_ms;
+      s["weight_kept_bytes"] = stage.weight_kept_bytes;
+    }
     s["weight_bytes"] = stage.weight_bytes;
     s["stored_bytes"] = stage.stored_bytes;
     s["output_bytes"] = stage.output_bytes;
@@ -260,6 +264,14 @@ static madpipe::schedule::Stage read_stage(const JsonReader& reader, const json&
   stage.gpu = reader.int_member(o, p, "gpu", 0);
   stage.forward_ms = reader.number_member(o, p, "forward_ms", Sign::NonNegative);
   stage.backward_ms = reader.number_member(o, p, "backward_ms", Sign::NonNegative);
+  if (o.contains("backward_weight_ms") || o.contains("weight_kept_bytes")) {
+    stage.backward_weight_ms = reader.number_member(o, p, "backward_weight_ms", Sign::Positive);
+    stage.weight_kept_bytes = reader.int64_member(o, p, "weight_kept_bytes", 0);
+    if (stage.backward_weight_ms > stage.backward_ms)
+      reader.fail(p + "/backward_weight_ms", "must be <= backward_ms (" +
+                                                 reader.show(o.at("backward_ms")) + "), got " +
+                                                 reader.show(o.at("backward_weight_ms")));
+  }
   stage.weight_bytes = reader.int64_member(o, p, "weight_bytes", 0);
   stage.stored_bytes = reader.int64_member(o, p, "stored_bytes", 0);
   stage.output_bytes = reader.int64_member(o, p, "output_bytes", 0);

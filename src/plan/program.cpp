@@ -16,7 +16,7 @@ struct InstrName {
   char peer_mark;  // '>' to, '<' from, 0 none
 };
 using madpipe::plan::InstrKind;
-constexpr std::array<InstrName, 11> kInstrNames{{
+constexpr std::array<InstrName, 12> kInstrNames{{
     {InstrKind::Forward, "F", 0},
     {InstrKind::Backward, "B", 0},
     {InstrKind::HandAct, "HAND_ACT", 0},
@@ -28,6 +28,7 @@ constexpr std::array<InstrName, 11> kInstrNames{{
     {InstrKind::RecvAct, "RECV_ACT", '<'},
     {InstrKind::RecvGrad, "RECV_GRAD", '<'},
     {InstrKind::OptimizerStep, "OPT", 0},
+    {InstrKind::BackwardWeight, "W", 0},
 }};
 
 const InstrName& name_of(madpipe::plan::InstrKind kind) {

@@ -30,6 +30,9 @@ enum class InstrKind {
   RecvAct,        // waits for the posted receive; delivers the input of F s+1.i
   RecvGrad,       // waits for the posted receive; delivers the gradient B s.i needs
   OptimizerStep,  // steps stage s's optimizer after the last backward of update `micro_batch`
+  // W s.i of a split stage (Stage::splits_backward): the weight gradient of micro-batch i, after
+  // B s.i, which then computed the input gradient only; frees what it kept for W.
+  BackwardWeight,
 };
 
 struct Instr {

@@ -135,6 +135,9 @@ std::vector<ProgramMemory> program_memory(const Plan& plan, const Program& progr
         }
         case InstrKind::Backward: {
           transient[k] = stages[s].workspace_bytes;
+          if (stages[s].splits_backward())
+            held.hold(stages[s].weight_kept_bytes, k,
+                      index_of(InstrKind::BackwardWeight, s, i, n - 1));
           if (s == 0) break;
           // The input's gradient until it has left: sent, or used by the previous stage's
           // backward on this GPU.
@@ -154,6 +157,9 @@ std::vector<ProgramMemory> program_memory(const Plan& plan, const Program& progr
         }
         case InstrKind::OptimizerStep:
           transient[k] = 2 * stages[s].weight_bytes;
+          break;
+        case InstrKind::BackwardWeight:
+          transient[k] = stages[s].workspace_bytes;
           break;
         default:
           break;

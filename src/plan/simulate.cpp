@@ -103,7 +103,8 @@ static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
 
 [[noreturn]] static void report_deadlock(const std::vector<Instance>& instances,
                                          const std::map<int, std::vector<int>>& by_resource,
-                                         const std::vector<madpipe::schedule::Op>& ops, int gpus) {
+                                         const std::vector<madpipe::schedule::Op>& ops,
+                                         const std::vector<int>& before, int gpus) {
   std::string stuck;
   int listed = 0, more = 0;
   for (const auto& [r, list] : by_resource) {
@@ -117,10 +118,10 @@ static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
       const auto& op = ops[head.op];
       std::string part = resource_name(r, gpus) + " waits to run " +
                          madpipe::schedule::op_token(op.kind, op.stage, head.micro_batch);
-      if (head.position > 0) {
-        const auto& before = ops[instances[id - 1].op];
+      if (before[head.position] >= 0) {
+        const auto& needed = ops[instances[id - head.position + before[head.position]].op];
         part += ", which needs " +
-                madpipe::schedule::op_token(before.kind, before.stage, head.micro_batch);
+                madpipe::schedule::op_token(needed.kind, needed.stage, head.micro_batch);
       }
       stuck += (listed == 0 ? "" : "; ") + part;
       ++listed;
@@ -150,7 +151,20 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
 
   const int k = pattern.k;
   const double period = pattern.period_ms;
-  const std::vector<madpipe::schedule::Op> chain = micro_batch_chain(plan.stages, plan.platform);
+  // The ops of one micro-batch: its chain, each op after the one before it, then the W ops of
+  // split stages, each after B of its stage.
+  std::vector<madpipe::schedule::Op> chain = micro_batch_chain(plan.stages, plan.platform);
+  std::vector<int> before(chain.size());
+  for (std::size_t c = 0; c < chain.size(); ++c) before[c] = static_cast<int>(c) - 1;
+  for (const madpipe::schedule::Op& w : weight_ops(plan.stages)) {
+    for (std::size_t c = 0; c < chain.size(); ++c)
+      if (chain[c].kind == madpipe::schedule::OpKind::B && chain[c].stage == w.stage)
+        before.push_back(static_cast<int>(c));
+    chain.push_back(w);
+  }
+  std::vector<std::vector<int>> after(chain.size());
+  for (std::size_t c = 0; c < chain.size(); ++c)
+    if (before[c] >= 0) after[before[c]].push_back(static_cast<int>(c));
   const auto table = op_table(plan, chain);
   const std::vector<int> nca = concurrent_activations(pattern, num_stages);
   const int max_in_flight = nca.empty() ? 1 : *std::max_element(nca.begin(), nca.end());
@@ -200,7 +214,7 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
   std::vector<int> ready;
   for (int id = 0; id < static_cast<int>(instances.size()); ++id) {
     Instance& x = instances[id];
-    x.waiting = (x.position > 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
+    x.waiting = (before[x.position] >= 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
     if (x.waiting == 0) ready.push_back(id);
   }
   const bool timetable = options.policy == StartPolicy::Timetable;
@@ -210,17 +224,22 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
     ready.pop_back();
     Instance& x = instances[id];
     double start = timetable ? x.planned - origin : 0.0;
-    if (x.position > 0) start = std::max(start, instances[id - 1].end);
+    const int first_of_micro_batch = id - x.position;
+    if (before[x.position] >= 0)
+      start = std::max(start, instances[first_of_micro_batch + before[x.position]].end);
     if (x.resource_prev >= 0) start = std::max(start, instances[x.resource_prev].end);
     x.start = start;
     x.end = start + x.duration;
     x.done = true;
     ++finished;
-    if (x.position + 1 < length && --instances[id + 1].waiting == 0) ready.push_back(id + 1);
+    for (int next : after[x.position])
+      if (--instances[first_of_micro_batch + next].waiting == 0)
+        ready.push_back(first_of_micro_batch + next);
     if (x.resource_next >= 0 && --instances[x.resource_next].waiting == 0)
       ready.push_back(x.resource_next);
   }
-  if (finished != instances.size()) report_deadlock(instances, by_resource, pattern.ops, gpus);
+  if (finished != instances.size())
+    report_deadlock(instances, by_resource, pattern.ops, before, gpus);
 
   SimResult result;
   result.micro_batches = n;
@@ -261,27 +280,31 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
     result.steady_normalized_ms = result.steady_period_ms / k;
   }
 
-  // Memory timeline: static memory, plus stored bytes from the start of F to the end of B.
+  // Memory timeline: static memory, plus stored bytes from the start of F to the end of B and,
+  // on split stages, weight_kept_bytes from the end of B to the end of W.
   const double eps = 1e-9 * period;
   std::vector<std::vector<MemoryEvent>> events(gpus);
+  auto add_event = [&](int gpu, double time, std::int64_t delta) {
+    if (delta == 0) return;
+    MemoryEvent e;
+    e.time = time;
+    e.is_start = delta > 0;
+    e.order = e.is_start ? time : time - eps;
+    e.delta = delta;
+    events[gpu].push_back(e);
+  };
   for (const Instance& x : instances) {
     const madpipe::schedule::Op& op = chain[x.position];
-    if (op.kind != madpipe::schedule::OpKind::F && op.kind != madpipe::schedule::OpKind::B)
-      continue;
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
-    if (stage.stored_bytes == 0) continue;
-    MemoryEvent e;
+    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
     if (op.kind == madpipe::schedule::OpKind::F) {
-      e.time = x.start - first;
-      e.order = e.time;
-      e.is_start = true;
-      e.delta = stage.stored_bytes;
-    } else {
-      e.time = x.end - first;
-      e.order = e.time - eps;
-      e.delta = -stage.stored_bytes;
+      add_event(stage.gpu, x.start - first, stage.stored_bytes);
+    } else if (op.kind == madpipe::schedule::OpKind::B) {
+      add_event(stage.gpu, x.end - first, -stage.stored_bytes);
+      add_event(stage.gpu, x.end - first, kept);
+    } else if (op.kind == madpipe::schedule::OpKind::W) {
+      add_event(stage.gpu, x.end - first, -kept);
     }
-    events[stage.gpu].push_back(e);
   }
   result.memory.resize(gpus);
   result.peak_memory_bytes.assign(gpus, 0);

@@ -10,9 +10,13 @@
 namespace madpipe::plan {
 namespace {
 
-// torch's _Action.from_str format: stage, computation type, micro-batch ("0F3", "12B0").
-std::string action_token(const Instr& instr) {
-  const char* type = instr.kind == InstrKind::Forward ? "F" : "B";
+// torch's _Action.from_str format: stage, computation type, micro-batch ("0F3", "12B0"). A
+// split stage's B computes the input gradient only: torch's "I", and its W is torch's "W".
+std::string action_token(const Instr& instr, bool split) {
+  const char* type = instr.kind == InstrKind::Forward          ? "F"
+                     : instr.kind == InstrKind::BackwardWeight ? "W"
+                     : split                                   ? "I"
+                                                               : "B";
   return std::to_string(instr.stage) + type + std::to_string(instr.micro_batch);
 }
 
@@ -67,8 +71,10 @@ TorchSchedule torch_schedule(const Plan& plan, int micro_batches) {
   schedule.actions.resize(program.per_gpu.size());
   for (std::size_t g = 0; g < program.per_gpu.size(); ++g)
     for (const Instr& instr : program.per_gpu[g])
-      if (instr.kind == InstrKind::Forward || instr.kind == InstrKind::Backward)
-        schedule.actions[g].push_back(action_token(instr));
+      if (instr.kind == InstrKind::Forward || instr.kind == InstrKind::Backward ||
+          instr.kind == InstrKind::BackwardWeight)
+        schedule.actions[g].push_back(
+            action_token(instr, plan.stages.at(instr.stage).splits_backward()));
   return schedule;
 }
 

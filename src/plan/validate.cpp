@@ -126,9 +126,21 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
         {"weight_bytes", stage.weight_bytes},
         {"stored_bytes", stage.stored_bytes},
         {"output_bytes", stage.output_bytes},
-        {"workspace_bytes", stage.workspace_bytes}};
+        {"workspace_bytes", stage.workspace_bytes},
+        {"weight_kept_bytes", stage.weight_kept_bytes}};
     for (const auto& [key, value] : sizes)
       if (value < 0) report.add(p + "/" + key, "must be >= 0, got " + std::to_string(value));
+    if (!std::isfinite(stage.backward_weight_ms) || stage.backward_weight_ms < 0 ||
+        stage.backward_weight_ms > stage.backward_ms) {
+      report.add(p + "/backward_weight_ms", "must be a finite number in [0, backward_ms] = [0, " +
+                                                format_number(stage.backward_ms) + "], got " +
+                                                format_number(stage.backward_weight_ms));
+      sound = false;
+    } else if (stage.splits_backward() && (stage.remat != "none" || stage.offload != "none")) {
+      report.add(p + "/backward_weight_ms",
+                 "a stage that rematerializes or offloads runs its backward whole; remove "
+                 "backward_weight_ms or the strategy");
+    }
   }
   return sound;
 }
@@ -281,6 +293,19 @@ static void check_against_profile(const madpipe::plan::Plan& plan, const madpipe
     };
     check_ms("forward_ms", stage.forward_ms, costs.forward_ms(f, l));
     check_ms("backward_ms", stage.backward_ms, costs.backward_ms(f, l));
+    if (stage.splits_backward()) {
+      const double weight_ms = costs.backward_weight_ms(f, l);
+      if (!close_to(stage.backward_weight_ms, weight_ms, kCostTolerance, 0.0))
+        report.add(p + "/backward_weight_ms", "must equal the sum of backward_weight_ms" + range +
+                                                  " (" + format_number(weight_ms) + "), got " +
+                                                  format_number(stage.backward_weight_ms));
+      const std::int64_t kept = costs.weight_kept_bytes(f, l);
+      if (!close_to(static_cast<double>(stage.weight_kept_bytes), static_cast<double>(kept),
+                    kCostTolerance, 0.0))
+        report.add(p + "/weight_kept_bytes", "must equal the sum of backward_weight_kept_bytes" +
+                                                 range + " (" + std::to_string(kept) + "), got " +
+                                                 std::to_string(stage.weight_kept_bytes));
+    }
     check_bytes("weight_bytes", stage.weight_bytes, costs.weight_bytes(f, l), "the sum");
     check_bytes("output_bytes", stage.output_bytes, costs.activation_bytes(l),
                 "the output of the last layer");
@@ -371,9 +396,22 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing, std::vector<
                                    std::to_string(stage.gpu) + "), got " + std::to_string(op.gpu));
         placed = false;
       }
-      const bool forward = op.kind == madpipe::schedule::OpKind::F;
-      expected = forward ? stage.forward_ms : stage.backward_ms;
-      expected_what = forward ? "forward_ms" : "backward_ms";
+      if (op.kind == OpKind::W && !stage.splits_backward()) {
+        report.add(p + "/kind", "W is not allowed for " + stage_text +
+                                    " (its backward is not split: no backward_weight_ms)");
+        continue;
+      }
+      if (op.kind == OpKind::F) {
+        expected = stage.forward_ms;
+        expected_what = "forward_ms";
+      } else if (op.kind == OpKind::W) {
+        expected = stage.backward_weight_ms;
+        expected_what = "backward_weight_ms";
+      } else {
+        expected = stage.backward_input_ms();
+        expected_what =
+            stage.splits_backward() ? "backward_ms - backward_weight_ms" : "backward_ms";
+      }
     }
     if (std::isfinite(op.duration_ms) &&
         !close_to(op.duration_ms, expected, kCostTolerance, kDurationAbsTolerance))
@@ -400,8 +438,10 @@ static void check_coverage(const madpipe::plan::Plan& plan,
   for (int s = 0; s < num_stages; ++s) {
     for (madpipe::schedule::OpKind kind :
          {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B,
-          madpipe::schedule::OpKind::SendAct, madpipe::schedule::OpKind::SendGrad}) {
+          madpipe::schedule::OpKind::SendAct, madpipe::schedule::OpKind::SendGrad,
+          madpipe::schedule::OpKind::W}) {
       if (madpipe::schedule::is_transfer(kind) && !crosses_gpus(plan.stages, s)) continue;
+      if (kind == OpKind::W && !plan.stages[s].splits_backward()) continue;
       const std::string name = madpipe::schedule::op_token(kind, s);
       const int kind_id = static_cast<int>(kind);
       const auto first = by_key.lower_bound({s, kind_id, 0});
@@ -525,18 +565,58 @@ static void check_dependencies(const madpipe::plan::Plan& plan, const std::vecto
   }
 }
 
-// Every stage has exactly one timed F and one timed B per residue: what evaluate_memory needs.
+// W of a split stage starts after B of the same micro-batch ends.
+static void check_weight_dependencies(const madpipe::plan::Plan& plan,
+                                      const std::vector<OpStatus>& status,
+                                      const std::map<OpKey, std::vector<std::size_t>>& by_key,
+                                      Report& report) {
+  using madpipe::schedule::OpKind;
+  const auto& ops = plan.pattern.ops;
+  const int k = plan.pattern.k;
+  const double period = plan.pattern.period_ms;
+  const double eps = kTimeTolerance * period;
+  auto one_op = [&](int stage, OpKind kind, int r) -> const madpipe::schedule::Op* {
+    const auto it = by_key.find({stage, static_cast<int>(kind), r});
+    if (it == by_key.end() || it->second.size() != 1 || !status[it->second[0]].timed)
+      return nullptr;
+    return &ops[it->second[0]];
+  };
+  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
+    if (!plan.stages[s].splits_backward()) continue;
+    for (int r = 0; r < k; ++r) {
+      const madpipe::schedule::Op* b = one_op(s, OpKind::B, r);
+      const madpipe::schedule::Op* w = one_op(s, OpKind::W, r);
+      if (!b || !w) continue;
+      // Micro-batch i runs an op of shift x in period (i - x) / k: W starts this long after B.
+      const double periods = (static_cast<double>(b->shift) - static_cast<double>(w->shift)) / k;
+      const double gap = periods * period + w->start_ms - (b->start_ms + b->duration_ms);
+      if (gap >= -eps) continue;
+      const auto it = by_key.find({s, static_cast<int>(OpKind::W), r});
+      report.add(op_ptr(it->second[0]) + "/start_ms",
+                 madpipe::schedule::op_token(OpKind::W, s) + " starts " + format_number(-gap) +
+                     " ms before " + madpipe::schedule::op_token(OpKind::B, s) +
+                     " of the same micro-batch ends (micro-batches i with i mod " +
+                     std::to_string(k) + " = " + std::to_string(r) + "); W depends on B");
+    }
+  }
+}
+
+// Every stage has exactly one timed F and one timed B (and W when split) per residue: what
+// evaluate_memory needs.
 static bool complete_pattern(const madpipe::plan::Plan& plan, const std::vector<OpStatus>& status,
                              const std::map<OpKey, std::vector<std::size_t>>& by_key) {
   using madpipe::schedule::OpKind;
   for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s)
     for (madpipe::schedule::OpKind kind :
-         {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B})
+         {madpipe::schedule::OpKind::F, madpipe::schedule::OpKind::B,
+          madpipe::schedule::OpKind::W}) {
+      if (kind == OpKind::W && !plan.stages[s].splits_backward()) continue;
       for (int r = 0; r < plan.pattern.k; ++r) {
         const auto it = by_key.find({s, static_cast<int>(kind), r});
         if (it == by_key.end() || it->second.size() != 1 || !status[it->second[0]].timed)
           return false;
       }
+    }
   return true;
 }
 
@@ -630,6 +710,7 @@ static std::vector<Violation> validate_plan(const madpipe::plan::Plan& plan,
       check_coverage(plan, by_key, report);
       check_overlaps(plan, status, report);
       check_dependencies(plan, status, by_key, report);
+      check_weight_dependencies(plan, status, by_key, report);
       pattern_ok = complete_pattern(plan, status, by_key);
     }
   }

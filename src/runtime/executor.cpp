@@ -124,6 +124,12 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const pl
     throw Error(ErrorKind::Internal, "", "layer outputs",
                 "shapes of " + std::to_string(outputs.shapes.size()) + " layers for a model of " +
                     std::to_string(model.layers.size()));
+  for (const schedule::Stage& stage : plan.stages)
+    if (stage.splits_backward())
+      throw Error(ErrorKind::InvalidInput, "", "/stages/" + std::to_string(stage.id),
+                  "stage " + std::to_string(stage.id) +
+                      " splits its backward into B and W (backward_weight_ms), which the runtime "
+                      "does not run yet: plan with --split-backward off");
   // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
   for (const schedule::Stage& stage : plan.stages) {
     sequences_.push_back(stage.sequence.empty() ? nullptr : std::make_unique<StageSequence>(stage));
@@ -451,6 +457,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
                       plan::to_string(instr) + ": the program steps optimizers but none is set");
         optimizer_step_(s, i);
         break;
+      case InstrKind::BackwardWeight:  // the constructor refuses split stages
+        MADPIPE_UNREACHABLE("W in a program of whole backwards");
     }
     for (int b : free_after[k]) {
       live_bytes -= buffers[b].bytes;

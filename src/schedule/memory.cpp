@@ -5,8 +5,8 @@
 #include <cmath>
 
 namespace {
-// One residue class of micro-batches of a stage: F starts at f_start + j*T and the micro-batch
-// stays in flight for `span` ms (until the end of its B).
+// One residue class of micro-batches of a stage: it starts holding memory at f_start + j*T (the
+// start of its F, or the end of its B for what W keeps) and holds it for `span` ms.
 struct FlightClass {
   double f_start = 0;
   double span = 0;
@@ -39,27 +39,47 @@ static int in_flight_at(const FlightClass& c, double t, double period) {
   return count < kLimit ? static_cast<int>(count) : static_cast<int>(kLimit);
 }
 
+// The op of `kind` of stage `stage` that runs the micro-batches of the given residue mod k.
+static const madpipe::schedule::Op* op_of(const madpipe::schedule::Pattern& pattern,
+                                          madpipe::schedule::OpKind kind, int stage, int r, int k) {
+  for (const auto& op : pattern.ops)
+    if (op.kind == kind && op.stage == stage && residue(op.shift, k) == r) return &op;
+  return nullptr;
+}
+
+// Time from the start of `from` to the end of `to` for the same micro-batch: micro-batch i runs
+// an op of shift s in period (i - s) / k.
+static double span_between(const madpipe::schedule::Op& from, const madpipe::schedule::Op& to,
+                           double period, int k) {
+  const double periods_between =
+      (static_cast<double>(from.shift) - static_cast<double>(to.shift)) / k;
+  return periods_between * period + to.start_ms + to.duration_ms - from.start_ms;
+}
+
+// Per stage, the residue classes of micro-batches holding its stored bytes (from the start of F
+// to the end of B) and, with `kept`, those holding its weight_kept_bytes (from the end of B to
+// the end of W, split stages only).
 static std::vector<std::vector<FlightClass>> flight_classes(
-    const madpipe::schedule::Pattern& pattern, int num_stages) {
+    const madpipe::schedule::Pattern& pattern, int num_stages, bool kept = false) {
   using madpipe::schedule::OpKind;
   std::vector<std::vector<FlightClass>> classes(num_stages);
   const int k = std::max(1, pattern.k);
   const double T = pattern.period_ms;
   for (const auto& f : pattern.ops) {
     if (f.kind != OpKind::F || f.stage < 0 || f.stage >= num_stages) continue;
-    const int f_residue = residue(f.shift, k);
-    for (const auto& b : pattern.ops) {
-      if (b.kind != OpKind::B || b.stage != f.stage) continue;
-      if (residue(b.shift, k) != f_residue) continue;
-      // Same micro-batch i: F in period (i - f.shift)/k, B in period (i - b.shift)/k.
-      const double periods_between =
-          (static_cast<double>(f.shift) - static_cast<double>(b.shift)) / k;
-      FlightClass c;
-      c.f_start = f.start_ms;
-      c.span = periods_between * T + b.start_ms + b.duration_ms - f.start_ms;
-      classes[f.stage].push_back(c);
-      break;
+    const int r = residue(f.shift, k);
+    const madpipe::schedule::Op* b = op_of(pattern, OpKind::B, f.stage, r, k);
+    if (!b) continue;
+    if (!kept) {
+      classes[f.stage].push_back(FlightClass{f.start_ms, span_between(f, *b, T, k)});
+      continue;
     }
+    const madpipe::schedule::Op* w = op_of(pattern, OpKind::W, f.stage, r, k);
+    if (!w) continue;
+    madpipe::schedule::Op b_end = *b;
+    b_end.start_ms += b->duration_ms;
+    b_end.duration_ms = 0;
+    classes[f.stage].push_back(FlightClass{b_end.start_ms, span_between(b_end, *w, T, k)});
   }
   return classes;
 }
@@ -141,22 +161,30 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
   for (int g = 0; g < platform.gpus; ++g) memory[g] = static_memory(stages, g, platform);
   if (pattern.period_ms <= 0) return memory;
   const auto classes = flight_classes(pattern, n);
-  // Activations only grow when an F starts, so the peak is reached at some F start.
+  const auto kept = flight_classes(pattern, n, true);
+  // Activations only grow when an F starts or, when a stage keeps more for W than it stored, a B
+  // ends: the peak is reached at one of those times.
   for (int g = 0; g < platform.gpus; ++g) {
+    std::vector<double> probes;
+    for (int s = 0; s < n; ++s) {
+      if (stages[s].gpu != g) continue;
+      for (const FlightClass& c : classes[s]) probes.push_back(c.f_start);
+      for (const FlightClass& c : kept[s]) probes.push_back(c.f_start);
+    }
     std::int64_t peak = 0;
-    for (int probe_stage = 0; probe_stage < n; ++probe_stage) {
-      if (stages[probe_stage].gpu != g) continue;
-      for (const FlightClass& probe : classes[probe_stage]) {
-        std::int64_t bytes = 0;
-        for (int s = 0; s < n; ++s) {
-          if (stages[s].gpu != g) continue;
-          std::int64_t count = 0;
-          for (const FlightClass& c : classes[s])
-            count += in_flight_at(c, probe.f_start, pattern.period_ms);
-          bytes = saturated_add(bytes, saturated_mul(count, stages[s].stored_bytes));
-        }
-        peak = std::max(peak, bytes);
+    for (double probe : probes) {
+      std::int64_t bytes = 0;
+      for (int s = 0; s < n; ++s) {
+        if (stages[s].gpu != g) continue;
+        std::int64_t stored_count = 0, kept_count = 0;
+        for (const FlightClass& c : classes[s])
+          stored_count += in_flight_at(c, probe, pattern.period_ms);
+        for (const FlightClass& c : kept[s])
+          kept_count += in_flight_at(c, probe, pattern.period_ms);
+        bytes = saturated_add(bytes, saturated_mul(stored_count, stages[s].stored_bytes));
+        bytes = saturated_add(bytes, saturated_mul(kept_count, stages[s].weight_kept_bytes));
       }
+      peak = std::max(peak, bytes);
     }
     memory[g].activations = peak;
   }

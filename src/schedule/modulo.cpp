@@ -1,83 +1,13 @@
 #include "schedule/modulo.hpp"
 
+#include "schedule/modulo_table.hpp"
 #include "schedule/one_f_one_b.hpp"
+#include "schedule/weight_placement.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
-
-namespace {
-// Busy intervals of one resource on the circle [0, T).
-class ModuloTable {
- public:
-  explicit ModuloTable(double period) : period_(period) {}
-
-  // Earliest absolute time >= ready at which [t, t + d) is free modulo T, if any.
-  std::optional<double> earliest_fit(double ready, double duration) const {
-    if (duration > period_ + 1e-12 * period_) return std::nullopt;
-    const double base = std::floor(ready / period_) * period_;
-    const double x = ready - base;
-    // Candidate starts: x itself and the end of every busy interval, over two turns.
-    std::vector<double> candidates{x};
-    for (const auto& [s, e] : busy_) {
-      candidates.push_back(e);
-      candidates.push_back(e + period_);
-    }
-    std::sort(candidates.begin(), candidates.end());
-    for (double c : candidates) {
-      if (c < x) continue;
-      if (c > x + period_) break;
-      if (is_free(c, duration)) return base + c;
-    }
-    return std::nullopt;
-  }
-
-  // Latest absolute start <= deadline - d at which [t, t + d) is free modulo T, if any.
-  std::optional<double> latest_fit(double deadline, double duration) const {
-    if (duration > period_ + 1e-12 * period_) return std::nullopt;
-    const double latest = deadline - duration;
-    const double base = std::floor(latest / period_) * period_;
-    const double x = latest - base;
-    // Candidate starts: x itself and every busy interval's start minus d, over two turns.
-    std::vector<double> candidates{x};
-    for (const auto& [s, e] : busy_) {
-      candidates.push_back(s - duration);
-      candidates.push_back(s - duration - period_);
-      candidates.push_back(s - duration + period_);
-    }
-    std::sort(candidates.rbegin(), candidates.rend());
-    for (double c : candidates) {
-      if (c > x) continue;
-      if (c < x - period_) break;
-      if (is_free(c, duration)) return base + c;
-    }
-    return std::nullopt;
-  }
-
-  void occupy(double t, double duration) {
-    const double s = t - std::floor(t / period_) * period_;
-    busy_.emplace_back(s, s + duration);
-  }
-
- private:
-  bool is_free(double start, double duration) const {
-    const double eps = 1e-9 * period_;
-    const double s = start - std::floor(start / period_) * period_;
-    const double e = s + duration;
-    for (const auto& [bs, be] : busy_) {
-      // Compare against the busy interval and its copies one period before and after.
-      for (double shift : {-period_, 0.0, period_}) {
-        if (s < be + shift - eps && bs + shift < e - eps) return false;
-      }
-    }
-    return true;
-  }
-
-  double period_;
-  std::vector<std::pair<double, double>> busy_;
-};
-}  // namespace
 
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::modulo_schedule(
     const std::vector<Stage>& stages, const Platform& platform, double period_ms,
@@ -99,7 +29,8 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::modulo_schedule(
     op.start_ms = *start;
     boundary = forward ? *start + op.duration_ms : *start;
   }
-  return pattern_from_absolute_times(std::move(chain), period_ms);
+  return with_weight_ops(pattern_from_absolute_times(std::move(chain), period_ms), stages,
+                         platform);
 }
 
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::guided_modulo_schedule(
@@ -120,5 +51,6 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::guided_modulo_sched
     op.start_ms = *start;
     ready = *start + op.duration_ms;
   }
-  return pattern_from_absolute_times(std::move(chain), period_ms);
+  return with_weight_ops(pattern_from_absolute_times(std::move(chain), period_ms), stages,
+                         platform);
 }

@@ -1,6 +1,7 @@
 #include "schedule/one_f_one_b.hpp"
 
 #include "core/error.hpp"
+#include "schedule/weight_placement.hpp"
 
 #include <algorithm>
 
@@ -12,6 +13,8 @@ std::vector<madpipe::schedule::PipelineResource> madpipe::schedule::pipeline_res
   for (std::size_t r = 0; r < half; ++r) {
     resources[r].forward = chain[r];
     resources[r].backward = chain[chain.size() - 1 - r];
+    if (resources[r].forward.kind == OpKind::F)
+      resources[r].weight_ms = stages[resources[r].forward.stage].backward_weight_ms;
   }
   return resources;
 }
@@ -23,8 +26,8 @@ std::vector<int> madpipe::schedule::one_f_one_b_star_groups(
   int group = 1;
   double load = 0;
   for (int r = n - 1; r >= 0; --r) {
-    const double u = resources[r].load_ms();
-    if (u > period_ms) return {};
+    if (resources[r].load_ms() > period_ms) return {};
+    const double u = resources[r].chain_ms();
     if (load + u > period_ms) {
       ++group;
       load = 0;
@@ -67,11 +70,13 @@ std::vector<madpipe::schedule::Op> madpipe::schedule::one_f_one_b_star_times(
   return chain;
 }
 
-madpipe::schedule::Pattern madpipe::schedule::one_f_one_b_star_with_groups(
+std::optional<madpipe::schedule::Pattern> madpipe::schedule::one_f_one_b_star_with_groups(
     const std::vector<Stage>& stages, const Platform& platform, const std::vector<int>& groups,
     double period_ms) {
-  return pattern_from_absolute_times(one_f_one_b_star_times(stages, platform, groups, period_ms),
-                                     period_ms);
+  return with_weight_ops(
+      pattern_from_absolute_times(one_f_one_b_star_times(stages, platform, groups, period_ms),
+                                  period_ms),
+      stages, platform);
 }
 
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::one_f_one_b_star(
@@ -98,5 +103,8 @@ madpipe::schedule::Pattern madpipe::schedule::one_f_one_b(const std::vector<Stag
     group_load.back() += resources[r].load_ms();
   }
   const double period = *std::max_element(group_load.begin(), group_load.end());
-  return one_f_one_b_star_with_groups(stages, platform, groups, period);
+  // W fits: on its GPU a stage runs F and B back to back, and idles the rest of the period.
+  std::optional<Pattern> pattern = one_f_one_b_star_with_groups(stages, platform, groups, period);
+  if (!pattern) throw Error(ErrorKind::Internal, "", "", "1F1B: no room for W after B");
+  return *pattern;
 }

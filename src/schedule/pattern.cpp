@@ -14,10 +14,11 @@ struct KindName {
   madpipe::schedule::OpKind kind;
   const char* name;
 };
-constexpr std::array<KindName, 4> kKindNames{{{madpipe::schedule::OpKind::F, "F"},
+constexpr std::array<KindName, 5> kKindNames{{{madpipe::schedule::OpKind::F, "F"},
                                               {madpipe::schedule::OpKind::B, "B"},
                                               {madpipe::schedule::OpKind::SendAct, "SEND_ACT"},
-                                              {madpipe::schedule::OpKind::SendGrad, "SEND_GRAD"}}};
+                                              {madpipe::schedule::OpKind::SendGrad, "SEND_GRAD"},
+                                              {madpipe::schedule::OpKind::W, "W"}}};
 }  // namespace
 
 bool madpipe::schedule::operator==(const Link& a, const Link& b) {
@@ -43,7 +44,7 @@ madpipe::schedule::OpKind madpipe::schedule::op_kind_from_string(const std::stri
   for (const KindName& entry : kKindNames)
     if (s == entry.name) return entry.kind;
   throw Error(ErrorKind::InvalidInput, "", "kind",
-              "unknown op kind '" + s + "' (valid: F, B, SEND_ACT, SEND_GRAD)");
+              "unknown op kind '" + s + "' (valid: F, B, SEND_ACT, SEND_GRAD, W)");
 }
 
 bool madpipe::schedule::is_transfer(OpKind kind) {
@@ -102,10 +103,24 @@ std::vector<madpipe::schedule::Op> madpipe::schedule::micro_batch_chain(
     b.kind = OpKind::B;
     b.stage = s;
     b.gpu = stages[s].gpu;
-    b.duration_ms = stages[s].backward_ms;
+    b.duration_ms = stages[s].backward_input_ms();
     chain.push_back(b);
   }
   return chain;
+}
+
+std::vector<madpipe::schedule::Op> madpipe::schedule::weight_ops(const std::vector<Stage>& stages) {
+  std::vector<Op> ops;
+  for (int s = static_cast<int>(stages.size()) - 1; s >= 0; --s) {
+    if (!stages[s].splits_backward()) continue;
+    Op w;
+    w.kind = OpKind::W;
+    w.stage = s;
+    w.gpu = stages[s].gpu;
+    w.duration_ms = stages[s].backward_weight_ms;
+    ops.push_back(w);
+  }
+  return ops;
 }
 
 // Splits t into q*period + r with r in [0, period); guards against r == period from rounding.

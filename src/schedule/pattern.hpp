@@ -8,8 +8,10 @@
 
 namespace madpipe::schedule {
 
-// JSON and token spellings come from one table in pattern.cpp: "F" "B" "SEND_ACT" "SEND_GRAD".
-enum class OpKind { F, B, SendAct, SendGrad };
+// JSON and token spellings come from one table in pattern.cpp: "F" "B" "SEND_ACT" "SEND_GRAD"
+// "W". W is the weight gradient of a stage whose backward is split (Stage::splits_backward): its
+// B then computes the input gradient only, and W of a micro-batch runs any time after its B.
+enum class OpKind { F, B, SendAct, SendGrad, W };
 
 struct Link {
   int a = 0;  // a < b; one transfer at a time, either direction
@@ -21,7 +23,7 @@ struct Link {
 struct Op {
   OpKind kind = OpKind::F;
   int stage = 0;
-  int gpu = -1;  // F and B
+  int gpu = -1;  // F, B and W
   Link link{};   // SEND_ACT and SEND_GRAD
   double start_ms = 0;
   double duration_ms = 0;
@@ -40,7 +42,7 @@ bool operator==(const Link& a, const Link& b);
 bool operator==(const Op& a, const Op& b);
 bool operator==(const Pattern& a, const Pattern& b);
 
-const char* to_string(OpKind kind);                // "F", "B", "SEND_ACT", "SEND_GRAD"
+const char* to_string(OpKind kind);                // "F", "B", "SEND_ACT", "SEND_GRAD", "W"
 OpKind op_kind_from_string(const std::string& s);  // throws Error{InvalidInput} listing valid names
 bool is_transfer(OpKind kind);
 
@@ -54,9 +56,14 @@ int resource_of(const Op& op, int num_gpus);
 // The operations one micro-batch goes through, in dependency order:
 // F0 [SEND_ACT0] F1 ... F(S-1) B(S-1) [SEND_GRAD(S-2)] B(S-2) ... B0.
 // Transfers appear only between stages on different GPUs. Durations come from the stages and
-// the bandwidth of each transfer's link (intra- or inter-node); start_ms and shift are 0. Each op
-// depends on the one before it.
+// the bandwidth of each transfer's link (intra- or inter-node); B of a split stage lasts its
+// backward_input_ms. start_ms and shift are 0. Each op depends on the one before it; the W ops of
+// split stages are not in the chain (weight_ops).
 std::vector<Op> micro_batch_chain(const std::vector<Stage>& stages, const Platform& platform);
+
+// The W op of each split stage, last stage first (the order in which their B ops run); each
+// depends on B of its stage only. start_ms and shift are 0.
+std::vector<Op> weight_ops(const std::vector<Stage>& stages);
 
 // Builds a 1-periodic pattern of period T from absolute start times of micro-batch 0's ops
 // (given in start_ms): start becomes t mod T and the shift -floor(t / T), then all shifts move

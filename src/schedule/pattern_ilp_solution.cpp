@@ -63,6 +63,8 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
       case OpKind::SendGrad:
         node = grad_node_[op.stage];
         break;
+      case OpKind::W:  // not in the chain: the pattern ILP plans whole backwards
+        break;
     }
     if (node < 0)
       throw Error(ErrorKind::Internal, "", "", "PatternIlp::decode: transfer without a node");

@@ -43,10 +43,28 @@ static std::vector<Edge> constraint_edges(const madpipe::schedule::Pattern& patt
       edges.push_back({u->second, v->second, ou.duration_ms, (ou.shift - ov.shift) / k});
     }
   }
+  // W of a split stage depends on B of its stage only.
+  const std::vector<Op> weights = weight_ops(stages);
+  for (const Op& w : weights) {
+    for (int r = 0; r < k; ++r) {
+      auto u = index.find({static_cast<int>(OpKind::B), w.stage, r});
+      auto v = index.find({static_cast<int>(OpKind::W), w.stage, r});
+      if (u == index.end() || v == index.end()) {
+        *ok = false;
+        return {};
+      }
+      const Op& ou = ops[u->second];
+      edges.push_back(
+          {u->second, v->second, ou.duration_ms, (ou.shift - ops[v->second].shift) / k});
+    }
+  }
   // Cyclic order on each resource; ops starting together (zero-length ones) keep chain order.
   std::map<std::pair<int, int>, int> chain_position;  // (kind, stage) -> position
   for (std::size_t c = 0; c < chain.size(); ++c)
     chain_position[{static_cast<int>(chain[c].kind), chain[c].stage}] = static_cast<int>(c);
+  for (std::size_t w = 0; w < weights.size(); ++w)
+    chain_position[{static_cast<int>(OpKind::W), weights[w].stage}] =
+        static_cast<int>(chain.size() + w);
   auto position = [&](int i) {
     return chain_position[{static_cast<int>(ops[i].kind), ops[i].stage}];
   };

@@ -8,10 +8,10 @@
 bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
   return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,
                   a.weight_bytes, a.stored_bytes, a.output_bytes, a.workspace_bytes, a.remat,
-                  a.offload, a.sequence) ==
+                  a.offload, a.sequence, a.backward_weight_ms, a.weight_kept_bytes) ==
          std::tie(b.id, b.first_layer, b.last_layer, b.gpu, b.forward_ms, b.backward_ms,
                   b.weight_bytes, b.stored_bytes, b.output_bytes, b.workspace_bytes, b.remat,
-                  b.offload, b.sequence);
+                  b.offload, b.sequence, b.backward_weight_ms, b.weight_kept_bytes);
 }
 
 madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, int id,
@@ -27,6 +27,9 @@ madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, 
   stage.stored_bytes = costs.stored_bytes(first_layer, last_layer);
   stage.output_bytes = costs.activation_bytes(last_layer);
   stage.workspace_bytes = costs.workspace_bytes(first_layer, last_layer);
+  stage.backward_weight_ms = costs.backward_weight_ms(first_layer, last_layer);
+  if (stage.splits_backward())
+    stage.weight_kept_bytes = costs.weight_kept_bytes(first_layer, last_layer);
   return stage;
 }
 

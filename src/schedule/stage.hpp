@@ -27,7 +27,15 @@ struct Stage {
   // replay gives its times and memory. Empty: plain forward and backward.
   std::string sequence;
 
+  // A split backward (zero-bubble): B computes the input gradient in backward_ms -
+  // backward_weight_ms, a W op the weight gradient in backward_weight_ms, and weight_kept_bytes
+  // of each micro-batch stay from the end of B to the end of W. 0: B is the whole backward.
+  double backward_weight_ms = 0;
+  std::int64_t weight_kept_bytes = 0;
+
   double compute_ms() const noexcept { return forward_ms + backward_ms; }
+  bool splits_backward() const noexcept { return backward_weight_ms > 0; }
+  double backward_input_ms() const noexcept { return backward_ms - backward_weight_ms; }
 };
 
 bool operator==(const Stage& a, const Stage& b);

@@ -192,7 +192,7 @@ TEST(OneFOneBStar, ExplicitGroupsGiveThatNca) {
       groups.push_back(sg[s]);
       if (s + 1 < 5) groups.push_back(sg[s + 1]);
     }
-    const ms::Pattern pattern = ms::one_f_one_b_star_with_groups(stages, platform, groups, 10.0);
+    const ms::Pattern pattern = *ms::one_f_one_b_star_with_groups(stages, platform, groups, 10.0);
     EXPECT_EQ(ms::concurrent_activations(pattern, 5), sg);
     const auto violations = mplan::validate(mt::plan_of(stages, platform, pattern));
     EXPECT_TRUE(violations.empty()) << mt::describe(violations);
@@ -356,6 +356,8 @@ EnumerationResult enumerate_patterns(const Instance& inst, const std::vector<int
           break;
         case OpKind::SendGrad:
           op.start_ms = bwd_end;
+          break;
+        case OpKind::W:  // whole backwards here
           break;
       }
     }

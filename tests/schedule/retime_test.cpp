@@ -160,7 +160,8 @@ TEST(Retime, TightOneFOneBKeepsItsPeriod) {
   ASSERT_TRUE(retimed.has_value());
   EXPECT_NEAR(retimed->period_ms, 3.0, 1e-9);
   // Retiming the same order at a larger period gives the period back.
-  const auto loose = ms::one_f_one_b_star_with_groups(stages, platform, {4, 3, 3, 2, 2, 1, 1}, 6.0);
+  const auto loose =
+      *ms::one_f_one_b_star_with_groups(stages, platform, {4, 3, 3, 2, 2, 1, 1}, 6.0);
   const auto tight = ms::retime(loose, stages, platform);
   ASSERT_TRUE(tight.has_value());
   EXPECT_NEAR(tight->period_ms, 3.0, 1e-9);

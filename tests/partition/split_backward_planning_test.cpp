@@ -1,0 +1,142 @@
+// Planning with split backwards (--split-backward auto|off).
+
+#include "core/profile.hpp"
+#include "partition/planner.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
+
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace mp = madpipe::partition;
+namespace mplan = madpipe::plan;
+namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
+
+namespace {
+
+// Every layer defers `fraction` of its backward to W and keeps half its saved bytes until W.
+madpipe::Profile with_split(madpipe::Profile profile, double fraction) {
+  for (madpipe::Layer& layer : profile.layers) {
+    madpipe::SplitBackward split;
+    split.weight_ms = layer.backward_ms * fraction;
+    split.input_ms = layer.backward_ms - split.weight_ms;
+    split.kept_bytes = layer.saved_bytes / 2;
+    layer.split_backward = split;
+  }
+  return profile;
+}
+
+std::string text_of(const mplan::Plan& plan) {
+  std::ostringstream out;
+  mplan::write_plan(plan, out);
+  return out.str();
+}
+
+bool has_w(const mplan::Plan& plan) {
+  for (const ms::Op& op : plan.pattern.ops)
+    if (op.kind == ms::OpKind::W) return true;
+  return false;
+}
+
+// Eight equal layers, F = 1, B = 2 (I = W = 1 when split), 1 MB stored each, no weights.
+madpipe::Profile equal_layers() {
+  madpipe::Profile profile =
+      mt::make_chain(std::vector<double>(8, 1.0), std::vector<double>(8, 2.0),
+                     std::vector<std::int64_t>(8, 0), std::vector<std::int64_t>(8, 1000), 1000);
+  profile.name = "equal";
+  for (madpipe::Layer& layer : profile.layers) layer.saved_bytes = 1000000;
+  return profile;
+}
+
+}  // namespace
+
+TEST(SplitBackwardPlanning, OffPlansTheWholeProfileByteForByte) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 4; ++trial) {
+    const madpipe::Profile profile = mt::random_chain(rng, 8);
+    const madpipe::Platform platform = mt::huge_memory_platform(3);
+    mp::PlannerOptions options;
+    const auto whole = mp::make_plan(profile, platform, options);
+    options.split_backward = mp::BackwardSplit::Off;
+    const auto off = mp::make_plan(with_split(profile, 0.5), platform, options);
+    ASSERT_TRUE(whole.feasible && off.feasible);
+    EXPECT_EQ(text_of(off.plan), text_of(whole.plan));
+    EXPECT_FALSE(has_w(off.plan));
+  }
+}
+
+TEST(SplitBackwardPlanning, AutoIsValidAndNeverSlowerThanWholeBackwards) {
+  std::mt19937 rng(12);
+  int split_kept = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    const madpipe::Profile profile = with_split(mt::random_chain(rng, 8), 0.4 + 0.1 * trial);
+    madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
+    mp::PlannerOptions options;
+    options.split_backward = mp::BackwardSplit::Off;
+    const auto off = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(off.feasible);
+    // Tight memory: what the whole plan needs on its fullest GPU, less 20%.
+    std::int64_t peak = 0;
+    for (std::int64_t bytes : off.plan.predicted.memory_bytes) peak = std::max(peak, bytes);
+    for (std::int64_t memory : {platform.memory_bytes, peak * 8 / 10}) {
+      platform.memory_bytes = memory;
+      options.split_backward = mp::BackwardSplit::Off;
+      const auto whole = mp::make_plan(profile, platform, options);
+      options.split_backward = mp::BackwardSplit::Auto;
+      const auto automatic = mp::make_plan(profile, platform, options);
+      if (!whole.feasible) continue;
+      ASSERT_TRUE(automatic.feasible);
+      const auto violations = mplan::validate(automatic.plan, profile);
+      EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+      EXPECT_LE(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 + 1e-9));
+      split_kept += has_w(automatic.plan);
+      bool noted = false;
+      for (const std::string& note : automatic.notes)
+        noted = noted || note.find("split backward (B and W)") != std::string::npos;
+      EXPECT_TRUE(noted);
+    }
+  }
+  EXPECT_GT(split_kept, 0);
+}
+
+TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
+  const madpipe::Profile profile = with_split(equal_layers(), 0.5);
+  // Four GPUs, room for the stored bytes of about three micro-batches of a two-layer stage.
+  madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
+  mp::PlannerOptions options;
+  options.split_backward = mp::BackwardSplit::Off;
+  const auto whole = mp::make_plan(profile, platform, options);
+  options.split_backward = mp::BackwardSplit::Auto;
+  const auto automatic = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(whole.feasible && automatic.feasible);
+  EXPECT_TRUE(has_w(automatic.plan));
+  EXPECT_LT(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 - 1e-6))
+      << "split " << automatic.plan.predicted.period_ms << " ms, whole "
+      << whole.plan.predicted.period_ms << " ms";
+  const auto violations = mplan::validate(automatic.plan, profile);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+}
+
+TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {
+  const madpipe::Profile profile = with_split(equal_layers(), 0.5);
+  const madpipe::Platform platform = mt::huge_memory_platform(4);
+  for (mp::Algorithm algorithm :
+       {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe, mp::Algorithm::PipeDream}) {
+    mp::PlannerOptions options;
+    options.algorithm = algorithm;
+    const auto result = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
+    EXPECT_FALSE(has_w(result.plan)) << mp::to_string(algorithm);
+    for (const ms::Stage& stage : result.plan.stages) EXPECT_FALSE(stage.splits_backward());
+  }
+  EXPECT_TRUE(mp::can_split_backward(mp::Algorithm::MadPipe));
+  EXPECT_FALSE(mp::can_split_backward(mp::Algorithm::GPipe));
+  EXPECT_EQ(mp::backward_split_from_string("off"), mp::BackwardSplit::Off);
+  EXPECT_THROW(mp::backward_split_from_string("sometimes"), madpipe::Error);
+}
