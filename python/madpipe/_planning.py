@@ -12,7 +12,8 @@ from ._documents import Plan, as_profile
 from ._errors import Error
 
 DEFAULT_TIME_LIMIT_S = 10.0  # the madpipe command's default --time-limit
-COMPARED_ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe")
+COMPARED_ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe", "interleaved", "zb-h1",
+                       "zb-v")
 
 
 def _bytes(value, keyword):
@@ -42,7 +43,7 @@ def _bytes_per_ms(value, keyword):
 def _request(gpus, memory, bandwidth, *, algorithm="madpipe", remat="none", offload="none",
              host_bandwidth=None, weight_copies=3, gpus_per_node=0, inter_node_bandwidth=None,
              scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=200,
-             time_limit=DEFAULT_TIME_LIMIT_S, verbose=False):
+             time_limit=DEFAULT_TIME_LIMIT_S, verbose=False, split_backward="auto"):
     """The JSON request the compiled planner reads (python/src/planning_request.hpp)."""
     if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
         raise Error(f"time_limit: must be > 0 seconds (or None: no limit), got {time_limit!r}",
@@ -63,14 +64,14 @@ def _request(gpus, memory, bandwidth, *, algorithm="madpipe", remat="none", offl
         "algorithm": str(algorithm), "scheduler": str(scheduler), "remat": str(remat),
         "offload": str(offload), "remat_slots": int(remat_slots), "time_limit": time_limit,
         "micro_batches": int(micro_batches), "max_k": int(max_k), "milp_backend": str(milp_backend),
-        "verbose": bool(verbose),
+        "verbose": bool(verbose), "split_backward": str(split_backward),
     })
 
 
 def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none", offload="none",
          host_bandwidth=None, weight_copies=3, gpus_per_node=0, inter_node_bandwidth=None,
          scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=200,
-         time_limit=DEFAULT_TIME_LIMIT_S, progress=None, verbose=False):
+         time_limit=DEFAULT_TIME_LIMIT_S, progress=None, verbose=False, split_backward="auto"):
     """Plans a profiled chain on ``gpus`` GPUs of ``memory`` each, linked at ``bandwidth``.
 
     The keywords are those of ``madpipe plan`` (docs/cli.md). Sizes are bytes or text such as
@@ -78,8 +79,10 @@ def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none",
 
     Args:
         profile: a ``madpipe.Profile``, a dict in ``madpipe.profile/1`` form or a path.
-        algorithm: ``madpipe`` (default), ``contiguous``, ``pipedream``, ``1f1b``, ``gpipe`` or
-            ``ilp`` (needs a MILP backend).
+        algorithm: ``madpipe`` (default), ``contiguous``, ``pipedream``, ``1f1b``, ``gpipe``,
+            ``interleaved``, ``zb-h1``, ``zb-v`` or ``ilp`` (needs a MILP backend).
+        split_backward: ``"auto"`` (default) splits backwards into B and W where the profile
+            measured the split and that shortens the period; ``"off"`` runs them whole.
         remat: ``"rotor"`` lets stages recompute activations where memory is short.
         offload: ``"host"`` lets them copy activations to host memory (needs ``host_bandwidth``).
         time_limit: seconds for the whole request (default 10, as the command); ``None``: no
@@ -100,7 +103,7 @@ def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none",
                        gpus_per_node=gpus_per_node, inter_node_bandwidth=inter_node_bandwidth,
                        scheduler=scheduler, micro_batches=micro_batches, max_k=max_k,
                        milp_backend=milp_backend, remat_slots=remat_slots, time_limit=time_limit,
-                       verbose=verbose)
+                       verbose=verbose, split_backward=split_backward)
     result = _madpipe.make_plan(profile._text(), profile.file, request, progress)
     if not result["feasible"]:
         budget = math.inf if time_limit is None else time_limit

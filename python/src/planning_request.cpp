@@ -65,6 +65,8 @@ madpipe::python::PlanningRequest madpipe::python::planning_request_from_json(con
       partition::algorithm_from_string(value_or<std::string>(request, "algorithm", "madpipe"));
   options.scheduler =
       partition::scheduler_from_string(value_or<std::string>(request, "scheduler", "auto"));
+  options.split_backward = partition::backward_split_from_string(
+      value_or<std::string>(request, "split_backward", "auto"));
   const auto remat =
       value_named(partition::kRematStrategyNames, value_or<std::string>(request, "remat", "none"),
                   "rematerialization strategy", "remat");

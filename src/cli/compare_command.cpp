@@ -57,7 +57,7 @@ po::options_description madpipe::cli::comparison_options_description(
   add_planner("algorithms",
               po::value<std::string>()
                   ->value_name("LIST")
-                  ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe")
+                  ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe,interleaved,zb-h1,zb-v")
                   ->notifier([&options](const std::string& text) {
                     options.algorithms = parse_algorithm_list(text);
                   }),

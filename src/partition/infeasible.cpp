@@ -65,8 +65,7 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   const std::string with = options.algorithm == Algorithm::MadPipe
                                ? ""
                                : std::string(" with --algorithm ") + to_string(options.algorithm);
-  const bool contiguous =
-      options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
+  const bool contiguous = places_contiguously(options.algorithm);
   const ChainCosts costs(profile);
   std::string text = reason;
   const auto started = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 #include "core/units.hpp"
 #include "partition/contiguous_dp.hpp"
 #include "partition/full_ilp.hpp"
+#include "partition/loop_placements.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/refine.hpp"
 #include "schedule/gpipe.hpp"
@@ -409,6 +410,12 @@ static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platfor
               context);
 }
 
+static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
+                                                         const madpipe::Platform& platform,
+                                                         const mp::PlannerOptions& options,
+                                                         mp::PlanningContext& context,
+                                                         mp::StageOptions* remat);
+
 static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& costs,
                                                  const madpipe::Platform& platform,
                                                  const mp::PlannerOptions& options,
@@ -440,10 +447,20 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
     add_unique(allocations, allocation);
   if (auto sequential = sequential_allocation(costs, platform, remat))
     add_unique(allocations, *sequential);
+  // Today's placements compete too, so that madpipe is never worse than those baselines.
+  for (const auto& placement :
+       {mp::interleaved_allocation(costs, platform, 2), mp::v_shape_allocation(costs, platform)})
+    if (placement) add_unique(allocations, *placement);
   ms::ScheduleSearchOptions search;
   search.max_k = options.max_k;
   std::optional<mp::Candidate> best =
       schedule_allocations(costs, platform, allocations, search, context);
+  if (costs.has_split_backward()) {
+    mp::PlannerOptions zero_bubble = options;
+    zero_bubble.algorithm = mp::Algorithm::ZbH1;
+    if (auto candidate = plan_fixed_in_flight(costs, platform, zero_bubble, context, nullptr))
+      keep_better(best, std::move(*candidate), context);
+  }
   const double lower_bound = mp::lower_bound_period_ms(costs, platform);
   if (best && options.refine_evaluations > 0 &&
       best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
@@ -542,6 +559,7 @@ static std::optional<mp::Candidate> plan_pipedream(const madpipe::ChainCosts& co
   return schedule_allocations(costs, platform, {*allocation}, search, context);
 }
 
+// 1F1B, GPipe and ZB-H1 (1F1B with split stages: its W ops fill the bubbles).
 static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
                                                          const madpipe::Platform& platform,
                                                          const mp::PlannerOptions& options,
@@ -549,6 +567,7 @@ static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCos
                                                          mp::StageOptions* remat) {
   context.enter("baselines");
   const bool gpipe = options.algorithm == mp::Algorithm::GPipe;
+  const bool zero_bubble = options.algorithm == mp::Algorithm::ZbH1;
   const int micro_batches =
       options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
   const auto allocation = mp::fixed_in_flight_partition(
@@ -563,8 +582,29 @@ static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCos
     if (auto tight = ms::retime(pattern, stages, platform)) pattern = *tight;
   if (!ms::fits_memory(stages, pattern, platform)) return std::nullopt;
   context.budget().improved(pattern.normalized_period_ms());
-  return mp::Candidate{placed, std::move(stages), std::move(pattern), gpipe ? "gpipe" : "1f1b",
-                       std::nullopt};
+  return mp::Candidate{placed, std::move(stages), std::move(pattern),
+                       gpipe ? "gpipe" : (zero_bubble ? "zb-h1" : "1f1b"), std::nullopt};
+}
+
+// Interleaved 1F1B and ZB-V: their fixed placements, scheduled by the pattern families.
+static std::optional<mp::Candidate> plan_loop_placement(const madpipe::ChainCosts& costs,
+                                                        const madpipe::Platform& platform,
+                                                        const mp::PlannerOptions& options,
+                                                        mp::PlanningContext& context) {
+  context.enter("baselines");
+  const auto allocation = options.algorithm == mp::Algorithm::ZbV
+                              ? mp::v_shape_allocation(costs, platform)
+                              : mp::interleaved_allocation(costs, platform, 2);
+  if (!allocation) {
+    context.note(std::string(mp::to_string(options.algorithm)) + " needs at least " +
+                 std::to_string(2 * platform.gpus) +
+                 " layers (two chunks per GPU), the chain has " +
+                 std::to_string(costs.num_layers()));
+    return std::nullopt;
+  }
+  ms::ScheduleSearchOptions search;
+  search.max_k = options.max_k;
+  return schedule_allocations(costs, platform, {*allocation}, search, context);
 }
 
 std::optional<mp::Candidate> mp::plan_with_algorithm(const ChainCosts& costs,
@@ -579,7 +619,11 @@ std::optional<mp::Candidate> mp::plan_with_algorithm(const ChainCosts& costs,
       return plan_contiguous(costs, platform, options, context, remat);
     case Algorithm::OneFOneB:
     case Algorithm::GPipe:
+    case Algorithm::ZbH1:
       return plan_fixed_in_flight(costs, platform, options, context, remat);
+    case Algorithm::Interleaved:
+    case Algorithm::ZbV:
+      return plan_loop_placement(costs, platform, options, context);
     case Algorithm::PipeDream:
       return plan_pipedream(costs, platform, options, context, remat);
     case Algorithm::Ilp:

@@ -5,6 +5,7 @@
 #include "core/names.hpp"
 #include "core/units.hpp"
 #include "partition/allocation.hpp"
+#include "partition/loop_placements.hpp"
 #include "partition/plan_search.hpp"
 #include "partition/planning_budget.hpp"
 
@@ -25,6 +26,9 @@ constexpr Named<madpipe::partition::Algorithm> kAlgorithmNames[] = {
     {madpipe::partition::Algorithm::PipeDream, "pipedream"},
     {madpipe::partition::Algorithm::OneFOneB, "1f1b"},
     {madpipe::partition::Algorithm::GPipe, "gpipe"},
+    {madpipe::partition::Algorithm::Interleaved, "interleaved"},
+    {madpipe::partition::Algorithm::ZbH1, "zb-h1"},
+    {madpipe::partition::Algorithm::ZbV, "zb-v"},
     {madpipe::partition::Algorithm::Ilp, "ilp"},
 };
 constexpr Named<madpipe::partition::Scheduler> kSchedulerNames[] = {
@@ -48,9 +52,10 @@ madpipe::partition::Algorithm madpipe::partition::algorithm_from_string(const st
 }
 
 const std::vector<madpipe::partition::Algorithm>& madpipe::partition::all_algorithms() {
-  static const std::vector<Algorithm> algorithms{Algorithm::MadPipe,   Algorithm::Contiguous,
-                                                 Algorithm::PipeDream, Algorithm::OneFOneB,
-                                                 Algorithm::GPipe,     Algorithm::Ilp};
+  static const std::vector<Algorithm> algorithms{
+      Algorithm::MadPipe,  Algorithm::Contiguous, Algorithm::PipeDream,
+      Algorithm::OneFOneB, Algorithm::GPipe,      Algorithm::Interleaved,
+      Algorithm::ZbH1,     Algorithm::ZbV,        Algorithm::Ilp};
   return algorithms;
 }
 
@@ -72,7 +77,13 @@ madpipe::partition::BackwardSplit madpipe::partition::backward_split_from_string
 }
 
 bool madpipe::partition::can_split_backward(Algorithm algorithm) {
-  return algorithm == Algorithm::MadPipe || algorithm == Algorithm::Contiguous;
+  return algorithm == Algorithm::MadPipe || algorithm == Algorithm::Contiguous ||
+         algorithm == Algorithm::ZbH1 || algorithm == Algorithm::ZbV;
+}
+
+bool madpipe::partition::places_contiguously(Algorithm algorithm) {
+  return algorithm != Algorithm::MadPipe && algorithm != Algorithm::Ilp &&
+         algorithm != Algorithm::Interleaved && algorithm != Algorithm::ZbV;
 }
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile, const Platform& platform) {
@@ -122,8 +133,7 @@ static madpipe::partition::PlanResult plan_profile(
   // the contiguous algorithms find nothing below it, the others nothing below what any allocation
   // needs.
   const MemoryFloor plain_floor = algorithm_memory_floor(costs, platform, options);
-  const bool contiguous =
-      options.algorithm != Algorithm::MadPipe && options.algorithm != Algorithm::Ilp;
+  const bool contiguous = places_contiguously(options.algorithm);
   const bool plain_can_fit =
       plain_floor.fits &&
       platform.memory_bytes >= (contiguous ? plain_floor.bytes : plain_floor.any_allocation_bytes);
@@ -171,10 +181,22 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
                                                              const PlannerOptions& options) {
   check_platform(platform);
   if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
+  if (!places_contiguously(options.algorithm) && options.algorithm != Algorithm::MadPipe &&
+      options.algorithm != Algorithm::Ilp &&
+      static_cast<int>(profile.layers.size()) < 2 * platform.gpus) {
+    PlanResult result;
+    result.reason = std::string(to_string(options.algorithm)) + " places two chunks of layers on " +
+                    "each GPU: it needs at least " + std::to_string(2 * platform.gpus) +
+                    " layers, the chain has " + std::to_string(profile.layers.size());
+    return result;
+  }
   const Profile whole = without_split_backward(profile);
   if (options.split_backward == BackwardSplit::Off || !can_split_backward(options.algorithm) ||
       !ChainCosts(profile).has_split_backward())
     return plan_profile(whole, platform, options);
+  // The zero-bubble schedules are split ones.
+  if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
+    return plan_profile(profile, platform, options);
   // Each request gets half the time limit.
   PlannerOptions half = options;
   if (std::isfinite(options.time_limit_s)) half.time_limit_s = options.time_limit_s / 2;
@@ -202,6 +224,7 @@ madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOp
   switch (options.algorithm) {
     case Algorithm::OneFOneB:
     case Algorithm::PipeDream:
+    case Algorithm::ZbH1:
       return [](int stages_after) { return stages_after; };
     case Algorithm::GPipe: {
       const int micro_batches =
@@ -211,6 +234,8 @@ madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOp
     case Algorithm::MadPipe:
     case Algorithm::Contiguous:
     case Algorithm::Ilp:
+    case Algorithm::Interleaved:
+    case Algorithm::ZbV:
       break;
   }
   return [](int) { return 1; };
@@ -227,6 +252,16 @@ std::int64_t madpipe::partition::smallest_feasible_memory(const Profile& profile
                                                           const PlannerOptions& options) {
   check_platform(platform);
   if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
+  if (options.algorithm == Algorithm::Interleaved || options.algorithm == Algorithm::ZbV) {
+    // A fixed placement: the memory of its least-memory pattern.
+    const bool split =
+        options.algorithm == Algorithm::ZbV && options.split_backward != BackwardSplit::Off;
+    const ChainCosts costs(split ? profile : without_split_backward(profile));
+    const std::optional<Allocation> allocation = options.algorithm == Algorithm::ZbV
+                                                     ? v_shape_allocation(costs, platform)
+                                                     : interleaved_allocation(costs, platform, 2);
+    return allocation ? least_memory(costs, platform, *allocation) : -1;
+  }
   const ChainCosts costs(profile);
   StageOptions remat(profile, options.remat);
   const MemoryFloor floor = algorithm_memory_floor(costs, platform, options, &remat);

@@ -26,6 +26,11 @@ enum class Algorithm {
                // and its k-periodic variants: the baseline of thesis ch. 7.3
   Ilp,         // the full ILP of thesis ch. 6 (allocation + 1-periodic pattern), warm-started
                // from MadPipe's best 1-periodic plan; needs a MILP backend
+  // Today's schedules, placed as they place stages (balanced chunks, no memory model) and
+  // scheduled and checked by madpipe's model:
+  Interleaved,  // Megatron's interleaved 1F1B: 2 chunks per GPU in a loop, whole backwards
+  ZbH1,         // zero-bubble ZB-H1: 1F1B's partition and memory, W filling the bubbles
+  ZbV,          // zero-bubble ZB-V: 2 chunks per GPU in a V, split backwards
 };
 
 // How MadPipe schedules the allocations it found.
@@ -39,7 +44,8 @@ Scheduler scheduler_from_string(const std::string& name);  // Error lists names
 
 // Whether stages split their backward into B (input gradient) and W (weight gradient), as
 // zero-bubble schedules do, where the profile measured the split (backward_weight_ms). The
-// madpipe and contiguous algorithms split; the others run whole backwards.
+// madpipe and contiguous algorithms plan with and without it, zb-h1 and zb-v with it; the others
+// run whole backwards.
 enum class BackwardSplit {
   Auto,  // plans with and without the split, keeps the shorter period (whole backwards on a tie)
   Off,   // whole backwards: the profile's split is ignored
@@ -47,6 +53,9 @@ enum class BackwardSplit {
 const char* to_string(BackwardSplit split);                         // "auto", "off"
 BackwardSplit backward_split_from_string(const std::string& name);  // Error lists names
 bool can_split_backward(Algorithm algorithm);
+// True when each GPU of the algorithm's plans holds one range of layers (the memory floor is then
+// exact for it).
+bool places_contiguously(Algorithm algorithm);
 
 // The MILP solver the ILPs use.
 struct MilpSettings {

@@ -272,7 +272,7 @@ case_bad_options() {
   run plan --profile "$resnet" "${platform[@]}" --algorithm nosuch
   expect_status 2
   expect_in err "madpipe: error: --algorithm: unknown algorithm 'nosuch'"
-  expect_in err "(valid: madpipe, contiguous, pipedream, 1f1b, gpipe, ilp)"
+  expect_in err "(valid: madpipe, contiguous, pipedream, 1f1b, gpipe, interleaved, zb-h1, zb-v, ilp)"
   run plan --profile "$resnet" "${platform[@]}" --mem 4GiB
   expect_status 2
   expect_in err "madpipe: error: unrecognised option '--mem'"
