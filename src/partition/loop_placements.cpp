@@ -2,15 +2,15 @@
 
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
-#include "schedule/search.hpp"
 #include "schedule/one_f_one_b.hpp"
+#include "schedule/search.hpp"
 
 #include <algorithm>
 #include <limits>
 
 std::optional<std::vector<int>> madpipe::partition::balanced_cuts(const ChainCosts& costs,
-                                                                 const Platform& platform,
-                                                                 int chunks) {
+                                                                  const Platform& platform,
+                                                                  int chunks) {
   const int layers = costs.num_layers();
   if (chunks < 1 || layers < chunks) return std::nullopt;
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -42,7 +42,8 @@ std::optional<std::vector<int>> madpipe::partition::balanced_cuts(const ChainCos
 std::optional<madpipe::partition::Allocation> madpipe::partition::interleaved_allocation(
     const ChainCosts& costs, const Platform& platform, int virtual_stages) {
   const int gpus = platform.gpus;
-  const std::optional<std::vector<int>> cuts = balanced_cuts(costs, platform, gpus * virtual_stages);
+  const std::optional<std::vector<int>> cuts =
+      balanced_cuts(costs, platform, gpus * virtual_stages);
   if (!cuts) return std::nullopt;
   Allocation allocation;
   allocation.first_layers = *cuts;

@@ -954,10 +954,45 @@ case_export_torch() {
   expect_in err "madpipe: error: file: cannot create the output folder"
 }
 
+case_split_backward() {
+  # A profile whose layers with weights split their backward (estimated by the bench script).
+  python3 "$source_dir/bench/split_backward/split_profile.py" \
+    "$source_dir/configs/profiles/gpt2_xl16.json" split.json || fail "split_profile.py failed"
+  expect_in split.json '"backward_weight_ms"'
+  # Tight memory: the split shortens madpipe's period, and the plan says so.
+  run plan --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s --output plan.json
+  expect_status 0
+  expect_in plan.json '"kind": "W"'
+  expect_in plan.json '"backward_weight_ms"'
+  expect_in out "split backward (B and W): "
+  expect_in out "; the split is kept"
+  run simulate --plan plan.json --profile split.json
+  expect_status 0
+  run export --plan plan.json --format torch --micro-batches 8 --output torch
+  expect_status 0
+  expect_match torch/schedule.csv "(^|,)[0-9]+I[0-9]+(,|$)"
+  expect_match torch/schedule.csv "(^|,)[0-9]+W[0-9]+(,|$)"
+  # Off: whole backwards, the plan of the profile without the split.
+  run plan --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s --split-backward off \
+    --output whole.json
+  expect_status 0
+  ! grep -qF '"kind": "W"' whole.json || fail "--split-backward off planned W ops"
+  ! grep -qF 'backward_weight_ms' whole.json || fail "--split-backward off kept a split stage"
+  run plan --profile split.json "${platform[@]}" --split-backward sometimes
+  expect_status 2
+  expect_in err "madpipe: error: --split-backward: unknown split-backward 'sometimes' (valid: auto, off)"
+  # Today's schedules are rows of compare.
+  run compare --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s
+  expect_status 0
+  expect_match out "^zb-h1 +[0-9.]+ "
+  expect_match out "^zb-v +[0-9.]+ "
+  expect_match out "^interleaved +[0-9.]+ "
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan scale export_torch)
+  multi_node memplan scale export_torch split_backward)
 
 run_case() {
   case_name=$1

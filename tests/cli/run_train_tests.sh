@@ -127,6 +127,27 @@ INI
     [[ $status -ne 0 ]] || fail "a plan for 2 GPUs must be refused on 1"
     grep -q "the plan is for 2 GPUs but --gpus is 1" err || fail "message should say why"
     ;;
+  split_plan_refused)
+    # The runtime runs whole backwards: a plan with split stages stops every rank, clearly.
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --output-dir first
+    [[ $status -eq 0 ]] || fail "first run failed"
+    python3 - first/profile.json split.json <<'PY' || fail "could not split the profile"
+import json, sys
+profile = json.load(open(sys.argv[1]))
+for layer in profile["layers"]:
+    if layer["weight_bytes"] > 0 and layer["backward_ms"] > 0:
+        layer["backward_input_ms"] = layer["backward_ms"] / 2
+        layer["backward_weight_ms"] = layer["backward_ms"] - layer["backward_input_ms"]
+json.dump(profile, open(sys.argv[2], "w"))
+PY
+    "$madpipe" plan --profile split.json --gpus 2 --memory 1GiB --bandwidth 1GB/s \
+      --algorithm zb-h1 --output split_plan.json >/dev/null 2>&1 || fail "zb-h1 plan failed"
+    grep -q '"kind": "W"' split_plan.json || fail "the zb-h1 plan has no W op"
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --plan split_plan.json --output-dir second
+    [[ $status -ne 0 ]] || fail "a plan with split backwards must be refused"
+    grep -q "splits its backward into B and W (backward_weight_ms), which the runtime does not run yet" err ||
+      fail "message should say why: $(tail -3 err)"
+    ;;
   resume_equals_uninterrupted)
     mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir straight
     [[ $status -eq 0 ]] || fail "uninterrupted run failed"

@@ -1,0 +1,208 @@
+// Today's schedules as baselines: interleaved 1F1B, ZB-H1 and ZB-V, and madpipe against them.
+
+#include "core/chain.hpp"
+#include "core/profile.hpp"
+#include "partition/allocation.hpp"
+#include "partition/loop_placements.hpp"
+#include "partition/planner.hpp"
+#include "plan/plan.hpp"
+#include "plan/validate.hpp"
+#include "support/schedule_support.hpp"
+#include "support/test_support.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace mp = madpipe::partition;
+namespace mplan = madpipe::plan;
+namespace ms = madpipe::schedule;
+namespace mt = madpipe::testing;
+
+namespace {
+
+madpipe::Profile with_split(madpipe::Profile profile, double fraction) {
+  for (madpipe::Layer& layer : profile.layers) {
+    if (layer.weight_bytes == 0) continue;
+    madpipe::SplitBackward split;
+    split.weight_ms = layer.backward_ms * fraction;
+    split.input_ms = layer.backward_ms - split.weight_ms;
+    split.kept_bytes = layer.output_bytes;
+    layer.split_backward = split;
+  }
+  return profile;
+}
+
+// The largest compute or cut transfer of the best cut into `chunks`, by trying every cut.
+double best_by_search(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                      int chunks, int first, double so_far) {
+  const int layers = costs.num_layers();
+  if (chunks == 1) return std::max(so_far, costs.compute_ms(first, layers - 1));
+  double best = std::numeric_limits<double>::infinity();
+  for (int last = first; last <= layers - chunks; ++last) {
+    const double here =
+        std::max({so_far, costs.compute_ms(first, last), mp::link_ms(costs, last, platform)});
+    best = std::min(best, best_by_search(costs, platform, chunks - 1, last + 1, here));
+  }
+  return best;
+}
+
+double worst_of(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                const std::vector<int>& first_layers) {
+  double worst = 0;
+  for (std::size_t c = 0; c < first_layers.size(); ++c) {
+    const int last = c + 1 < first_layers.size() ? first_layers[c + 1] - 1 : costs.num_layers() - 1;
+    worst = std::max(worst, costs.compute_ms(first_layers[c], last));
+    if (c > 0) worst = std::max(worst, mp::link_ms(costs, first_layers[c] - 1, platform));
+  }
+  return worst;
+}
+
+bool has_w(const mplan::Plan& plan) {
+  return std::any_of(plan.pattern.ops.begin(), plan.pattern.ops.end(),
+                     [](const ms::Op& op) { return op.kind == ms::OpKind::W; });
+}
+
+}  // namespace
+
+TEST(LoopPlacements, BalancedCutsAreOptimal) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 30; ++trial) {
+    const madpipe::Profile profile = mt::random_chain(rng, 3 + static_cast<int>(rng() % 7));
+    const madpipe::ChainCosts costs(profile);
+    const madpipe::Platform platform = mt::huge_memory_platform(2);
+    const int chunks = 1 + static_cast<int>(rng() % costs.num_layers());
+    const auto cuts = mp::balanced_cuts(costs, platform, chunks);
+    ASSERT_TRUE(cuts.has_value());
+    ASSERT_EQ(static_cast<int>(cuts->size()), chunks);
+    EXPECT_EQ(cuts->front(), 0);
+    EXPECT_TRUE(std::is_sorted(cuts->begin(), cuts->end()));
+    EXPECT_EQ(std::adjacent_find(cuts->begin(), cuts->end()), cuts->end());  // no empty chunk
+    EXPECT_NEAR(worst_of(costs, platform, *cuts), best_by_search(costs, platform, chunks, 0, 0),
+                1e-9);
+  }
+  const madpipe::ChainCosts three(mt::make_chain({1, 1, 1}, {1, 1, 1}));
+  EXPECT_FALSE(mp::balanced_cuts(three, mt::huge_memory_platform(2), 4).has_value());
+}
+
+TEST(LoopPlacements, LoopAndVPlaceChunksOnGpus) {
+  const madpipe::ChainCosts costs(mt::make_chain(std::vector<double>(12, 1.0)));
+  const madpipe::Platform platform = mt::huge_memory_platform(3);
+  const auto loop = mp::interleaved_allocation(costs, platform, 2);
+  ASSERT_TRUE(loop.has_value());
+  EXPECT_EQ(loop->gpus, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(loop->first_layers, (std::vector<int>{0, 2, 4, 6, 8, 10}));
+  const auto v = mp::v_shape_allocation(costs, platform);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->gpus, (std::vector<int>{0, 1, 2, 2, 1, 0}));
+  madpipe::Platform four = platform;
+  four.gpus = 7;
+  EXPECT_FALSE(mp::v_shape_allocation(costs, four).has_value());  // 14 chunks, 12 layers
+}
+
+TEST(Baselines, PlansAreValidAndSplitWhereTheyShould) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 4; ++trial) {
+    const madpipe::Profile profile = with_split(mt::random_chain(rng, 16), 0.5);
+    const madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
+    for (mp::Algorithm algorithm :
+         {mp::Algorithm::Interleaved, mp::Algorithm::ZbH1, mp::Algorithm::ZbV}) {
+      SCOPED_TRACE(mp::to_string(algorithm));
+      mp::PlannerOptions options;
+      options.algorithm = algorithm;
+      const auto result = mp::make_plan(profile, platform, options);
+      ASSERT_TRUE(result.feasible) << result.reason;
+      const auto violations = mplan::validate(result.plan, profile);
+      EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+      EXPECT_EQ(has_w(result.plan), algorithm != mp::Algorithm::Interleaved);
+      if (algorithm != mp::Algorithm::ZbH1) {
+        EXPECT_EQ(static_cast<int>(result.plan.stages.size()), 2 * platform.gpus);
+      }
+      options.split_backward = mp::BackwardSplit::Off;
+      const auto whole = mp::make_plan(profile, platform, options);
+      ASSERT_TRUE(whole.feasible);
+      EXPECT_FALSE(has_w(whole.plan));
+    }
+  }
+}
+
+// ZB-H1 is 1F1B with W filling the bubbles: never slower than 1F1B, and equal without a split.
+TEST(Baselines, ZbH1IsOneFOneBWithTheBubblesFilled) {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 5; ++trial) {
+    const madpipe::Profile whole_profile = mt::random_chain(rng, 10);
+    const madpipe::Profile profile = with_split(whole_profile, 0.5);
+    const madpipe::Platform platform = mt::huge_memory_platform(4);
+    mp::PlannerOptions options;
+    options.algorithm = mp::Algorithm::OneFOneB;
+    const auto one_f_one_b = mp::make_plan(profile, platform, options);
+    options.algorithm = mp::Algorithm::ZbH1;
+    const auto zero_bubble = mp::make_plan(profile, platform, options);
+    const auto unsplit = mp::make_plan(whole_profile, platform, options);
+    ASSERT_TRUE(one_f_one_b.feasible && zero_bubble.feasible && unsplit.feasible);
+    EXPECT_LE(zero_bubble.plan.predicted.period_ms,
+              one_f_one_b.plan.predicted.period_ms * (1 + 1e-9));
+    EXPECT_NEAR(unsplit.plan.predicted.period_ms, one_f_one_b.plan.predicted.period_ms,
+                1e-9 * one_f_one_b.plan.predicted.period_ms);
+  }
+}
+
+TEST(Baselines, TooFewLayersForTwoChunksPerGpu) {
+  const madpipe::Profile profile = mt::make_chain({1, 1, 1, 1, 1}, {2, 2, 2, 2, 2});
+  mp::PlannerOptions options;
+  options.algorithm = mp::Algorithm::ZbV;
+  const auto result = mp::make_plan(profile, mt::huge_memory_platform(3), options);
+  EXPECT_FALSE(result.feasible);
+  EXPECT_NE(result.reason.find("needs at least 6 layers, the chain has 5"), std::string::npos)
+      << result.reason;
+}
+
+TEST(Baselines, SmallestFeasibleMemoryOfAPlacementIsFeasible) {
+  std::mt19937 rng(8);
+  const madpipe::Profile profile = with_split(mt::random_chain(rng, 12), 0.5);
+  madpipe::Platform platform = mt::huge_memory_platform(3);
+  for (mp::Algorithm algorithm : {mp::Algorithm::Interleaved, mp::Algorithm::ZbV}) {
+    SCOPED_TRACE(mp::to_string(algorithm));
+    mp::PlannerOptions options;
+    options.algorithm = algorithm;
+    const std::int64_t memory = mp::smallest_feasible_memory(profile, platform, options);
+    ASSERT_GT(memory, 0);
+    madpipe::Platform enough = platform;
+    enough.memory_bytes = memory;
+    EXPECT_TRUE(mp::make_plan(profile, enough, options).feasible);
+  }
+}
+
+// madpipe schedules the baselines' placements and ZB-H1 among its candidates.
+TEST(Baselines, MadPipeIsNeverWorse) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 6; ++trial) {
+    const madpipe::Profile profile = with_split(mt::random_chain(rng, 12), 0.3 + 0.1 * trial);
+    madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
+    mp::PlannerOptions options;
+    options.algorithm = mp::Algorithm::OneFOneB;
+    const auto reference = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(reference.feasible);
+    const std::int64_t peak = *std::max_element(reference.plan.predicted.memory_bytes.begin(),
+                                                reference.plan.predicted.memory_bytes.end());
+    for (std::int64_t memory : {platform.memory_bytes, peak}) {
+      platform.memory_bytes = memory;
+      options.algorithm = mp::Algorithm::MadPipe;
+      const auto madpipe_plan = mp::make_plan(profile, platform, options);
+      ASSERT_TRUE(madpipe_plan.feasible);
+      for (mp::Algorithm algorithm : {mp::Algorithm::OneFOneB, mp::Algorithm::Interleaved,
+                                      mp::Algorithm::ZbH1, mp::Algorithm::ZbV}) {
+        options.algorithm = algorithm;
+        const auto baseline = mp::make_plan(profile, platform, options);
+        if (!baseline.feasible) continue;
+        EXPECT_LE(madpipe_plan.plan.predicted.period_ms,
+                  baseline.plan.predicted.period_ms * (1 + 1e-9))
+            << mp::to_string(algorithm) << ", trial " << trial << ", memory " << memory;
+      }
+    }
+  }
+}
