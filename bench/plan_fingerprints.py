@@ -30,7 +30,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 PROFILES = sorted((REPO / "configs" / "profiles").glob("*.json"))
 GPUS = (2, 4, 8)
 MEMORY_FACTORS = (1.0, 2.0, 4.0)
-ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe", "ilp")
+ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe", "interleaved", "zb-h1", "zb-v",
+              "ilp")
 REMATS = ("none", "rotor")
 TIME_LIMIT_S = 120
 

@@ -33,8 +33,8 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
   po::options_description planner = planner_options_description(options.planner);
   add_algorithm_option(
       planner, options.algorithm,
-      "madpipe, contiguous, pipedream, 1f1b, gpipe or ilp (the full ILP, needs a MILP "
-      "solver)");
+      "madpipe, contiguous, pipedream, 1f1b, gpipe, interleaved, zb-h1, zb-v or ilp (the full "
+      "ILP, needs a MILP solver)");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;

@@ -53,7 +53,7 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 }),
             "where the profile splits backwards into input and weight gradients "
             "(backward_weight_ms): auto (madpipe and contiguous plan with and without the split "
-            "and keep the shorter period) or off (whole backwards)");
+            "and keep the shorter period, zb-h1 and zb-v split) or off (whole backwards)");
   add_group("solver", po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",

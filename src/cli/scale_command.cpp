@@ -53,7 +53,8 @@ po::options_description madpipe::cli::scale_options_description(ScaleOptions& op
   po::options_description planner = planner_options_description(options.planner);
   add_algorithm_option(
       planner, options.algorithm,
-      "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe or ilp");
+      "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe, interleaved, "
+      "zb-h1, zb-v or ilp");
   po::options_description all(100);
   all.add(scale).add(platform_options_description(options.platform)).add(planner);
   return all;

@@ -47,6 +47,10 @@ madpipe::Profile madpipe::partition::corrected_profile(const Profile& profile,
     for (int l = plan.stages[s].first_layer; l <= plan.stages[s].last_layer; ++l) {
       corrected.layers[l].forward_ms *= ratios[s].forward;
       corrected.layers[l].backward_ms *= ratios[s].backward;
+      if (auto& split = corrected.layers[l].split_backward) {
+        split->input_ms *= ratios[s].backward;
+        split->weight_ms *= ratios[s].backward;
+      }
     }
   return corrected;
 }
@@ -62,6 +66,7 @@ madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
   for (std::size_t s = 0; s < stages.size(); ++s) {
     stages[s].forward_ms *= ratios[s].forward;
     stages[s].backward_ms *= ratios[s].backward;
+    stages[s].backward_weight_ms *= ratios[s].backward;
   }
   if (auto pattern = schedule::schedule_under_memory(stages, current.platform))
     outcome.current_period_ms = pattern->pattern.normalized_period_ms();

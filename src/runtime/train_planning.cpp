@@ -47,7 +47,6 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
       madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), c.plan);
     } else {
       madpipe::partition::PlannerOptions options = c.planner;
-      options.split_backward = madpipe::partition::BackwardSplit::Off;  // whole backwards only
       options.progress = [&say](const std::string& line) { say("planning: " + line); };
       const auto result = madpipe::partition::make_plan(profile, platform_of(c), options);
       if (!result.feasible)
