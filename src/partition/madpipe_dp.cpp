@@ -76,6 +76,7 @@ struct State {
 // A stage's time and its schedule::StageMemory terms, as doubles for the DP's memory grid.
 struct StageCost {
   double load = 0;       // U(first, last)
+  double chain = 0;      // its part of a micro-batch's round trip: load less the deferred W
   double link_in = 0;    // C(first - 1), 0 for the first stage
   double weights = 0;    // C * W
   double stored = 0;     // bytes kept per micro-batch in flight
@@ -128,6 +129,8 @@ class Solver {
       for (int first = last; first >= 0; --first) {
         StageCost& c = stage_costs_[static_cast<std::size_t>(last) * L + (last - first)];
         c.load = costs.compute_ms(first, last);
+        // A split backward's W runs wherever the GPU is idle: 1F1B* groups sum the rest.
+        c.chain = c.load - costs.backward_weight_ms(first, last);
         c.link_in = first > 0 ? madpipe::partition::link_ms(costs, first - 1, platform) : 0.0;
         const madpipe::schedule::StageMemory terms =
             madpipe::schedule::stage_memory(costs, first, last, platform);
@@ -176,10 +179,10 @@ class Solver {
     if (s.p == 0) {  // everything left goes to the special GPU, as one stage
       if (!allow_special_) return kInf;
       const StageCost& c = row[s.j - 1];
-      auto fits = [&](double load, double stored, double workspace) {
-        return m + c.weights + (groups(V, load) - 1) * stored + c.buffers + workspace <= M;
+      auto fits = [&](double chain, double stored, double workspace) {
+        return m + c.weights + (groups(V, chain) - 1) * stored + c.buffers + workspace <= M;
       };
-      if (fits(c.load, c.stored, c.workspace)) {
+      if (fits(c.chain, c.stored, c.workspace)) {
         if (best_choice) *best_choice = Choice{0, true, State{0, 0, s.ti, s.mi, s.vi}};
         return t + c.load;
       }
@@ -211,14 +214,14 @@ class Solver {
       // Weights and kept activations only grow as the stage grows leftwards (rematerialization
       // keeps at least the stage's input).
       const double kept = remat_ ? static_cast<double>(costs_.activation_bytes(i - 1)) : c.stored;
-      if (c.weights + (groups(V, c.load) - 1) * kept > M) break;
+      if (c.weights + (groups(V, c.chain) - 1) * kept > M) break;
       // Each of the two placements takes the fastest variant that fits its memory: plain first,
       // then the rematerialization options, fastest first.
       bool normal_placed = s.p < 1, special_placed = !allow_special_;
-      auto consider = [&](double load, double stored, double workspace, int option) {
+      auto consider = [&](double load, double chain, double stored, double workspace, int option) {
         if (load >= std::min({best, upper_bound_, incumbent_})) return false;
-        const int g = groups(V, load);
-        const int vi = grid(oplus(oplus(V, load), c.link_in), inverse_dv_, nv_ - 1);
+        const int g = groups(V, chain);
+        const int vi = grid(oplus(oplus(V, chain), c.link_in), inverse_dv_, nv_ - 1);
         if (!normal_placed && c.weights + g * stored + c.buffers + workspace <= M) {
           normal_placed = true;
           const State child{i, s.p - 1, s.ti, s.mi, vi};
@@ -246,13 +249,14 @@ class Solver {
         }
         return !(normal_placed && special_placed);
       };
-      if (!consider(c.load, c.stored, c.workspace, -1) || !remat_) continue;
+      if (!consider(c.load, c.chain, c.stored, c.workspace, -1) || !remat_) continue;
       const auto& options = remat_->of(i, s.j - 1);
-      for (std::size_t o = 0; o < options.size(); ++o)
-        if (!consider(options[o].forward_ms + options[o].backward_ms,
-                      static_cast<double>(options[o].stored_bytes),
+      for (std::size_t o = 0; o < options.size(); ++o) {
+        const double load = options[o].forward_ms + options[o].backward_ms;
+        if (!consider(load, load, static_cast<double>(options[o].stored_bytes),
                       static_cast<double>(options[o].transient_bytes), static_cast<int>(o)))
           break;
+      }
     }
     return best;
   }

@@ -1,6 +1,8 @@
 // Planning with split backwards (--split-backward auto|off).
 
+#include "core/chain.hpp"
 #include "core/profile.hpp"
+#include "partition/madpipe_dp.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/validate.hpp"
@@ -139,4 +141,24 @@ TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {
   EXPECT_FALSE(mp::can_split_backward(mp::Algorithm::GPipe));
   EXPECT_EQ(mp::backward_split_from_string("off"), mp::BackwardSplit::Off);
   EXPECT_THROW(mp::backward_split_from_string("sometimes"), madpipe::Error);
+}
+
+// The DPs count a split stage's round trip without its W (1F1B* groups do): under tight memory
+// they estimate fewer micro-batches in flight, hence allocations the whole-backward estimate
+// rejects.
+TEST(SplitBackwardPlanning, DpEstimatesGroupsWithoutW) {
+  const madpipe::Profile whole = equal_layers();
+  const madpipe::Profile profile = with_split(whole, 0.5);
+  const madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
+  const mp::Discretization discretization;
+  int split_better = 0;
+  for (double target : {6.0, 7.0, 8.0, 9.0}) {
+    const mp::DpResult with =
+        mp::madpipe_dp(madpipe::ChainCosts(profile), platform, discretization, false, target, 1e9);
+    const mp::DpResult without =
+        mp::madpipe_dp(madpipe::ChainCosts(whole), platform, discretization, false, target, 1e9);
+    EXPECT_LE(with.period_ms, without.period_ms) << "target " << target;
+    split_better += with.period_ms < without.period_ms;
+  }
+  EXPECT_GT(split_better, 0);
 }
