@@ -45,6 +45,9 @@ def main():
     with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
         json.dump(profile, f, indent=2)
         f.write("\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # as open() would create it
     os.replace(f.name, args.output)
 
 
