@@ -55,6 +55,7 @@ def test_errors_carry_the_command_line_message(resnet50, madpipe_bin):
     (dict(remat="always"), "remat", "valid: none, rotor"),
     (dict(offload="host"), "offload", "give host_bandwidth"),
     (dict(time_limit=0), "time_limit", "must be > 0"),
+    (dict(split_backward="sometimes"), "split_backward", "valid: auto, off"),
 ])
 def test_bad_keywords_name_the_keyword(resnet50, keywords, field, words):
     with pytest.raises(madpipe.Error) as error:
@@ -133,3 +134,31 @@ def test_progress_lines_reach_the_callback(resnet50):
     lines = []
     madpipe.plan(resnet50, **PLATFORM, verbose=True, progress=lines.append)
     assert lines and all(isinstance(line, str) for line in lines)
+
+
+def split_profile(path):
+    """The profile with half of each weighted layer's backward deferred to W."""
+    data = madpipe.read_profile(path).to_dict()
+    for layer in data["layers"]:
+        if layer["weight_bytes"] > 0 and layer["backward_ms"] > 0:
+            layer["backward_weight_ms"] = layer["backward_ms"] / 2
+            layer["backward_input_ms"] = layer["backward_ms"] - layer["backward_weight_ms"]
+            layer["backward_weight_kept_bytes"] = layer["output_bytes"]
+    return madpipe.Profile(data)
+
+
+def test_split_backward_auto_keeps_the_shorter_period(resnet50):
+    profile = split_profile(resnet50)
+    tight = dict(gpus=4, memory="10.3GiB", bandwidth="12GB/s")
+    auto = madpipe.plan(profile, **tight)
+    whole = madpipe.plan(profile, **tight, split_backward="off")
+    assert auto.period_ms < whole.period_ms
+    kinds = {op["kind"] for op in auto.to_dict()["pattern"]["ops"]}
+    assert "W" in kinds
+    assert "W" not in {op["kind"] for op in whole.to_dict()["pattern"]["ops"]}
+    assert any("split backward (B and W)" in note for note in auto.notes)
+    assert madpipe.validate(auto, profile) == []
+    rows = madpipe.compare(profile, **tight, algorithms=("zb-h1", "zb-v", "interleaved"))
+    assert [row.algorithm for row in rows] == ["zb-h1", "zb-v", "interleaved"]
+    assert all(row.period_ms is None or auto.period_ms <= row.period_ms * (1 + 1e-9)
+               for row in rows)

@@ -73,7 +73,7 @@ const char* madpipe::partition::to_string(BackwardSplit split) {
 
 madpipe::partition::BackwardSplit madpipe::partition::backward_split_from_string(
     const std::string& name) {
-  return value_named(kBackwardSplitNames, name, "split-backward", "split-backward mode");
+  return value_named(kBackwardSplitNames, name, "split-backward mode", "split_backward");
 }
 
 bool madpipe::partition::can_split_backward(Algorithm algorithm) {

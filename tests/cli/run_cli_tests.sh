@@ -980,7 +980,7 @@ case_split_backward() {
   ! grep -qF 'backward_weight_ms' whole.json || fail "--split-backward off kept a split stage"
   run plan --profile split.json "${platform[@]}" --split-backward sometimes
   expect_status 2
-  expect_in err "madpipe: error: --split-backward: unknown split-backward 'sometimes' (valid: auto, off)"
+  expect_in err "madpipe: error: --split-backward: unknown split-backward mode 'sometimes' (valid: auto, off)"
   # Today's schedules are rows of compare.
   run compare --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s
   expect_status 0
