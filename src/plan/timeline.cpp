@@ -155,9 +155,10 @@ mplan::Timeline mplan::timeline_of_trace(const Trace& trace, int max_steps) {
   std::map<int, double> step_starts;
   for (const TraceOp& op : trace.ops) {
     if (!steps.count(op.step)) continue;
-    const madpipe::schedule::OpKind kind = op.kind == TraceOpKind::Forward
-                                               ? madpipe::schedule::OpKind::F
-                                               : madpipe::schedule::OpKind::B;
+    const madpipe::schedule::OpKind kind =
+        op.kind == TraceOpKind::Forward  ? madpipe::schedule::OpKind::F
+        : op.kind == TraceOpKind::Weight ? madpipe::schedule::OpKind::W
+                                         : madpipe::schedule::OpKind::B;
     timeline.bars.push_back({op.rank, op_token(kind, op.stage, op.micro_batch), kind, op.stage,
                              op.micro_batch, op.step, op.start_ms, op.end_ms});
   }

@@ -185,6 +185,8 @@ static const char* kind_name(mplan::TraceOpKind kind) {
       return "F";
     case mplan::TraceOpKind::Backward:
       return "B";
+    case mplan::TraceOpKind::Weight:
+      return "W";
   }
   MADPIPE_UNREACHABLE("unknown trace op kind");
 }
@@ -374,7 +376,8 @@ static mplan::TraceOpKind op_kind(const JsonReader& reader, const json& object,
   const std::string kind = reader.string_member(object, pointer, "kind");
   if (kind == "F") return mplan::TraceOpKind::Forward;
   if (kind == "B") return mplan::TraceOpKind::Backward;
-  reader.fail(pointer + "/kind", "unknown op kind '" + kind + "' (valid: F, B)");
+  if (kind == "W") return mplan::TraceOpKind::Weight;
+  reader.fail(pointer + "/kind", "unknown op kind '" + kind + "' (valid: F, B, W)");
 }
 
 static mplan::TraceTransferKind transfer_kind(const JsonReader& reader, const json& object,

@@ -14,7 +14,7 @@ namespace madpipe::plan {
 // backward with its rank, stage, step and micro-batch, every transfer between ranks, and per-rank
 // peak memory. Times are milliseconds since the run's common start (a barrier on every rank).
 
-enum class TraceOpKind { Forward, Backward };
+enum class TraceOpKind { Forward, Backward, Weight };  // F, B (or I), W
 
 struct TraceOp {
   TraceOpKind kind = TraceOpKind::Forward;

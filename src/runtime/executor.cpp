@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "runtime/memory_meter.hpp"
+#include "runtime/weight_gradients.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -124,12 +125,6 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const pl
     throw Error(ErrorKind::Internal, "", "layer outputs",
                 "shapes of " + std::to_string(outputs.shapes.size()) + " layers for a model of " +
                     std::to_string(model.layers.size()));
-  for (const schedule::Stage& stage : plan.stages)
-    if (stage.splits_backward())
-      throw Error(ErrorKind::InvalidInput, "", "/stages/" + std::to_string(stage.id),
-                  "stage " + std::to_string(stage.id) +
-                      " splits its backward into B and W (backward_weight_ms), which the runtime "
-                      "does not run yet: plan with --split-backward off");
   // Every rank checks every stage's sequence, so a bad one stops all ranks before any transfer.
   for (const schedule::Stage& stage : plan.stages) {
     sequences_.push_back(stage.sequence.empty() ? nullptr : std::make_unique<StageSequence>(stage));
@@ -178,9 +173,12 @@ void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
   after_backward_ = std::move(after_backward);
 }
 
-torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(int stage, torch::Tensor input,
-                                                                int copy) {
+torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(
+    int stage, torch::Tensor input, int copy,
+    const c10::intrusive_ptr<DeferredWeightGradients>& defer_into) {
   ChainModel& model = model_of(copy);
+  std::optional<DeferWeightGradients> defer;
+  if (defer_into) defer.emplace(defer_into);
   for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l)
     input = model.layers[l].forward(input);
   return input;
@@ -291,6 +289,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   for (int s = 0; s < num_stages; ++s) slots[s].resize(program.slots[s]);
   std::map<DataKey, torch::Tensor> delivered;  // inputs and gradients, before the op using them
   std::map<DataKey, torch::Tensor> produced;   // gradients from a backward, before their move
+  // Split stages: what the backward of (stage, micro-batch) left to its W.
+  std::map<std::pair<int, int>, c10::intrusive_ptr<DeferredWeightGradients>> deferred;
   std::map<int, Batch> batches;
   auto batch = [&](int i) -> const Batch& {
     auto it = batches.find(i);
@@ -380,7 +380,14 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         } else {
           torch::Tensor x = s > 0 && train ? input.detach().requires_grad_(true) : input;
           if (train) slot.input = x;
-          slot.output = forward_stage(s, x, copy);
+          c10::intrusive_ptr<DeferredWeightGradients> defer_into;
+          if (train && plan_.stages[s].splits_backward()) {
+            defer_into = c10::make_intrusive<DeferredWeightGradients>();
+            if (!deferred.emplace(std::make_pair(s, i), defer_into).second)
+              throw Error(ErrorKind::Internal, "", "program",
+                          plan::to_string(instr) + ": the W of an earlier forward has not run");
+          }
+          slot.output = forward_stage(s, x, copy, defer_into);
           if (last) slot.output = scaled_loss(slot.output);
         }
         if (train) {
@@ -436,6 +443,28 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         timer_->end(op);
         timed.push_back({TraceOpKind::Backward, s, i});
         cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
+        if (plan_.stages[s].splits_backward()) {
+          // What W needs outlives the receive buffers it may sit in (of the input, of the
+          // gradient): later messages overwrite them.
+          deferred.at({s, i})->copy_out_of(arena_);
+          break;  // the backward is done at W
+        }
+        if (after_backward_) after_backward_(s, i);
+        if (on_backward_) on_backward_(s, i);
+        break;
+      }
+      case InstrKind::BackwardWeight: {
+        auto it = deferred.find({s, i});
+        if (it == deferred.end())
+          throw Error(ErrorKind::Internal, "", "program",
+                      plan::to_string(instr) + ": no forward of a split stage before it");
+        const int op = timer_->begin();
+        const double cpu_start = cpu_clock ? thread_cpu_seconds() : 0;
+        it->second->run();
+        deferred.erase(it);
+        timer_->end(op);
+        timed.push_back({TraceOpKind::Weight, s, i});
+        cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
         if (after_backward_) after_backward_(s, i);
         if (on_backward_) on_backward_(s, i);
         break;
@@ -457,8 +486,6 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
                       plan::to_string(instr) + ": the program steps optimizers but none is set");
         optimizer_step_(s, i);
         break;
-      case InstrKind::BackwardWeight:  // the constructor refuses split stages
-        MADPIPE_UNREACHABLE("W in a program of whole backwards");
     }
     for (int b : free_after[k]) {
       live_bytes -= buffers[b].bytes;
@@ -472,6 +499,11 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
     }
   }
   transport_.wait_sends();
+  if (!deferred.empty())
+    throw Error(ErrorKind::Internal, "", "program",
+                "the W of stage " + std::to_string(deferred.begin()->first.first) +
+                    ", micro-batch " + std::to_string(deferred.begin()->first.second) +
+                    " never ran");
   const StepLoss loss = losses.finish();
   if (train) {
     arena_use_ = use;
@@ -484,8 +516,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         time.forward_ms += took;
         ++time.forwards;
       } else {
-        time.backward_ms += took;
-        ++time.backwards;
+        time.backward_ms += took;  // W is the rest of its B: one backward's time
+        if (t.kind == TraceOpKind::Backward) ++time.backwards;
       }
       if (trace) trace->op(t.kind, t.stage, t.micro_batch, spans[k].start_ms, spans[k].end_ms);
     }

@@ -9,6 +9,7 @@
 #include "runtime/stage_sequence.hpp"
 #include "runtime/trace_recorder.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/weight_gradients.hpp"
 
 #include <functional>
 #include <map>
@@ -37,7 +38,7 @@ LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample);
 // the CPU the thread's CPU time, as madpipe train's own profile measures ops).
 struct StageTime {
   double forward_ms = 0;
-  double backward_ms = 0;
+  double backward_ms = 0;  // a split stage's B and W together
   int forwards = 0;
   int backwards = 0;
 };
@@ -60,6 +61,10 @@ std::vector<std::int64_t> stage_message_bytes(const plan::Plan& plan, const Laye
 // in training: its forward part (up to Loss) at the stage's F of a micro-batch, the rest at its B,
 // keeping in between what the forward part stored (stage_sequence.hpp); validation runs plain
 // forwards.
+// A stage that splits its backward (Stage::splits_backward) forwards with its deferrable layers
+// (weight_gradients.hpp) leaving their weight gradients to W: its B computes the input gradient
+// and the weight gradients of the other layers, its W the deferred ones. The stage's backward of
+// a micro-batch counts as done (after_backward, on_backward) at its W.
 class PipelineExecutor {
  public:
   // Throws Error{InvalidInput} when the plan does not fit the model or a stage's sequence (any
@@ -138,7 +143,10 @@ class PipelineExecutor {
  private:
   StepLoss execute(const plan::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
-  torch::Tensor forward_stage(int stage, torch::Tensor input, int copy);
+  // The stage's layers on `input` with weight copy `copy`; with `defer_into`, the layers that can
+  // leave their weight gradients to W do so (weight_gradients.hpp).
+  torch::Tensor forward_stage(int stage, torch::Tensor input, int copy,
+                              const c10::intrusive_ptr<DeferredWeightGradients>& defer_into = {});
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
   torch::Tensor receive_buffer(const plan::Instr& instr, const plan::ReceiveBuffer& buffer);
 

@@ -2,10 +2,13 @@
 
 #include "core/error.hpp"
 #include "runtime/script_model.hpp"
+#include "runtime/weight_gradients.hpp"
 
 #include <cmath>
 
 namespace {
+using madpipe::runtime::deferrable_linear;
+
 // Token and position embeddings: [B, T] token ids -> [B, T, C].
 struct EmbeddingImpl : torch::nn::Module {
   EmbeddingImpl(int vocab, int context, int width)
@@ -33,14 +36,15 @@ struct BlockImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const auto b = x.size(0), t = x.size(1), c = x.size(2);
     const auto head = c / heads;
-    auto parts = qkv(ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
+    auto parts =
+        deferrable_linear(qkv, ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head));
     auto mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, c});
-    auto h = x + proj(y);
-    return h + fc2(torch::gelu(fc1(ln2(h))));
+    auto h = x + deferrable_linear(proj, y);
+    return h + deferrable_linear(fc2, torch::gelu(deferrable_linear(fc1, ln2(h))));
   }
 
   int heads;
@@ -54,7 +58,7 @@ struct HeadImpl : torch::nn::Module {
   HeadImpl(int width, int vocab)
       : ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
         out(register_module("out", torch::nn::Linear(width, vocab))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return out(ln(x)); }
+  torch::Tensor forward(const torch::Tensor& x) { return deferrable_linear(out, ln(x)); }
   torch::nn::LayerNorm ln;
   torch::nn::Linear out;
 };
@@ -65,7 +69,7 @@ struct DenseImpl : torch::nn::Module {
   DenseImpl(int in, int out, bool with_relu)
       : linear(register_module("linear", torch::nn::Linear(in, out))), relu(with_relu) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    auto y = linear(x);
+    auto y = deferrable_linear(linear, x);
     return relu ? torch::relu(y) : y;
   }
   torch::nn::Linear linear;
@@ -119,7 +123,7 @@ TORCH_MODULE(Residual);
 struct ClassifierImpl : torch::nn::Module {
   ClassifierImpl(int channels, int classes)
       : fc(register_module("fc", torch::nn::Linear(channels, classes))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc(x.mean({2, 3})); }
+  torch::Tensor forward(const torch::Tensor& x) { return deferrable_linear(fc, x.mean({2, 3})); }
   torch::nn::Linear fc;
 };
 TORCH_MODULE(Classifier);

@@ -85,13 +85,14 @@ inline const char* schedule_name(Schedule s) {
 
 // A plan for `layers` layers cut at `first_layers` onto `gpus`, with unit costs; stage s gets the
 // sequence sequence_of(s, first, last), and the plan must pass the validator unless `expect_valid`
-// is false. The platform has `platform_gpus` GPUs (0: one per rank).
+// is false. The platform has `platform_gpus` GPUs (0: one per rank). With `split_backward`, every
+// layer's backward splits into B and W (its weight gradient): the plan's stages run W ops.
 using SequenceOf = std::function<std::string(int stage, int first, int last)>;
 
 inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
                              const std::vector<int>& gpus, Schedule kind, int micro_batches,
                              const SequenceOf& sequence_of, bool expect_valid = true,
-                             int platform_gpus = 0) {
+                             int platform_gpus = 0, bool split_backward = false) {
   madpipe::Profile profile;
   profile.name = "test";
   profile.input_bytes = 1000;
@@ -102,6 +103,7 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
     layer.backward_ms = 2.0;
     layer.weight_bytes = 100;
     layer.output_bytes = 1000;
+    if (split_backward) layer.split_backward = madpipe::SplitBackward{1.2, 0.8, 500};
     profile.layers.push_back(layer);
   }
   mplan::Plan plan;

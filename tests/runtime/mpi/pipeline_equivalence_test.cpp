@@ -125,7 +125,7 @@ TEST(PipelineEquivalence, RandomAllocationsRunToCompletion) {
 // 2BW: the pipelined run follows W(g+1) = W(g) - step(gradient of generation g on W(g-1)),
 // computed here in one process for comparison.
 static double two_bw_against_rule(Schedule schedule, const std::vector<int>& first,
-                                  const std::vector<int>& gpus) {
+                                  const std::vector<int>& gpus, bool split_backward = false) {
   mr::ModelConfig config;
   config.name = "mlp";
   config.layers = 4;
@@ -139,7 +139,8 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
   mr::ChainModel second_copy = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(first_copy.layers.size());
-  const mplan::Plan plan = make_plan(layers, first, gpus, schedule, 4, nullptr);
+  const mplan::Plan plan =
+      make_plan(layers, first, gpus, schedule, 4, nullptr, true, 0, split_backward);
   // 2BW needs at least NCA micro-batches per update.
   const std::vector<int> nca =
       ms::concurrent_activations(plan.pattern, static_cast<int>(plan.stages.size()));
@@ -215,6 +216,9 @@ TEST(TwoWeightVersions, FollowsThe2BWUpdateRule) {
     all_gpus.push_back((l / P) % 2 == 0 ? l % P : P - 1 - l % P);
   }
   EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus), 1e-5);
+  // Split backwards: a micro-batch's gradient is complete, and its weight copy free, after W.
+  EXPECT_LT(two_bw_against_rule(Schedule::OneFOneB, first, gpus, true), 1e-5);
+  EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus, true), 1e-5);
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,65 @@
+#pragma once
+
+// Split backwards (B then W): layers whose weight gradient can wait compute, in their backward,
+// only the gradient of their input, and leave what the weight gradient needs (the layer's input
+// and the gradient of its output) to a DeferredWeightGradients, which W runs later.
+//
+// Which forwards defer is decided when they run: a forward run while a DeferWeightGradients
+// scope is open on the thread records the scope's collection in its autograd node, and its
+// backward (on whatever thread the engine runs it) defers into it. Other forwards, and the layers
+// that cannot defer, run the whole backward as usual.
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace madpipe::runtime {
+
+// The weight gradients deferred by the backward of one micro-batch of one stage.
+class DeferredWeightGradients : public torch::CustomClassHolder {
+ public:
+  struct Linear {
+    torch::Tensor input;        // [..., in]
+    torch::Tensor output_grad;  // [..., out]
+    torch::Tensor weight;       // the parameter [out, in]: its .grad receives the gradient
+    torch::Tensor bias;         // the parameter [out] (undefined: none)
+  };
+
+  void add(Linear linear);
+  // Computes every deferred weight gradient and adds it into its parameter's .grad (as autograd
+  // accumulates: the first defines it), in the order the backward deferred them; then forgets
+  // them, freeing what they held.
+  void run();
+  bool empty() const;
+  // Bytes of the distinct storages the deferred gradients hold (inputs and output gradients).
+  std::int64_t kept_bytes() const;
+  // Replaces each held tensor that lives in `storage` (a receive arena, which later messages
+  // overwrite) by a copy of its own.
+  void copy_out_of(const torch::Tensor& storage);
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Linear> linears_;
+};
+
+// While alive, the deferrable layers this thread forwards with gradients recorded defer their
+// weight gradients to `into`. Scopes nest; the innermost wins.
+class DeferWeightGradients {
+ public:
+  explicit DeferWeightGradients(c10::intrusive_ptr<DeferredWeightGradients> into);
+  ~DeferWeightGradients();
+  DeferWeightGradients(const DeferWeightGradients&) = delete;
+  DeferWeightGradients& operator=(const DeferWeightGradients&) = delete;
+
+ private:
+  c10::intrusive_ptr<DeferredWeightGradients> into_;
+  DeferredWeightGradients* previous_;
+};
+
+// linear->forward(input), whose backward defers the weight and bias gradients when a
+// DeferWeightGradients scope is open here (and is the plain Linear otherwise).
+torch::Tensor deferrable_linear(const torch::nn::Linear& linear, const torch::Tensor& input);
+
+}  // namespace madpipe::runtime

@@ -1,0 +1,196 @@
+// Split backwards: a layer's B computes its input gradient and W, later, its weight gradient.
+// Under mpirun -np 1..4 (the pipelines have one stage group per rank).
+
+#include "plan/program.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+#include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/transport.hpp"
+#include "runtime/two_weight_versions.hpp"
+#include "runtime/weight_gradients.hpp"
+#include "schedule/memory.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace mr = madpipe::runtime;
+namespace ms = madpipe::schedule;
+namespace mplan = madpipe::plan;
+
+using namespace madpipe::testing;
+
+namespace {
+
+// The gradients of every parameter of `layers` (held whole) and of the input, after one backward
+// of the layers' output summed with fixed weights; with `defer`, the backward runs with the weight
+// gradients deferred, which are then checked to be pending and run.
+struct Gradients {
+  std::vector<torch::Tensor> parameters;
+  torch::Tensor input;
+  std::int64_t kept_bytes = 0;
+  int pending = 0;  // parameters without a gradient after B
+};
+
+Gradients gradients_of(mr::ChainModel& model, const torch::Tensor& input, bool defer) {
+  const std::vector<torch::Tensor> params = model.parameters(0, model.size() - 1);
+  for (const auto& p : params) p.mutable_grad() = torch::Tensor();
+  const torch::Tensor leaf =
+      input.is_floating_point() ? input.detach().requires_grad_(true) : input;
+  auto deferred = c10::make_intrusive<mr::DeferredWeightGradients>();
+  torch::Tensor y = leaf;
+  {
+    std::optional<mr::DeferWeightGradients> scope;
+    if (defer) scope.emplace(deferred);
+    for (auto& layer : model.layers) y = layer.forward(y);
+  }
+  torch::manual_seed(3);
+  const torch::Tensor weights = torch::rand_like(y);
+  (y * weights).sum().backward();
+  Gradients out;
+  out.kept_bytes = deferred->kept_bytes();
+  for (const auto& p : params) out.pending += p.grad().defined() ? 0 : 1;
+  EXPECT_EQ(deferred->empty(), !defer);
+  deferred->run();
+  EXPECT_TRUE(deferred->empty());
+  EXPECT_EQ(deferred->kept_bytes(), 0);
+  for (const auto& p : params) out.parameters.push_back(p.grad().defined() ? p.grad().clone() : p);
+  if (leaf.requires_grad()) out.input = leaf.grad().clone();
+  return out;
+}
+
+void expect_same_gradients(const std::string& name, int layers) {
+  mr::ModelConfig config = small_config(name, layers);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
+  mr::ChainModel model = mr::build_model(config);
+  const torch::Tensor input = data->micro_batch(0, 0, false).input;
+  const Gradients whole = gradients_of(model, input, false);
+  const Gradients split = gradients_of(model, input, true);
+  EXPECT_EQ(whole.pending, 0) << name;
+  EXPECT_EQ(whole.kept_bytes, 0) << name;
+  EXPECT_GT(split.pending, 0) << name << ": no weight gradient was deferred";
+  EXPECT_GT(split.kept_bytes, 0) << name;
+  ASSERT_EQ(whole.parameters.size(), split.parameters.size());
+  for (std::size_t p = 0; p < whole.parameters.size(); ++p)
+    EXPECT_TRUE(torch::allclose(whole.parameters[p], split.parameters[p], 1e-5, 1e-6))
+        << name << " parameter " << p;
+  if (whole.input.defined()) {
+    EXPECT_TRUE(torch::allclose(whole.input, split.input, 1e-5, 1e-6)) << name;
+  }
+}
+
+}  // namespace
+
+TEST(DeferredWeightGradients, EqualTheWholeBackward) {
+  expect_same_gradients("mlp", 3);  // Linear layers
+  expect_same_gradients("gpt", 2);  // the blocks' qkv, proj, fc1, fc2 and the head
+  expect_same_gradients("cnn", 2);  // convolutions run whole, the classifier defers
+}
+
+TEST(DeferredWeightGradients, OnlyForwardsInTheScopeDefer) {
+  mr::ModelConfig config = small_config("mlp", 2);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
+  mr::ChainModel model = mr::build_model(config);
+  auto deferred = c10::make_intrusive<mr::DeferredWeightGradients>();
+  torch::Tensor x = data->micro_batch(0, 0, false).input;
+  {
+    mr::DeferWeightGradients scope(deferred);
+    x = model.layers[0].forward(x);
+  }
+  for (int l = 1; l < model.size(); ++l) x = model.layers[l].forward(x);
+  x.sum().backward();
+  const std::vector<torch::Tensor> first = model.parameters(0, 0);
+  const std::vector<torch::Tensor> rest = model.parameters(1, model.size() - 1);
+  for (const auto& p : first) EXPECT_FALSE(p.grad().defined());
+  for (const auto& p : rest) EXPECT_TRUE(p.grad().defined());
+  deferred->run();
+  for (const auto& p : first) EXPECT_TRUE(p.grad().defined());
+}
+
+TEST(DeferredWeightGradients, KeepTheirOwnCopyOfAnArena) {
+  torch::nn::Linear linear(4, 3);
+  const torch::Tensor arena = torch::rand({2 * 4});
+  const torch::Tensor input = arena.view({2, 4}).detach().requires_grad_(true);
+  auto deferred = c10::make_intrusive<mr::DeferredWeightGradients>();
+  torch::Tensor y;
+  {
+    mr::DeferWeightGradients scope(deferred);
+    y = mr::deferrable_linear(linear, input);
+  }
+  y.sum().backward();
+  const torch::Tensor expected = torch::ones({3, 2}).mm(arena.view({2, 4}));
+  deferred->copy_out_of(arena);
+  arena.zero_();  // a later message lands in the arena
+  deferred->run();
+  EXPECT_TRUE(torch::allclose(linear->weight.grad(), expected));
+}
+
+namespace {
+
+// Trains `steps` steps pipelined with every stage's backward split, and unsplit; returns the
+// largest relative weight difference over this rank's stages (the losses are checked to agree).
+// Each W runs `w_delay` periods after where the schedule put it (the same place modulo the
+// period): later messages then reuse the receive buffers of its micro-batch before it runs.
+double train_split_and_compare(const std::string& name, const std::vector<int>& first_layers,
+                               const std::vector<int>& gpus, Schedule schedule, bool arena,
+                               int w_delay = 0) {
+  const int micro_batches = 6;
+  mr::ModelConfig config = small_config(name, 3);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
+  mr::ChainModel pipelined = mr::build_model(config);
+  mr::ChainModel reference = mr::build_model(config);
+  mplan::Plan plan = make_plan(pipelined.size(), first_layers, gpus, schedule, micro_batches,
+                               nullptr, true, 0, /*split_backward=*/true);
+  for (ms::Op& op : plan.pattern.ops)
+    if (op.kind == ms::OpKind::W) op.shift -= w_delay;  // period j runs micro-batch j + shift
+  for (const ms::Stage& stage : plan.stages) EXPECT_TRUE(stage.splits_backward());
+  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
+                                data->micro_batch(0, 0, false));
+  mplan::LowerOptions lowering;
+  lowering.micro_batches = micro_batches;
+  if (arena) lowering.message_bytes = executor.message_bytes();
+  const mplan::Program program = mplan::lower(plan, lowering);
+  EXPECT_EQ(mplan::dry_run(program), "");
+  int weight_ops = 0;
+  for (const mplan::Instr& instr : program.per_gpu[world_rank()])
+    weight_ops += instr.kind == mplan::InstrKind::BackwardWeight ? 1 : 0;
+  EXPECT_EQ(weight_ops, micro_batches * static_cast<int>(executor.local_stages().size()));
+  train_side_by_side(executor, reference, program, *data, 2, micro_batches);
+  double worst = 0;
+  for (int s : executor.local_stages())
+    worst = std::max(worst, relative_difference(executor.stage_parameters(s),
+                                                reference.parameters(plan.stages[s].first_layer,
+                                                                     plan.stages[s].last_layer)));
+  return worst;
+}
+
+}  // namespace
+
+TEST(SplitBackward, PipelinedTrainingMatchesUnsplit) {
+  const int P = world_size();
+  for (const std::string name : {"mlp", "gpt"}) {
+    const int layers = mr::build_model(small_config(name, 3)).size();
+    std::vector<int> first, gpus;
+    for (int g = 0; g < P; ++g) {
+      first.push_back(g * layers / P);
+      gpus.push_back(g);
+    }
+    for (Schedule schedule : {Schedule::OneFOneBStar, Schedule::OneFOneB})
+      for (bool arena : {false, true})
+        EXPECT_LT(train_split_and_compare(name, first, gpus, schedule, arena), 1e-5)
+            << name << " " << schedule_name(schedule) << (arena ? " (receive arena)" : "");
+    // Non-contiguous: one stage per layer, back and forth over the ranks.
+    std::vector<int> all_first, all_gpus;
+    for (int l = 0; l < layers; ++l) {
+      all_first.push_back(l);
+      all_gpus.push_back((l / P) % 2 == 0 ? l % P : P - 1 - l % P);
+    }
+    EXPECT_LT(train_split_and_compare(name, all_first, all_gpus, Schedule::Modulo, true), 1e-5)
+        << name << " non-contiguous";
+    EXPECT_LT(train_split_and_compare(name, first, gpus, Schedule::OneFOneB, true, 2), 1e-5)
+        << name << " with W two periods late";
+  }
+}
