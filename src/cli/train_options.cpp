@@ -127,8 +127,6 @@ void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
     platform.weight_copies += runtime::kTwoWeightVersionsExtraCopies;
   config.platform = to_platform(platform);
   config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
-  // The runtime runs whole backwards: its plans and re-plans never split them.
-  config.planner.split_backward = partition::BackwardSplit::Off;
   config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step
 }
 

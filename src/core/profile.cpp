@@ -269,3 +269,12 @@ std::int64_t madpipe::input_bytes_of_layer(const Profile& profile, int layer) {
   if (layer == 0) return profile.input_bytes;
   return profile.layers[static_cast<std::size_t>(layer) - 1].output_bytes;
 }
+
+void madpipe::set_backward_ms(Layer& layer, double backward_ms) {
+  if (layer.split_backward) {
+    SplitBackward& split = *layer.split_backward;
+    split.weight_ms = layer.backward_ms > 0 ? backward_ms * split.weight_ms / layer.backward_ms : 0;
+    split.input_ms = backward_ms - split.weight_ms;
+  }
+  layer.backward_ms = backward_ms;
+}

@@ -53,6 +53,9 @@ Profile profile_from_json(const nlohmann::json& j, const std::string& file = "")
 nlohmann::json profile_to_json(const Profile& profile);
 void write_profile(const Profile& profile, const std::string& path);
 
+// Sets the layer's backward time, its split (if any) keeping its proportions.
+void set_backward_ms(Layer& layer, double backward_ms);
+
 // Size of the activation entering layer l (a_{l-1}): input_bytes for l = 0.
 std::int64_t input_bytes_of_layer(const Profile& profile, int layer);
 

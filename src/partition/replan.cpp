@@ -46,11 +46,7 @@ madpipe::Profile madpipe::partition::corrected_profile(const Profile& profile,
   for (std::size_t s = 0; s < plan.stages.size(); ++s)
     for (int l = plan.stages[s].first_layer; l <= plan.stages[s].last_layer; ++l) {
       corrected.layers[l].forward_ms *= ratios[s].forward;
-      corrected.layers[l].backward_ms *= ratios[s].backward;
-      if (auto& split = corrected.layers[l].split_backward) {
-        split->input_ms *= ratios[s].backward;
-        split->weight_ms *= ratios[s].backward;
-      }
+      set_backward_ms(corrected.layers[l], corrected.layers[l].backward_ms * ratios[s].backward);
     }
   return corrected;
 }

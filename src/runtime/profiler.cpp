@@ -3,9 +3,11 @@
 #include "core/error.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/op_timer.hpp"
+#include "runtime/weight_gradients.hpp"
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -115,6 +117,53 @@ void time_layer(const LayerProbe& probe, const madpipe::runtime::ProfilerOptions
   spread.backward = relative_spread(backward_ms);
 }
 
+// The layer's backward split into I (its input gradient, and the weight gradients of its parts
+// that cannot wait) and W (the deferred weight gradients: weight_gradients.hpp), for a layer of
+// which some part defers; the two median times are scaled to add up to the whole backward's, and
+// the bytes kept from I until W are those the deferred gradients hold.
+std::optional<madpipe::SplitBackward> time_split_layer(
+    const LayerProbe& probe, const madpipe::runtime::ProfilerOptions& options,
+    madpipe::runtime::OpTimer& timer, double backward_ms) {
+  std::vector<double> input_ms, weight_ms;
+  std::int64_t kept_bytes = 0;
+  for (int r = 0; r < options.warmup + options.repeats; ++r) {
+    const torch::Tensor leaf = probe.leaf();
+    auto deferred = c10::make_intrusive<madpipe::runtime::DeferredWeightGradients>();
+    torch::Tensor y;
+    {
+      const madpipe::runtime::DeferWeightGradients scope(deferred);
+      y = probe.forward(leaf);
+    }
+    if (!y.requires_grad()) return std::nullopt;
+    const torch::Tensor grad = torch::ones_like(y);
+    timer.start_run(0);
+    const int input = timer.begin();
+    y.backward(grad);
+    timer.end(input);
+    if (deferred->empty()) {
+      timer.finish_run();
+      probe.clear_gradients();
+      return std::nullopt;  // nothing in the layer defers
+    }
+    kept_bytes = deferred->kept_bytes();
+    const int weight = timer.begin();
+    deferred->run();
+    timer.end(weight);
+    const std::vector<madpipe::runtime::OpTimer::Span> spans = timer.finish_run();
+    probe.clear_gradients();
+    if (r >= options.warmup) {
+      input_ms.push_back(spans.at(0).end_ms - spans.at(0).start_ms);
+      weight_ms.push_back(spans.at(1).end_ms - spans.at(1).start_ms);
+    }
+  }
+  const double i = median(input_ms), w = median(weight_ms);
+  madpipe::Layer scaled;
+  scaled.backward_ms = i + w;
+  scaled.split_backward = madpipe::SplitBackward{i, w, kept_bytes};
+  madpipe::set_backward_ms(scaled, backward_ms);
+  return scaled.split_backward;
+}
+
 // What the device's libraries keep allocated from their first product on (cuBLAS and cuBLASLt
 // workspaces on a GPU; nothing on the CPU): every later op runs with it there, so it is part of
 // each layer's transient memory, and a plan that leaves it out overruns its memory on the device.
@@ -209,6 +258,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     layer.name = model.names[l];
     LayerSpread spread;
     time_layer(probe, options, *timer, layer, spread);
+    layer.split_backward = time_split_layer(probe, options, *timer, layer.backward_ms);
     if (out.memory_measured) measure_layer_memory(probe, meter, layer);
     layer.forward_workspace_bytes += library_bytes;
     layer.backward_workspace_bytes += library_bytes;

@@ -25,7 +25,10 @@ struct ProfilerOptions {
 // (parameters and buffers), output bytes, the bytes autograd saves for the backward besides the
 // input and output, and the transient workspace peaks of the forward and the backward (CUDA
 // allocator statistics; on CPU the counting allocator, installed here). The last layer's times
-// and saved bytes include the loss, and its output is the loss (4 bytes).
+// and saved bytes include the loss, and its output is the loss (4 bytes). A layer with parts that
+// can leave their weight gradient to a later W (weight_gradients.hpp) gets its backward's split:
+// the times of B (the input gradient) and W, in proportion to their own medians and adding up to
+// backward_ms, and the bytes W keeps from the end of B.
 // Parameter gradients are left cleared; buffers (batch-norm statistics) move as in training.
 // Layers the model does not hold are built on options.device for their measurement and dropped
 // after it, so that one layer's tensors are alive at a time besides the held ones.

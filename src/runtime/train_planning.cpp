@@ -161,7 +161,7 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
     if (cpu_sharing) *cpu_sharing = slowdown;
     for (std::size_t l = 0; l < profile.layers.size(); ++l) {
       profile.layers[l].forward_ms = sums[1 + 2 * l] / ranks * slowdown;
-      profile.layers[l].backward_ms = sums[2 + 2 * l] / ranks * slowdown;
+      set_backward_ms(profile.layers[l], sums[2 + 2 * l] / ranks * slowdown);
     }
     char shared[160] = "";
     if (slowdown > 1.05)

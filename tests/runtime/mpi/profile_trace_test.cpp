@@ -71,6 +71,42 @@ TEST(Profiler, MeasuresWeightsOutputsAndSavedBytesOfAKnownChain) {
   for (const torch::Tensor& param : model.parameters(0, 2)) EXPECT_FALSE(param.grad().defined());
 }
 
+TEST(Profiler, SplitsTheBackwardsOfLayersThatDeferTheirWeightGradients) {
+  // The MLP's layers are Linear (+ ReLU): B is the input gradient, W the weight's and bias', and
+  // W keeps the Linear's input and the gradient of its output. The CNN's convolutions do not
+  // defer; its classifier does.
+  mr::ModelConfig config = small_config("mlp", 2);
+  std::unique_ptr<mr::DataSource> data = data_for(config);
+  mr::ChainModel mlp = mr::build_model(config);
+  mr::ProfilerOptions options;
+  options.repeats = 3;
+  const mr::Batch sample = data->micro_batch(0, 0, false);
+  const std::int64_t batch = sample.input.size(0);
+  const madpipe::Profile p = mr::profile_model(mlp, sample, "mlp", options).profile;
+  ASSERT_EQ(p.layers.size(), 3u);
+  const std::vector<std::int64_t> widths{config.inputs, config.width, config.width, config.outputs};
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    const madpipe::Layer& layer = p.layers[l];
+    ASSERT_TRUE(layer.split_backward.has_value()) << layer.name;
+    EXPECT_GT(layer.split_backward->weight_ms, 0) << layer.name;
+    EXPECT_GE(layer.split_backward->input_ms, 0) << layer.name;
+    EXPECT_NEAR(layer.split_backward->input_ms + layer.split_backward->weight_ms, layer.backward_ms,
+                1e-9 * layer.backward_ms);
+    EXPECT_EQ(layer.split_backward->kept_bytes, batch * (widths[l] + widths[l + 1]) * 4)
+        << layer.name;
+  }
+  for (const torch::Tensor& param : mlp.parameters(0, 2)) EXPECT_FALSE(param.grad().defined());
+
+  mr::ModelConfig cnn_config = small_config("cnn", 1);
+  std::unique_ptr<mr::DataSource> images = data_for(cnn_config);
+  mr::ChainModel cnn = mr::build_model(cnn_config);
+  const madpipe::Profile c =
+      mr::profile_model(cnn, images->micro_batch(0, 0, false), "cnn", options).profile;
+  for (std::size_t l = 0; l + 1 < c.layers.size(); ++l)
+    EXPECT_FALSE(c.layers[l].split_backward.has_value()) << c.layers[l].name;
+  EXPECT_TRUE(c.layers.back().split_backward.has_value());
+}
+
 TEST(Profiler, CountingAllocatorFollowsAllocationsAndFrees) {
   mr::install_cpu_memory_counter();
   mr::MemoryMeter meter(torch::kCPU);
