@@ -65,8 +65,8 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
   const std::string with = options.algorithm == Algorithm::MadPipe
                                ? ""
                                : std::string(" with --algorithm ") + to_string(options.algorithm);
-  if (options.algorithm == Algorithm::Interleaved || options.algorithm == Algorithm::ZbV) {
-    // A fixed placement: too few layers (the reason says so), or its least-memory pattern.
+  if (uses_fixed_placement(options.algorithm)) {
+    // Too few layers (the reason says so), or its least-memory pattern.
     if (static_cast<int>(profile.layers.size()) < 2 * platform.gpus) return reason;
     const std::int64_t need = smallest_feasible_memory(profile, platform, options);
     if (need < 0) return reason + "; its placement has no pattern that runs";

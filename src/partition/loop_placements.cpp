@@ -1,5 +1,6 @@
 #include "partition/loop_placements.hpp"
 
+#include "core/error.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
@@ -76,4 +77,12 @@ std::int64_t madpipe::partition::least_memory(const ChainCosts& costs, const Pla
   for (std::int64_t bytes : schedule::totals(schedule::evaluate_memory(stages, *pattern, platform)))
     most = std::max(most, bytes);
   return most;
+}
+
+std::optional<madpipe::partition::Allocation> madpipe::partition::fixed_placement(
+    const ChainCosts& costs, const Platform& platform, Algorithm algorithm) {
+  if (algorithm == Algorithm::ZbV) return v_shape_allocation(costs, platform);
+  if (algorithm == Algorithm::Interleaved) return interleaved_allocation(costs, platform, 2);
+  throw Error(ErrorKind::Internal, "", "algorithm",
+              std::string(to_string(algorithm)) + " has no fixed placement");
 }

@@ -8,6 +8,7 @@
 #include "core/chain.hpp"
 #include "core/platform.hpp"
 #include "partition/allocation.hpp"
+#include "partition/planner.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,11 @@ std::optional<Allocation> interleaved_allocation(const ChainCosts& costs, const 
 // V placement of ZB-V: 2P chunks, chunk c on GPU c for c < P and on GPU 2P - 1 - c after (GPU 0
 // holds the first and the last chunk).
 std::optional<Allocation> v_shape_allocation(const ChainCosts& costs, const Platform& platform);
+
+// The placement of an algorithm that uses one (uses_fixed_placement): interleaved's loop with two
+// virtual stages per GPU, zb-v's V; nullopt when the chain has fewer layers than chunks.
+std::optional<Allocation> fixed_placement(const ChainCosts& costs, const Platform& platform,
+                                          Algorithm algorithm);
 
 // Memory per GPU of the allocation's least-memory pattern (every stage keeps one micro-batch in
 // flight: the modulo pattern at a period as long as a micro-batch's whole chain), which the

@@ -592,9 +592,7 @@ static std::optional<mp::Candidate> plan_loop_placement(const madpipe::ChainCost
                                                         const mp::PlannerOptions& options,
                                                         mp::PlanningContext& context) {
   context.enter("baselines");
-  const auto allocation = options.algorithm == mp::Algorithm::ZbV
-                              ? mp::v_shape_allocation(costs, platform)
-                              : mp::interleaved_allocation(costs, platform, 2);
+  const auto allocation = mp::fixed_placement(costs, platform, options.algorithm);
   if (!allocation) {
     context.note(std::string(mp::to_string(options.algorithm)) + " needs at least " +
                  std::to_string(2 * platform.gpus) +

@@ -83,7 +83,11 @@ bool madpipe::partition::can_split_backward(Algorithm algorithm) {
 
 bool madpipe::partition::places_contiguously(Algorithm algorithm) {
   return algorithm != Algorithm::MadPipe && algorithm != Algorithm::Ilp &&
-         algorithm != Algorithm::Interleaved && algorithm != Algorithm::ZbV;
+         !uses_fixed_placement(algorithm);
+}
+
+bool madpipe::partition::uses_fixed_placement(Algorithm algorithm) {
+  return algorithm == Algorithm::Interleaved || algorithm == Algorithm::ZbV;
 }
 
 double madpipe::partition::lower_bound_period_ms(const Profile& profile, const Platform& platform) {
@@ -181,8 +185,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
                                                              const PlannerOptions& options) {
   check_platform(platform);
   if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
-  if (!places_contiguously(options.algorithm) && options.algorithm != Algorithm::MadPipe &&
-      options.algorithm != Algorithm::Ilp &&
+  if (uses_fixed_placement(options.algorithm) &&
       static_cast<int>(profile.layers.size()) < 2 * platform.gpus) {
     PlanResult result;
     result.reason = std::string(to_string(options.algorithm)) + " places two chunks of layers on " +
@@ -252,14 +255,13 @@ std::int64_t madpipe::partition::smallest_feasible_memory(const Profile& profile
                                                           const PlannerOptions& options) {
   check_platform(platform);
   if (profile.layers.empty()) throw_invalid("", "/layers", "the profile has no layers");
-  if (options.algorithm == Algorithm::Interleaved || options.algorithm == Algorithm::ZbV) {
-    // A fixed placement: the memory of its least-memory pattern.
+  if (uses_fixed_placement(options.algorithm)) {
+    // The memory of its least-memory pattern.
     const bool split =
         options.algorithm == Algorithm::ZbV && options.split_backward != BackwardSplit::Off;
     const ChainCosts costs(split ? profile : without_split_backward(profile));
-    const std::optional<Allocation> allocation = options.algorithm == Algorithm::ZbV
-                                                     ? v_shape_allocation(costs, platform)
-                                                     : interleaved_allocation(costs, platform, 2);
+    const std::optional<Allocation> allocation =
+        fixed_placement(costs, platform, options.algorithm);
     return allocation ? least_memory(costs, platform, *allocation) : -1;
   }
   const ChainCosts costs(profile);

@@ -56,6 +56,9 @@ bool can_split_backward(Algorithm algorithm);
 // True when each GPU of the algorithm's plans holds one range of layers (the memory floor is then
 // exact for it).
 bool places_contiguously(Algorithm algorithm);
+// True for interleaved and zb-v, which run one fixed placement of two chunks of layers per GPU
+// (fixed_placement in loop_placements.hpp).
+bool uses_fixed_placement(Algorithm algorithm);
 
 // The MILP solver the ILPs use.
 struct MilpSettings {

@@ -39,7 +39,7 @@ std::vector<Op> one_f_one_b_star_times(const std::vector<Stage>& stages, const P
 // 1F1B* pattern with explicit groups (group numbers non-increasing along the chain, each group
 // consecutive, sum of loads in a group <= T): Equal Shift Pattern inside each group, groups
 // connected with no idle time between forwards. The NCA of a resource of group g is g. The W ops
-// of split stages are placed by place_weight_ops: nullopt when they do not fit.
+// of split stages are placed by with_weight_ops: nullopt when they do not fit.
 std::optional<Pattern> one_f_one_b_star_with_groups(const std::vector<Stage>& stages,
                                                     const Platform& platform,
                                                     const std::vector<int>& groups,

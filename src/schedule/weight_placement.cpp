@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <map>
 
-bool madpipe::schedule::place_weight_ops(Pattern& pattern, const std::vector<Stage>& stages,
-                                         const Platform& platform) {
+namespace madpipe::schedule {
+namespace {
+// Adds the W ops to `pattern`; false when some W finds no room (the pattern is then incomplete).
+bool place_weight_ops(Pattern& pattern, const std::vector<Stage>& stages,
+                      const Platform& platform) {
   const bool any_split = std::any_of(stages.begin(), stages.end(),
                                      [](const Stage& stage) { return stage.splits_backward(); });
   if (!any_split || pattern.period_ms <= 0) return !any_split;
@@ -52,6 +55,9 @@ bool madpipe::schedule::place_weight_ops(Pattern& pattern, const std::vector<Sta
   sort_ops(pattern);
   return true;
 }
+
+}  // namespace
+}  // namespace madpipe::schedule
 
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::with_weight_ops(
     Pattern pattern, const std::vector<Stage>& stages, const Platform& platform) {

@@ -7,6 +7,7 @@
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/validate.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -24,18 +25,6 @@ namespace ms = madpipe::schedule;
 namespace mt = madpipe::testing;
 
 namespace {
-
-madpipe::Profile with_split(madpipe::Profile profile, double fraction) {
-  for (madpipe::Layer& layer : profile.layers) {
-    if (layer.weight_bytes == 0) continue;
-    madpipe::SplitBackward split;
-    split.weight_ms = layer.backward_ms * fraction;
-    split.input_ms = layer.backward_ms - split.weight_ms;
-    split.kept_bytes = layer.output_bytes;
-    layer.split_backward = split;
-  }
-  return profile;
-}
 
 // The largest compute or cut transfer of the best cut into `chunks`, by trying every cut.
 double best_by_search(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
@@ -60,11 +49,6 @@ double worst_of(const madpipe::ChainCosts& costs, const madpipe::Platform& platf
     if (c > 0) worst = std::max(worst, mp::link_ms(costs, first_layers[c] - 1, platform));
   }
   return worst;
-}
-
-bool has_w(const mplan::Plan& plan) {
-  return std::any_of(plan.pattern.ops.begin(), plan.pattern.ops.end(),
-                     [](const ms::Op& op) { return op.kind == ms::OpKind::W; });
 }
 
 }  // namespace
@@ -107,7 +91,7 @@ TEST(LoopPlacements, LoopAndVPlaceChunksOnGpus) {
 TEST(Baselines, PlansAreValidAndSplitWhereTheyShould) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 4; ++trial) {
-    const madpipe::Profile profile = with_split(mt::random_chain(rng, 16), 0.5);
+    const madpipe::Profile profile = mt::with_split_backward(mt::random_chain(rng, 16), 0.5);
     const madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
     for (mp::Algorithm algorithm :
          {mp::Algorithm::Interleaved, mp::Algorithm::ZbH1, mp::Algorithm::ZbV}) {
@@ -118,14 +102,14 @@ TEST(Baselines, PlansAreValidAndSplitWhereTheyShould) {
       ASSERT_TRUE(result.feasible) << result.reason;
       const auto violations = mplan::validate(result.plan, profile);
       EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-      EXPECT_EQ(has_w(result.plan), algorithm != mp::Algorithm::Interleaved);
+      EXPECT_EQ(mt::has_weight_ops(result.plan), algorithm != mp::Algorithm::Interleaved);
       if (algorithm != mp::Algorithm::ZbH1) {
         EXPECT_EQ(static_cast<int>(result.plan.stages.size()), 2 * platform.gpus);
       }
       options.split_backward = mp::BackwardSplit::Off;
       const auto whole = mp::make_plan(profile, platform, options);
       ASSERT_TRUE(whole.feasible);
-      EXPECT_FALSE(has_w(whole.plan));
+      EXPECT_FALSE(mt::has_weight_ops(whole.plan));
     }
   }
 }
@@ -135,7 +119,7 @@ TEST(Baselines, ZbH1IsOneFOneBWithTheBubblesFilled) {
   std::mt19937 rng(6);
   for (int trial = 0; trial < 5; ++trial) {
     const madpipe::Profile whole_profile = mt::random_chain(rng, 10);
-    const madpipe::Profile profile = with_split(whole_profile, 0.5);
+    const madpipe::Profile profile = mt::with_split_backward(whole_profile, 0.5);
     const madpipe::Platform platform = mt::huge_memory_platform(4);
     mp::PlannerOptions options;
     options.algorithm = mp::Algorithm::OneFOneB;
@@ -163,7 +147,7 @@ TEST(Baselines, TooFewLayersForTwoChunksPerGpu) {
 
 TEST(Baselines, SmallestFeasibleMemoryOfAPlacementIsFeasible) {
   std::mt19937 rng(8);
-  const madpipe::Profile profile = with_split(mt::random_chain(rng, 12), 0.5);
+  const madpipe::Profile profile = mt::with_split_backward(mt::random_chain(rng, 12), 0.5);
   madpipe::Platform platform = mt::huge_memory_platform(3);
   for (mp::Algorithm algorithm : {mp::Algorithm::Interleaved, mp::Algorithm::ZbV}) {
     SCOPED_TRACE(mp::to_string(algorithm));
@@ -181,7 +165,8 @@ TEST(Baselines, SmallestFeasibleMemoryOfAPlacementIsFeasible) {
 TEST(Baselines, MadPipeIsNeverWorse) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 6; ++trial) {
-    const madpipe::Profile profile = with_split(mt::random_chain(rng, 12), 0.3 + 0.1 * trial);
+    const madpipe::Profile profile =
+        mt::with_split_backward(mt::random_chain(rng, 12), 0.3 + 0.1 * trial);
     madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
     mp::PlannerOptions options;
     options.algorithm = mp::Algorithm::OneFOneB;

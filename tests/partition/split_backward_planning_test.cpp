@@ -6,6 +6,7 @@
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/validate.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -23,27 +24,10 @@ namespace mt = madpipe::testing;
 namespace {
 
 // Every layer defers `fraction` of its backward to W and keeps half its saved bytes until W.
-madpipe::Profile with_split(madpipe::Profile profile, double fraction) {
-  for (madpipe::Layer& layer : profile.layers) {
-    madpipe::SplitBackward split;
-    split.weight_ms = layer.backward_ms * fraction;
-    split.input_ms = layer.backward_ms - split.weight_ms;
-    split.kept_bytes = layer.saved_bytes / 2;
-    layer.split_backward = split;
-  }
-  return profile;
-}
-
 std::string text_of(const mplan::Plan& plan) {
   std::ostringstream out;
   mplan::write_plan(plan, out);
   return out.str();
-}
-
-bool has_w(const mplan::Plan& plan) {
-  for (const ms::Op& op : plan.pattern.ops)
-    if (op.kind == ms::OpKind::W) return true;
-  return false;
 }
 
 // Eight equal layers, F = 1, B = 2 (I = W = 1 when split), 1 MB stored each, no weights.
@@ -66,10 +50,10 @@ TEST(SplitBackwardPlanning, OffPlansTheWholeProfileByteForByte) {
     mp::PlannerOptions options;
     const auto whole = mp::make_plan(profile, platform, options);
     options.split_backward = mp::BackwardSplit::Off;
-    const auto off = mp::make_plan(with_split(profile, 0.5), platform, options);
+    const auto off = mp::make_plan(mt::with_split_backward(profile, 0.5), platform, options);
     ASSERT_TRUE(whole.feasible && off.feasible);
     EXPECT_EQ(text_of(off.plan), text_of(whole.plan));
-    EXPECT_FALSE(has_w(off.plan));
+    EXPECT_FALSE(mt::has_weight_ops(off.plan));
   }
 }
 
@@ -77,7 +61,8 @@ TEST(SplitBackwardPlanning, AutoIsValidAndNeverSlowerThanWholeBackwards) {
   std::mt19937 rng(12);
   int split_kept = 0;
   for (int trial = 0; trial < 6; ++trial) {
-    const madpipe::Profile profile = with_split(mt::random_chain(rng, 8), 0.4 + 0.1 * trial);
+    const madpipe::Profile profile =
+        mt::with_split_backward(mt::random_chain(rng, 8), 0.4 + 0.1 * trial);
     madpipe::Platform platform = mt::huge_memory_platform(2 + trial % 3);
     mp::PlannerOptions options;
     options.split_backward = mp::BackwardSplit::Off;
@@ -97,7 +82,7 @@ TEST(SplitBackwardPlanning, AutoIsValidAndNeverSlowerThanWholeBackwards) {
       const auto violations = mplan::validate(automatic.plan, profile);
       EXPECT_TRUE(violations.empty()) << mt::describe(violations);
       EXPECT_LE(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 + 1e-9));
-      split_kept += has_w(automatic.plan);
+      split_kept += mt::has_weight_ops(automatic.plan);
       bool noted = false;
       for (const std::string& note : automatic.notes)
         noted = noted || note.find("split backward (B and W)") != std::string::npos;
@@ -108,7 +93,7 @@ TEST(SplitBackwardPlanning, AutoIsValidAndNeverSlowerThanWholeBackwards) {
 }
 
 TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
-  const madpipe::Profile profile = with_split(equal_layers(), 0.5);
+  const madpipe::Profile profile = mt::with_split_backward(equal_layers(), 0.5);
   // Four GPUs, room for the stored bytes of about three micro-batches of a two-layer stage.
   madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
   mp::PlannerOptions options;
@@ -117,7 +102,7 @@ TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
   options.split_backward = mp::BackwardSplit::Auto;
   const auto automatic = mp::make_plan(profile, platform, options);
   ASSERT_TRUE(whole.feasible && automatic.feasible);
-  EXPECT_TRUE(has_w(automatic.plan));
+  EXPECT_TRUE(mt::has_weight_ops(automatic.plan));
   EXPECT_LT(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 - 1e-6))
       << "split " << automatic.plan.predicted.period_ms << " ms, whole "
       << whole.plan.predicted.period_ms << " ms";
@@ -126,7 +111,7 @@ TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
 }
 
 TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {
-  const madpipe::Profile profile = with_split(equal_layers(), 0.5);
+  const madpipe::Profile profile = mt::with_split_backward(equal_layers(), 0.5);
   const madpipe::Platform platform = mt::huge_memory_platform(4);
   for (mp::Algorithm algorithm :
        {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe, mp::Algorithm::PipeDream}) {
@@ -134,7 +119,7 @@ TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {
     options.algorithm = algorithm;
     const auto result = mp::make_plan(profile, platform, options);
     ASSERT_TRUE(result.feasible) << mp::to_string(algorithm);
-    EXPECT_FALSE(has_w(result.plan)) << mp::to_string(algorithm);
+    EXPECT_FALSE(mt::has_weight_ops(result.plan)) << mp::to_string(algorithm);
     for (const ms::Stage& stage : result.plan.stages) EXPECT_FALSE(stage.splits_backward());
   }
   EXPECT_TRUE(mp::can_split_backward(mp::Algorithm::MadPipe));
@@ -148,7 +133,7 @@ TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {
 // rejects.
 TEST(SplitBackwardPlanning, DpEstimatesGroupsWithoutW) {
   const madpipe::Profile whole = equal_layers();
-  const madpipe::Profile profile = with_split(whole, 0.5);
+  const madpipe::Profile profile = mt::with_split_backward(whole, 0.5);
   const madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
   const mp::Discretization discretization;
   int split_better = 0;

@@ -83,10 +83,10 @@ TEST(SplitBackward, PatternsWithoutSplitStagesAreUntouched) {
   const auto platform = bytes_platform(4, 1000);
   const auto pattern = ms::one_f_one_b_star(stages, platform, 3.0);
   ASSERT_TRUE(pattern.has_value());
-  ms::Pattern copy = *pattern;
-  EXPECT_TRUE(ms::place_weight_ops(copy, stages, platform));
-  EXPECT_EQ(copy, *pattern);
-  EXPECT_EQ(count_ops(copy, OpKind::W), 0);
+  const auto placed = ms::with_weight_ops(*pattern, stages, platform);
+  ASSERT_TRUE(placed.has_value());
+  EXPECT_EQ(*placed, *pattern);
+  EXPECT_EQ(count_ops(*placed, OpKind::W), 0);
 }
 
 TEST(SplitBackward, OneFOneBStarPlacesOneWPerStageAfterItsB) {
