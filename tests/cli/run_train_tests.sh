@@ -131,7 +131,8 @@ INI
     # The measured profile splits the backwards of layers with Linear parts (B: input gradient,
     # W: weight gradients); zb-h1 (1f1b's partition and schedule, W in the idle time) trains with
     # split backwards to the losses of 1f1b with whole ones, holds no more memory than its plan
-    # predicts, and its trace has the W ops.
+    # predicts, and its trace has the W ops. With 2 data-parallel replicas (gradients all-reduced
+    # after each stage's last W) too.
     gpt=(--model gpt --layers 4 --width 32 --heads 2 --context 16 --micro-batches 6
       --micro-batch-size 4 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
     mpi 2 "${gpt[@]}" --gpus 2 --algorithm 1f1b --output-dir whole
@@ -153,6 +154,17 @@ losses = lambda d: [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if
 a, b = losses(whole), losses(split)
 assert len(a) == len(b) == 3, (a, b)
 assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+    for algorithm in 1f1b zb-h1; do
+      mpi 4 "${gpt[@]}" --gpus 4 --replicas 2 --algorithm $algorithm --output-dir dp-$algorithm
+      [[ $status -eq 0 ]] || fail "2 x 2 $algorithm run failed: $(tail -3 err)"
+    done
+    grep -q '"kind": "W"' dp-zb-h1/plan.json || fail "the 2 x 2 zb-h1 plan has no W op"
+    python3 - dp-1f1b dp-zb-h1 <<'PY' || fail "2 x 2: the split changes the losses"
+import json, sys
+losses = lambda d: [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
 PY
     ;;
   resume_equals_uninterrupted)
@@ -210,16 +222,17 @@ PY
   memory_within_prediction)
     # The bytes each rank's tensors hold stay within what the run's program holds by the memory
     # model, instruction by instruction (trace.json: memory[r].peak_bytes against
-    # predicted.memory_bytes[r]), in sync training, with rematerialization and with two weight
-    # versions, on 2 and 4 ranks.
+    # predicted.memory_bytes[r]), in sync training, with rematerialization, with two weight
+    # versions and with split backwards, on 2 and 4 ranks.
     gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
       --micro-batch-size 8 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
     for ranks in 2 4; do
-      for variant in sync remat 2bw; do
+      for variant in sync remat 2bw split; do
         case $variant in
           sync) extra=() ;;
           remat) extra=(--memory $((ranks == 2 ? 9 : 8))MiB --remat rotor) ;;  # tight: recompute
           2bw) extra=(--mode 2bw --algorithm 1f1b) ;;  # in flight: at most the stages
+          split) extra=(--algorithm zb-h1) ;;            # B, then W where the GPU idles
         esac
         run=$variant$ranks
         mpi $ranks "${gpt[@]}" --gpus $ranks "${extra[@]}" --output-dir $run
