@@ -11,7 +11,9 @@
 #       GPT of width 1024 and context 256; width 512 and context 64 reported beside it);
 #   (e) plans with remat and with offload: step time and CUDA peak memory against the plan's
 #       prediction (target within 10%);
-#   (f) profiles of the GPT and ResNet-style models, twice: the run-to-run spread.
+#   (f) profiles of the GPT and ResNet-style models, twice: the run-to-run spread;
+#   (g) split backwards: zb-h1 against 1f1b on 2 ranks sharing the GPU over MPI: the same losses,
+#       the step time ratio, each rank's CUDA peak within the program's memory bound.
 # About 15-25 minutes on one GPU. Exit status: 0 when every check passed.
 #
 # Environment:
@@ -20,7 +22,7 @@
 #   MADPIPE_GPU_BUILD    build directory (default: build-gpu)
 #   MADPIPE_GPU_CHECK_DEVICE  cuda (default); cpu runs (b)-(f) on the CPU, to try the script
 #   MADPIPE_GPU_CHECK_SKIP_TESTS=1  skips the test suite
-#   MADPIPE_GPU_CHECK_ONLY=d,e  runs only these checks (of a-f)
+#   MADPIPE_GPU_CHECK_ONLY=d,e  runs only these checks (of a-g)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -301,6 +303,33 @@ PY
       record "f-$model" FAIL "see $out/f-$model-*.log"
     fi
   done
+fi
+
+# --- (g) split backwards: zb-h1 (B, then W where the GPU idles) against 1f1b ----------------------
+if wants g; then
+  ok=1
+  for algorithm in 1f1b zb-h1; do
+    train "$out/g-$algorithm" 2 "${gpt[@]}" --steps 8 --trace-steps 4 --device "$gpu" \
+      --transport mpi --algorithm "$algorithm" || ok=0
+  done
+  if [[ $ok == 1 ]] && detail=$(same_losses "$out/g-zb-h1" "$out/g-1f1b" 1e-4); then
+    detail+=$(python3 - "$out/g-1f1b" "$out/g-zb-h1" <<'PY'
+import json, sys
+whole, split = (json.load(open(f"{d}/trace.json")) for d in sys.argv[1:3])
+plan = json.load(open(f"{sys.argv[2]}/plan.json"))
+assert any(op["kind"] == "W" for op in plan["pattern"]["ops"]), "no W op in the zb-h1 plan"
+assert any(op["kind"] == "W" for op in split["ops"]), "no W op in the zb-h1 trace"
+within = all(0 < m["peak_bytes"] <= b for m, b in zip(split["memory"], split["predicted"]["memory_bytes"]))
+ratio = split["summary"]["step_ms"] / whole["summary"]["step_ms"]
+print(f"; step zb-h1/1f1b x{ratio:.3f}; peaks " + ", ".join(
+    f"{m['peak_bytes'] / b:.2f}" for m, b in zip(split["memory"], split["predicted"]["memory_bytes"]))
+    + " of the bound" + ("" if within else " (OVER)"))
+sys.exit(0 if within else 1)
+PY
+    ) && record g pass "$detail" || record g FAIL "$detail"
+  else
+    record g FAIL "${detail:-a run failed: $out/g-*/log}"
+  fi
 fi
 
 # --- Summary ------------------------------------------------------------------------------------
