@@ -304,11 +304,6 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     const double allocation_bound =
         std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
     const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
-    if (std::any_of(stages.begin(), stages.end(),
-                    [](const ms::Stage& stage) { return stage.splits_backward(); })) {
-      context.detail(what + "skipped, the pattern ILP has no W ops (split backward)");
-      continue;
-    }
     if (best && best->pattern.normalized_period_ms() <= allocation_bound * (1 + 1e-9)) {
       context.detail(what + "skipped, no pattern of this allocation beats " +
                      format_ms(best->pattern.normalized_period_ms()));

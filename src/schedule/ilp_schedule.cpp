@@ -12,6 +12,7 @@ namespace madpipe::schedule {
 double sequential_period_ms(const std::vector<Stage>& stages, const Platform& platform) {
   double total = 0;
   for (const Op& op : micro_batch_chain(stages, platform)) total += op.duration_ms;
+  for (const Op& op : weight_ops(stages)) total += op.duration_ms;
   return total;
 }
 

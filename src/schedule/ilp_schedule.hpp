@@ -57,7 +57,7 @@ SolvedPatternIlp solve_pattern_ilp(const PatternIlp& ilp, const std::string& bac
 void tighten_bound(solver::SolveResult& result, double known_lower_bound);
 
 // Upper bound on the period of the best 1-periodic pattern of a chain: every op of one
-// micro-batch one after the other.
+// micro-batch one after the other (W ops included).
 double sequential_period_ms(const std::vector<Stage>& stages, const Platform& platform);
 
 }  // namespace madpipe::schedule

@@ -25,6 +25,11 @@ PatternIlp::PatternIlp(Spec spec, const Platform& platform)
     throw Error(ErrorKind::Internal, "", "",
                 "PatternIlp: period upper bound must be finite and > 0");
   big_ = 2 * spec_.period_upper_bound_ms;
+  if (!spec_.fixed_allocation)
+    for (const Stage& block : spec_.blocks)
+      if (block.splits_backward())
+        throw Error(ErrorKind::Internal, "", "",
+                    "PatternIlp: split backwards need a fixed allocation");
   add_variables();
   add_allocation_rules();
   add_dependencies();
@@ -44,7 +49,8 @@ LinearExpr PatternIlp::duration(int node) const {
   const Node& x = nodes_[node];
   const Stage& block = spec_.blocks[x.block];
   if (x.kind == OpKind::F) return block.forward_ms;
-  if (x.kind == OpKind::B) return block.backward_ms;
+  if (x.kind == OpKind::B) return block.backward_input_ms();
+  if (x.kind == OpKind::W) return block.backward_weight_ms;
   const double ms = transfer_time(x.block);
   return spec_.fixed_allocation ? LinearExpr(ms) : ms * cut(x.block);
 }
@@ -94,8 +100,13 @@ void PatternIlp::add_variables() {
   for (int b = n_ - 1; b >= 0; --b) {
     if (b + 1 < n_ && has_transfer(b))
       grad_node_[b] = add_node(OpKind::SendGrad, b, transfer_time(b));
-    b_node_[b] = add_node(OpKind::B, b, spec_.blocks[b].backward_ms);
+    b_node_[b] = add_node(OpKind::B, b, spec_.blocks[b].backward_input_ms());
   }
+  chain_nodes_ = static_cast<int>(nodes_.size());
+  w_node_.assign(n_, -1);
+  for (int b = n_ - 1; b >= 0; --b)
+    if (spec_.blocks[b].splits_backward())
+      w_node_[b] = add_node(OpKind::W, b, spec_.blocks[b].backward_weight_ms);
   // Every node ends within [0, T] (thesis (6.17), (6.18)).
   for (int x = 0; x < static_cast<int>(nodes_.size()); ++x)
     add_constraint(model_, LinearExpr(period_) - nodes_[x].start - duration(x), 0, kInf,
@@ -134,17 +145,19 @@ void PatternIlp::add_allocation_rules() {
 // Each dependency x -> y of the chain holds with a shift of v + v2 periods (thesis (6.23)-(6.30)):
 // v = 0 means y starts after x ends in the same period, v2 = 0 that a one-period shift suffices.
 void PatternIlp::add_dependencies() {
-  for (int x = 0; x + 1 < static_cast<int>(nodes_.size()); ++x) {
-    const int y = x + 1;
-    Edge e{x, y, model_.add_var(0, 1, true, "v" + idx(x)),
-           model_.add_var(0, 1, true, "w" + idx(x))};
+  auto add_edge = [&](int x, int y, const std::string& name) {
+    Edge e{x, y, model_.add_var(0, 1, true, "v" + name), model_.add_var(0, 1, true, "w" + name)};
     const LinearExpr gap = LinearExpr(nodes_[y].start) - nodes_[x].start - duration(x);
-    add_constraint(model_, gap + big_ * LinearExpr(e.v), 0, kInf, "dep0_" + idx(x));
+    add_constraint(model_, gap + big_ * LinearExpr(e.v), 0, kInf, "dep0_" + name);
     add_constraint(model_, gap + LinearExpr(period_) + big_ * LinearExpr(e.v2), 0, kInf,
-                   "dep1_" + idx(x));
-    add_constraint(model_, LinearExpr(e.v) - e.v2, 0, kInf, "dep2_" + idx(x));
-    edges_.push_back(e);
-  }
+                   "dep1_" + name);
+    add_constraint(model_, LinearExpr(e.v) - e.v2, 0, kInf, "dep2_" + name);
+    return e;
+  };
+  for (int x = 0; x + 1 < chain_nodes_; ++x) edges_.push_back(add_edge(x, x + 1, idx(x)));
+  weight_edges_.assign(n_, std::nullopt);
+  for (int b = 0; b < n_; ++b)
+    if (w_node_[b] >= 0) weight_edges_[b] = add_edge(b_node_[b], w_node_[b], "W" + idx(b));
 }
 
 // Two ops of one resource do not overlap, and all of them fit in one window of length T (thesis
@@ -250,12 +263,20 @@ LinearExpr PatternIlp::shifts_between(int from_node, int to_node) const {
   return sum;
 }
 
-// At the start of every F, the memory of its GPU fits (rows scaled by 1/M).
+// At the start of every F, and at the end of every split B, the memory of its GPU fits (rows
+// scaled by 1/M). At a probe (node `at`), block t holds stored_bytes for each micro-batch whose F
+// has started and whose B has not ended, and weight_kept_bytes for each whose B has ended and
+// whose W has not: the shifts between the two nodes, plus one when the first ran by the probe in
+// the window, minus one when the second did (before(at, at) is 1: an F starts, a B ends there).
 void PatternIlp::add_memory() {
   const double scale = 1.0 / static_cast<double>(platform_.memory_bytes);
-  for (int s = 0; s < n_; ++s) {
+  std::vector<int> probes = f_node_;
+  for (int b = 0; b < n_; ++b)
+    if (w_node_[b] >= 0) probes.push_back(b_node_[b]);
+  for (int at : probes) {
+    const int s = nodes_[at].block;
     LinearExpr used;
-    const std::string name = "mem" + idx(s);
+    const std::string name = (nodes_[at].kind == OpKind::F ? "mem" : "memB") + idx(s);
     if (spec_.fixed_allocation) {
       used +=
           static_cast<double>(static_memory(spec_.blocks, spec_.blocks[s].gpu, platform_).total());
@@ -279,17 +300,22 @@ void PatternIlp::add_memory() {
     for (int t = 0; t < n_; ++t) {
       const LinearExpr share = same_gpu(s, t);
       if (share.terms().empty() && share.constant() == 0) continue;
-      const double stored = static_cast<double>(spec_.blocks[t].stored_bytes);
-      if (stored == 0) continue;
-      LinearExpr in_flight = shifts_between(f_node_[t], b_node_[t]);
-      if (!share.terms().empty()) {  // sigma >= shifts when t shares s's GPU (thesis (6.31)-(6.32))
-        const double most = 2.0 * (b_node_[t] - f_node_[t]);
-        const Var sigma = model_.add_var(0, most, false, "sigma" + idx(s, t));
-        add_helper_row(sigma, in_flight - most * (1.0 - share), 0, name + "_sigma" + idx(t));
-        in_flight = sigma;
+      const Stage& block = spec_.blocks[t];
+      if (block.stored_bytes > 0) {
+        LinearExpr in_flight = shifts_between(f_node_[t], b_node_[t]);
+        if (!share.terms()
+                 .empty()) {  // sigma >= shifts when t shares s's GPU (thesis (6.31)-(6.32))
+          const double most = 2.0 * (b_node_[t] - f_node_[t]);
+          const Var sigma = model_.add_var(0, most, false, "sigma" + idx(s, t));
+          add_helper_row(sigma, in_flight - most * (1.0 - share), 0, name + "_sigma" + idx(t));
+          in_flight = sigma;
+        }
+        used += static_cast<double>(block.stored_bytes) *
+                (in_flight + before(f_node_[t], at) - before(b_node_[t], at));
       }
-      used +=
-          stored * (in_flight + before(f_node_[t], f_node_[s]) - before(b_node_[t], f_node_[s]));
+      if (const std::optional<Edge>& edge = weight_edges_[t]; edge && block.weight_kept_bytes > 0)
+        used += static_cast<double>(block.weight_kept_bytes) *
+                (LinearExpr(edge->v) + edge->v2 + before(b_node_[t], at) - before(w_node_[t], at));
     }
     add_constraint(model_, scale * used, -kInf, 1.0, name);
   }

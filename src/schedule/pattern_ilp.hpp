@@ -24,6 +24,11 @@ namespace madpipe::schedule {
 // stored_bytes times the micro-batches in flight (from the start of F to the end of B). A block's
 // micro-batches in flight at the start of the GPU's window are the period shifts accumulated on
 // the chain from its F to its B, each dependency contributing 0, 1 or 2 (thesis Lemma 17).
+// With a fixed allocation, blocks may split their backward (Stage::splits_backward): B is then
+// the input gradient, on the chain, and a W node off the chain follows it on the block's GPU,
+// shifted 0, 1 or 2 periods; such a block holds weight_kept_bytes per micro-batch from the end of
+// B to the end of W, counted at the start of every F and, as evaluate_memory() probes them, at
+// the end of every split B.
 class PatternIlp {
  public:
   struct Spec {
@@ -53,7 +58,8 @@ class PatternIlp {
   Decoded decode(const std::vector<double>& values) const;
 
  private:
-  // A node of the micro-batch chain: F or B of a block, or the transfer after it.
+  // A node of the micro-batch chain: F or B of a block, or the transfer after it; after the
+  // chain, the W nodes of split blocks.
   struct Node {
     OpKind kind = OpKind::F;
     int block = 0;  // for transfers: the boundary (block, block + 1)
@@ -91,8 +97,10 @@ class PatternIlp {
   double big_ = 0;  // 2 * T_max
   solver::Var period_;
   std::vector<Node> nodes_;  // chain order, transfers of uncut boundaries included when free
-  std::vector<Edge> edges_;
-  std::vector<int> f_node_, b_node_;                                // per block
+  int chain_nodes_ = 0;      // nodes_[0, chain_nodes_) are the chain, the W nodes follow
+  std::vector<Edge> edges_;  // edges_[x]: chain node x -> x + 1
+  std::vector<int> f_node_, b_node_, w_node_;                       // per block (W: -1 if whole)
+  std::vector<std::optional<Edge>> weight_edges_;                   // per split block: B -> W
   std::vector<int> act_node_, grad_node_;                           // per boundary, -1 when absent
   std::vector<std::vector<solver::Var>> same_;                      // free allocation: z, a < b
   std::vector<std::vector<std::optional<solver::Var>>> order_;      // node pairs on one GPU/link

@@ -41,13 +41,21 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
   // accumulated along the chain.
   const double period = value(period_);
   std::vector<double> absolute(nodes_.size());
-  long long periods = 0;
-  for (std::size_t x = 0; x < nodes_.size(); ++x) {
-    if (x > 0)
-      periods += std::llround(value(edges_[x - 1].v)) + std::llround(value(edges_[x - 1].v2));
-    absolute[x] = value(nodes_[x].start) + static_cast<double>(periods) * period;
+  std::vector<long long> periods(nodes_.size(), 0);
+  auto shift_of = [&](const Edge& e) {
+    return std::llround(value(e.v)) + std::llround(value(e.v2));
+  };
+  for (int x = 0; x < static_cast<int>(nodes_.size()); ++x) {
+    if (x >= chain_nodes_) {  // a W node: after the B of its block
+      const Edge& e = *weight_edges_[nodes_[x].block];
+      periods[x] = periods[e.from] + shift_of(e);
+    } else if (x > 0) {
+      periods[x] = periods[x - 1] + shift_of(edges_[x - 1]);
+    }
+    absolute[x] = value(nodes_[x].start) + static_cast<double>(periods[x]) * period;
   }
   std::vector<Op> ops = micro_batch_chain(out.stages, platform_);
+  for (const Op& w : weight_ops(out.stages)) ops.push_back(w);
   for (Op& op : ops) {
     int node = -1;
     switch (op.kind) {
@@ -63,11 +71,12 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
       case OpKind::SendGrad:
         node = grad_node_[op.stage];
         break;
-      case OpKind::W:  // not in the chain: the pattern ILP plans whole backwards
+      case OpKind::W:
+        node = w_node_[op.stage];
         break;
     }
     if (node < 0)
-      throw Error(ErrorKind::Internal, "", "", "PatternIlp::decode: transfer without a node");
+      throw Error(ErrorKind::Internal, "", "", "PatternIlp::decode: an op without a node");
     op.start_ms = absolute[static_cast<std::size_t>(node)];
   }
   out.pattern = pattern_from_absolute_times(std::move(ops), period);
@@ -129,13 +138,19 @@ bool PatternIlp::set_start(const std::vector<Stage>& stages, const Pattern& patt
   // [0, T]): the same ops at the same times, with fewer micro-batches in flight when the given
   // pattern waited longer than it had to.
   const double eps = 1e-9 * period;
-  for (int x = 0; x + 1 < m; ++x) {
+  auto set_edge = [&](const Edge& e) {
+    const int x = e.from, y = e.to;
     long long shift = 0;
-    while (shift <= 2 && start[x + 1] + shift * period < start[x] + length[x] - eps) ++shift;
-    if (shift > 2 || shift > period_of[x + 1] - period_of[x]) return false;
-    set(edges_[x].v, shift >= 1 ? 1 : 0);
-    set(edges_[x].v2, shift >= 2 ? 1 : 0);
-  }
+    while (shift <= 2 && start[y] + shift * period < start[x] + length[x] - eps) ++shift;
+    if (shift > 2 || shift > period_of[y] - period_of[x]) return false;
+    set(e.v, shift >= 1 ? 1 : 0);
+    set(e.v2, shift >= 2 ? 1 : 0);
+    return true;
+  };
+  for (const Edge& e : edges_)
+    if (!set_edge(e)) return false;
+  for (const std::optional<Edge>& e : weight_edges_)
+    if (e && !set_edge(*e)) return false;
   for (int i = 0; i < m; ++i)
     for (int j = i + 1; j < m; ++j)
       if (order_[i][j]) set(*order_[i][j], start[i] + length[i] <= start[j] + eps ? 1 : 0);
