@@ -118,8 +118,12 @@ def two_stage_export(actions, **changes):
 GOOD_ACTIONS = [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
 
 
+SPLIT_ACTIONS = [["0F0", "0F1", "0I0", "0W0", "0I1", "0W1"], ["1F0", "1I0", "1F1", "1W0", "1I1", "1W1"]]
+
+
 def test_a_well_formed_export_passes():
     mt.check_export(two_stage_export(GOOD_ACTIONS))
+    mt.check_export(two_stage_export(SPLIT_ACTIONS))  # backwards split into I and W
 
 
 @pytest.mark.parametrize("document, message", [
@@ -131,6 +135,9 @@ def test_a_well_formed_export_passes():
     (two_stage_export([["1F0", "0F1", "0B0", "0B1"], ["0F0", "1B0", "1F1", "1B1"]]), "stage 1 is not one of its"),
     (two_stage_export([["0F0", "0F1", "0B0", "0B1"], ["1F1", "1F0", "1B0", "1B1"]]), "micro-batch order"),
     (two_stage_export(GOOD_ACTIONS, ranks=1), "2 rows for 1 ranks"),
+    (two_stage_export([SPLIT_ACTIONS[0], ["1F0", "1W0", "1I0", "1F1", "1I1", "1W1"]]), "1W0 before its input gradient"),
+    (two_stage_export([SPLIT_ACTIONS[0], ["1F0", "1B0", "1I0", "1F1", "1I1", "1W1"]]), "both 1B0 and 1I0"),
+    (two_stage_export([SPLIT_ACTIONS[0], ["1F0", "1I0", "1F1", "1I1", "1W1"]]), "misses 1 of its 12 actions: 1W0"),
 ])
 def test_malformed_exports_are_refused_with_the_reason(document, message):
     with pytest.raises(mt.ExportError, match=message):

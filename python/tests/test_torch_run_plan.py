@@ -148,3 +148,18 @@ def test_run_plan_needs_an_initialized_process_group():
               "actions": [["0F0", "0B0"]]}
     with pytest.raises(RuntimeError, match="init_process_group"):
         mt.run_plan(mlp(1), export, loss_fn=mse_loss)
+
+
+def test_split_backwards_run_as_i_and_w_actions(tmp_path):
+    """A zb-h1 plan of a profile that splits its backwards: the export's I and W actions train the
+    chain on torch.distributed.pipelining to the weights of unsplit training."""
+    profile = chain_profile([1, 1, 1, 1], [2, 2, 2, 2])
+    for layer in profile["layers"]:
+        layer["backward_input_ms"] = layer["backward_weight_ms"] = layer["backward_ms"] / 2
+    plan = madpipe.plan(profile, gpus=2, memory="1GiB", bandwidth="12GB/s", algorithm="zb-h1")
+    export = madpipe.export_torch(plan, 4)
+    actions = [action for rank in mt.read_export(export).actions for action in rank]
+    assert any("I" in action for action in actions) and any("W" in action for action in actions)
+    results = run_ranks(2, tmp_path, {"chain": "mlp", "options": {"layers": 4}, "export": export,
+                                      "steps": 3, "batch": 8, "lr": 0.1})
+    assert_equal_to_unsplit_training(results, 4)

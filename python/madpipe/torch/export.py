@@ -25,7 +25,7 @@ from .._export import SCHEDULE_FILE, STAGES_FILE
 STAGES_FORMAT = "madpipe.torch-stages/1"
 
 # A compute action of a compute-only schedule: stage, F (forward) or B (full backward), micro-batch.
-_ACTION = re.compile(r"^(\d+)([FB])(\d+)$")
+_ACTION = re.compile(r"^(\d+)([FBIW])(\d+)$")
 
 
 class ExportError(ValueError):
@@ -174,11 +174,12 @@ def _from_document(document, rows, where):
 
 
 def parse_action(text):
-    """(stage, 'F' or 'B', micro_batch) of a compute action such as ``'2B1'``."""
+    """(stage, kind, micro_batch) of a compute action such as ``'2B1'``: kind is F, B (a whole
+    backward), or I and W (a backward split into its input and its weight gradient)."""
     match = _ACTION.match(text)
     if not match:
         raise ExportError(f"schedule action {text!r} is not a compute action such as '0F3' or "
-                          f"'2B1' (stage, F or B, micro-batch)")
+                          f"'2B1' (stage, F, B, I or W, micro-batch)")
     return int(match.group(1)), match.group(2), int(match.group(3))
 
 
@@ -210,12 +211,23 @@ def _check_consistency(export):
                                   f"{export.micro_batches} micro-batches")
             if (stage, kind, micro_batch) in seen:
                 raise ExportError(f"rank {rank} runs {action} twice")
-            if kind == "B" and (stage, "F", micro_batch) not in seen:
+            if kind in "BI" and (stage, "F", micro_batch) not in seen:
                 raise ExportError(f"rank {rank} runs {action} before its forward")
+            if kind == "W" and (stage, "I", micro_batch) not in seen:
+                raise ExportError(f"rank {rank} runs {action} before its input gradient "
+                                  f"({stage}I{micro_batch})")
+            whole, split = (stage, "B", micro_batch) in seen, (stage, "I", micro_batch) in seen
+            if (kind == "B" and split) or (kind == "I" and whole):
+                raise ExportError(f"rank {rank} runs both {stage}B{micro_batch} and "
+                                  f"{stage}I{micro_batch}: a backward is whole (B) or split (I, W)")
             seen.add((stage, kind, micro_batch))
-    expected = 2 * export.num_stages * export.micro_batches
-    if len(seen) != expected:
-        missing = sorted(f"{s}{k}{m}" for s in range(export.num_stages) for k in "FB"
-                         for m in range(export.micro_batches) if (s, k, m) not in seen)
+    # Each micro-batch of each stage: F, then B, or I and W.
+    missing, expected = [], 0
+    for s in range(export.num_stages):
+        for m in range(export.micro_batches):
+            needed = "F" + ("IW" if (s, "I", m) in seen else "B")
+            expected += len(needed)
+            missing += [f"{s}{k}{m}" for k in needed if (s, k, m) not in seen]
+    if missing:
         raise ExportError(f"the schedule misses {len(missing)} of its {expected} actions: "
                           f"{', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}")
