@@ -51,6 +51,24 @@ def test_mlp_profile_has_every_field_with_exact_sizes(mlp_chain, mlp_profile):
     assert [layer["output_bytes"] for layer in layers] == [BATCH * 16 * 4] * 3 + [4]
 
 
+def test_split_backward_as_run_plan_runs_i_and_w(mlp_chain, mlp_profile):
+    """Layers with parameters whose input needs a gradient get the split of their backward; the
+    first layer (its input is the batch) gets none."""
+    layers = mlp_profile["layers"]
+    assert "backward_weight_ms" not in layers[0]
+    for layer in layers[1:]:
+        assert layer["backward_weight_ms"] > 0 and layer["backward_input_ms"] >= 0
+        assert layer["backward_input_ms"] + layer["backward_weight_ms"] == pytest.approx(
+            layer["backward_ms"], rel=1e-9)
+    # Between I and W torch keeps the graph: the Linear's input at least (B x 16 floats) and the
+    # gradient of its output it captured for W.
+    assert layers[3]["backward_weight_kept_bytes"] >= BATCH * 16 * 4
+    assert all(p.grad is None for p in mlp_chain.parameters())  # gradients left unset
+    madpipe.Profile(mlp_profile)  # a valid profile, split included
+    plan = madpipe.plan(mlp_profile, gpus=2, memory="1GiB", bandwidth="12GB/s", algorithm="zb-h1")
+    assert any(op["kind"] == "W" for op in plan.to_dict()["pattern"]["ops"])
+
+
 def test_saved_bytes_count_what_autograd_keeps_besides_input_output_and_weights(mlp_profile):
     saved = [layer["saved_bytes"] for layer in mlp_profile["layers"]]
     assert saved[0] == 0  # Linear keeps its input and weight only

@@ -15,6 +15,12 @@ return one; layer i of the profile is child i. For each layer, on one micro-batc
 * ``forward_workspace_bytes``, ``backward_workspace_bytes``: on CUDA, the allocator's peak during
   the forward (backward) above what it leaves allocated (above the input's gradient), plus the
   workspace cuBLAS keeps from its first product on; 0 on the CPU, which has no such counter.
+* ``backward_input_ms``, ``backward_weight_ms``, ``backward_weight_kept_bytes``: for a layer with
+  parameters whose input needs a gradient, its backward split as ``run_plan`` runs the I and W
+  actions of a plan that splits it (torch.distributed.pipelining's ``stage_backward_input`` and
+  ``stage_backward_weight``): the medians of both, scaled to add up to ``backward_ms``, and what
+  torch keeps from I until W (the graph's saved tensors, the layer's input and output included,
+  and the gradients I captured for W). Absent where torch.distributed is not available.
 
 The last layer computes the loss, as everywhere in madpipe: with ``loss_fn`` and ``target``, the
 last layer's forward is ``loss_fn(layer(x), target)``, its backward starts from the loss, and its
@@ -157,12 +163,58 @@ def _workspaces(probe, meter):
     return forward, backward
 
 
+def _pipelining_backward():
+    """torch.distributed.pipelining's (stage_backward_input, stage_backward_weight), or None."""
+    try:
+        from torch.distributed.pipelining import _backward
+        return _backward.stage_backward_input, _backward.stage_backward_weight
+    except (ImportError, AttributeError):
+        return None
+
+
+def _split_backward(probe, stopwatch, warmup, repeats, backward_ms):
+    """The profile's split fields for the layer (empty when it has none: see the module's
+    documentation)."""
+    weights = [parameter for parameter in probe.module.parameters() if parameter.requires_grad]
+    functions = _pipelining_backward()
+    if not weights or not probe.leaf().requires_grad or functions is None:
+        return {}
+    backward_input, backward_weight = functions
+    input_ms, weight_ms, kept = [], [], 0
+    for run in range(warmup + repeats):
+        leaf = probe.leaf()
+        with SavedTensorCounter() as counter:
+            y = probe.forward(leaf)
+        gradient = probe.output_gradient(y)
+        timed_input, timed_weight = [], []
+        stopwatch.synchronize()
+        with stopwatch.measure(timed_input):
+            _, groups = backward_input([y], None if gradient is None else [gradient], [leaf],
+                                       iter(weights))
+        captured = [grad for group in groups for grads in group.get("grads") or ()
+                    for grad in grads or () if grad is not None]
+        kept = counter.saved_bytes([probe.target, *probe.module.parameters(),
+                                    *probe.module.buffers()])
+        kept += sum(tensor_bytes(grad) for grad in {id(g): g for g in captured}.values())
+        with stopwatch.measure(timed_weight):
+            backward_weight(iter(weights), groups)
+        probe.clear_gradients()
+        if run >= warmup:
+            input_ms += timed_input
+            weight_ms += timed_weight
+    i, w = median(input_ms), median(weight_ms)
+    weight = backward_ms * w / (i + w) if i + w > 0 else 0.0
+    return {"backward_input_ms": backward_ms - weight, "backward_weight_ms": weight,
+            "backward_weight_kept_bytes": kept}
+
+
 def _measure_layer(probe, stopwatch, meter, warmup, repeats):
     """The layer's entry of the profile (workspaces without the libraries'), and its output."""
     buffers = [(buffer, buffer.detach().clone()) for buffer in probe.module.buffers()]
     forward_ms, backward_ms = _time_layer(probe, stopwatch, warmup, repeats)
     saved = _saved_bytes(probe)
     forward_workspace, backward_workspace = _workspaces(probe, meter) if meter else (0, 0)
+    split = _split_backward(probe, stopwatch, warmup, repeats, backward_ms)
     with torch.no_grad():
         y = probe.module(probe.x)
         output = probe.loss_fn(y, probe.target) if probe.loss_fn is not None else y
@@ -174,6 +226,7 @@ def _measure_layer(probe, stopwatch, meter, warmup, repeats):
              "output_bytes": tensor_bytes(output), "saved_bytes": saved,
              "forward_workspace_bytes": forward_workspace,
              "backward_workspace_bytes": backward_workspace}
+    layer.update(split)
     return layer, y
 
 
