@@ -7,6 +7,7 @@
 #include <cmath>
 
 namespace {
+using madpipe::runtime::deferrable_embedding;
 using madpipe::runtime::deferrable_linear;
 
 // Token and position embeddings: [B, T] token ids -> [B, T, C].
@@ -16,7 +17,8 @@ struct EmbeddingImpl : torch::nn::Module {
         positions(register_module("positions", torch::nn::Embedding(context, width))) {}
   torch::Tensor forward(const torch::Tensor& ids) {
     const auto t = ids.size(1);
-    return tokens(ids) + positions(torch::arange(t, ids.options().dtype(torch::kLong)));
+    return deferrable_embedding(tokens, ids) +
+           deferrable_embedding(positions, torch::arange(t, ids.options().dtype(torch::kLong)));
   }
   torch::nn::Embedding tokens, positions;
 };

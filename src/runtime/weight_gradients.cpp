@@ -8,6 +8,12 @@ thread_local madpipe::runtime::DeferredWeightGradients* open_scope = nullptr;
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+using Deferred = madpipe::runtime::DeferredWeightGradients::Deferred;
+
+c10::intrusive_ptr<madpipe::runtime::DeferredWeightGradients> into_of(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<madpipe::runtime::DeferredWeightGradients>(
+      ctx->saved_data["into"].toCapsule());
+}
 
 // [..., features] as a matrix of rows.
 torch::Tensor rows(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
@@ -43,46 +49,68 @@ struct DeferredLinearFunction : torch::autograd::Function<DeferredLinearFunction
     const torch::Tensor& output_grad = grad_outputs[0];
     torch::Tensor input_grad;
     if (ctx->needs_input_grad(0)) input_grad = output_grad.matmul(weight);
-    auto into = c10::static_intrusive_pointer_cast<madpipe::runtime::DeferredWeightGradients>(
-        ctx->saved_data["into"].toCapsule());
-    into->add({input, output_grad, ctx->saved_data["weight"].toTensor(),
-               ctx->saved_data["bias"].toTensor()});
+    into_of(ctx)->add({Deferred::Layer::Linear, input, output_grad,
+                       ctx->saved_data["weight"].toTensor(), ctx->saved_data["bias"].toTensor()});
     return {input_grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Rows of the weight picked by integer ids. Its backward has no input gradient: the weight's,
+// deferred, is all of it.
+struct DeferredEmbeddingFunction : torch::autograd::Function<DeferredEmbeddingFunction> {
+  static torch::Tensor forward(
+      AutogradContext* ctx, const torch::Tensor& ids, const torch::Tensor& weight,
+      const c10::intrusive_ptr<madpipe::runtime::DeferredWeightGradients>& into) {
+    ctx->saved_data["ids"] = ids;
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["into"] = c10::IValue::make_capsule(into);
+    return torch::embedding(weight, ids);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    into_of(ctx)->add({Deferred::Layer::Embedding, ctx->saved_data["ids"].toTensor(),
+                       grad_outputs[0], ctx->saved_data["weight"].toTensor(), torch::Tensor()});
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 }  // namespace
 
-void madpipe::runtime::DeferredWeightGradients::add(Linear linear) {
+void madpipe::runtime::DeferredWeightGradients::add(Deferred deferred) {
   std::lock_guard<std::mutex> lock(mutex_);
-  linears_.push_back(std::move(linear));
+  deferred_.push_back(std::move(deferred));
 }
 
 void madpipe::runtime::DeferredWeightGradients::run() {
-  std::vector<Linear> linears;
+  std::vector<Deferred> all;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    linears.swap(linears_);
+    all.swap(deferred_);
   }
   torch::NoGradGuard no_grad;
-  for (Linear& l : linears) {
-    const torch::Tensor g = rows(l.output_grad);
-    if (l.weight.requires_grad()) accumulate(l.weight, g.t().mm(rows(l.input)));
-    if (l.bias.defined() && l.bias.requires_grad()) accumulate(l.bias, g.sum(0));
-    l = Linear{};  // frees what it held as soon as it is done
+  for (Deferred& d : all) {
+    const torch::Tensor g = rows(d.output_grad);
+    if (d.layer == Deferred::Layer::Embedding) {
+      if (d.weight.requires_grad())
+        accumulate(d.weight, torch::zeros_like(d.weight).index_add_(0, d.input.reshape({-1}), g));
+    } else {
+      if (d.weight.requires_grad()) accumulate(d.weight, g.t().mm(rows(d.input)));
+      if (d.bias.defined() && d.bias.requires_grad()) accumulate(d.bias, g.sum(0));
+    }
+    d = Deferred{};  // frees what it held as soon as it is done
   }
 }
 
 bool madpipe::runtime::DeferredWeightGradients::empty() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return linears_.empty();
+  return deferred_.empty();
 }
 
 std::int64_t madpipe::runtime::DeferredWeightGradients::kept_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::unordered_set<const void*> seen;
   std::int64_t bytes = 0;
-  for (const Linear& l : linears_)
-    for (const torch::Tensor* t : {&l.input, &l.output_grad})
+  for (const Deferred& d : deferred_)
+    for (const torch::Tensor* t : {&d.input, &d.output_grad})
       if (t->defined() && seen.insert(t->storage().unsafeGetStorageImpl()).second)
         bytes += static_cast<std::int64_t>(t->storage().nbytes());
   return bytes;
@@ -91,8 +119,8 @@ std::int64_t madpipe::runtime::DeferredWeightGradients::kept_bytes() const {
 void madpipe::runtime::DeferredWeightGradients::copy_out_of(const torch::Tensor& storage) {
   if (!storage.defined()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (Linear& l : linears_)
-    for (torch::Tensor* t : {&l.input, &l.output_grad})
+  for (Deferred& d : deferred_)
+    for (torch::Tensor* t : {&d.input, &d.output_grad})
       if (t->defined() && t->storage().is_alias_of(storage.storage())) *t = t->clone();
 }
 
@@ -110,5 +138,17 @@ torch::Tensor madpipe::runtime::deferrable_linear(const torch::nn::Linear& linea
     return torch::nn::functional::linear(input, linear->weight, linear->bias);
   return DeferredLinearFunction::apply(
       input, linear->weight, linear->bias,
+      c10::intrusive_ptr<DeferredWeightGradients>::unsafe_reclaim_from_nonowning(open_scope));
+}
+
+torch::Tensor madpipe::runtime::deferrable_embedding(torch::nn::Embedding embedding,
+                                                     const torch::Tensor& ids) {
+  const auto& options = embedding->options;
+  if (open_scope == nullptr || !torch::GradMode::is_enabled() ||
+      !embedding->weight.requires_grad() || options.padding_idx() || options.max_norm() ||
+      options.scale_grad_by_freq() || options.sparse())
+    return embedding->forward(ids);
+  return DeferredEmbeddingFunction::apply(
+      ids, embedding->weight,
       c10::intrusive_ptr<DeferredWeightGradients>::unsafe_reclaim_from_nonowning(open_scope));
 }

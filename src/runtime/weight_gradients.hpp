@@ -1,8 +1,9 @@
 #pragma once
 
-// Split backwards (B then W): layers whose weight gradient can wait compute, in their backward,
-// only the gradient of their input, and leave what the weight gradient needs (the layer's input
-// and the gradient of its output) to a DeferredWeightGradients, which W runs later.
+// Split backwards (B then W): layers whose weight gradient can wait (Linear, Embedding) compute,
+// in their backward, only the gradient of their input, and leave what the weight gradient needs
+// (the layer's input and the gradient of its output) to a DeferredWeightGradients, which W runs
+// later.
 //
 // Which forwards defer is decided when they run: a forward run while a DeferWeightGradients
 // scope is open on the thread records the scope's collection in its autograd node, and its
@@ -20,14 +21,16 @@ namespace madpipe::runtime {
 // The weight gradients deferred by the backward of one micro-batch of one stage.
 class DeferredWeightGradients : public torch::CustomClassHolder {
  public:
-  struct Linear {
-    torch::Tensor input;        // [..., in]
+  struct Deferred {
+    enum class Layer { Linear, Embedding } layer = Layer::Linear;
+    torch::Tensor input;        // Linear: [..., in]; Embedding: the ids [...]
     torch::Tensor output_grad;  // [..., out]
-    torch::Tensor weight;       // the parameter [out, in]: its .grad receives the gradient
-    torch::Tensor bias;         // the parameter [out] (undefined: none)
+    torch::Tensor weight;       // the parameter (Linear [out, in], Embedding [rows, out]): its
+                                // .grad receives the gradient
+    torch::Tensor bias;         // Linear: the parameter [out] (undefined: none)
   };
 
-  void add(Linear linear);
+  void add(Deferred deferred);
   // Computes every deferred weight gradient and adds it into its parameter's .grad (as autograd
   // accumulates: the first defines it), in the order the backward deferred them; then forgets
   // them, freeing what they held.
@@ -41,7 +44,7 @@ class DeferredWeightGradients : public torch::CustomClassHolder {
 
  private:
   mutable std::mutex mutex_;
-  std::vector<Linear> linears_;
+  std::vector<Deferred> deferred_;
 };
 
 // While alive, the deferrable layers this thread forwards with gradients recorded defer their
@@ -61,5 +64,10 @@ class DeferWeightGradients {
 // linear->forward(input), whose backward defers the weight and bias gradients when a
 // DeferWeightGradients scope is open here (and is the plain Linear otherwise).
 torch::Tensor deferrable_linear(const torch::nn::Linear& linear, const torch::Tensor& input);
+
+// embedding->forward(ids), whose backward (it has no input gradient) defers the weight's the
+// same way; an embedding with a padding index, a norm limit, gradients scaled by frequency or
+// sparse ones is the plain one.
+torch::Tensor deferrable_embedding(torch::nn::Embedding embedding, const torch::Tensor& ids);
 
 }  // namespace madpipe::runtime
