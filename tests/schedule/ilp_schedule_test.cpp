@@ -78,6 +78,15 @@ std::vector<Instance> instances(int count, unsigned seed, double bandwidth_bytes
   return out;
 }
 
+// The stage-level ILP of the instance, warm-started from `heuristic`, with the first backend built.
+ms::IlpScheduleResult ilp_from(const Instance& instance,
+                               const std::optional<ms::Pattern>& heuristic) {
+  ms::IlpScheduleOptions options;
+  options.backend = msv::built_backends().front();
+  options.warm_start = heuristic;
+  return ms::ilp_schedule(instance.stages, instance.platform, options);
+}
+
 }  // namespace
 
 TEST(PatternIlp, KnownPatternsAreFeasiblePointsOfTheProgram) {
@@ -127,11 +136,7 @@ TEST(IlpSchedule, ReturnsValidPatternsNoSlowerThanTheHeuristic) {
   int improved = 0;
   for (const Instance& instance : instances(10, 3)) {
     const auto heuristic = heuristic_one_periodic(instance.stages, instance.platform);
-    ms::IlpScheduleOptions options;
-    options.backend = msv::built_backends().front();
-    options.warm_start = heuristic;
-    const ms::IlpScheduleResult result =
-        ms::ilp_schedule(instance.stages, instance.platform, options);
+    const ms::IlpScheduleResult result = ilp_from(instance, heuristic);
     ASSERT_TRUE(result.pattern) << msv::to_string(result.solve.status) << " "
                                 << result.solve.message;
     EXPECT_TRUE(result.warm_started);
@@ -217,11 +222,7 @@ TEST(IlpSchedule, SchedulesSplitBackwards) {
   if (!have_backend()) GTEST_SKIP() << "no MILP backend built";
   for (const Instance& instance : instances(6, 19, 5e7, true)) {
     const auto heuristic = heuristic_one_periodic(instance.stages, instance.platform);
-    ms::IlpScheduleOptions options;
-    options.backend = msv::built_backends().front();
-    options.warm_start = heuristic;
-    const ms::IlpScheduleResult result =
-        ms::ilp_schedule(instance.stages, instance.platform, options);
+    const ms::IlpScheduleResult result = ilp_from(instance, heuristic);
     ASSERT_TRUE(result.pattern) << msv::to_string(result.solve.status) << " "
                                 << result.solve.message;
     EXPECT_TRUE(result.warm_started);

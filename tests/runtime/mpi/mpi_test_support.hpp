@@ -250,4 +250,16 @@ inline void train_side_by_side(runtime::PipelineExecutor& executor, runtime::Cha
   }
 }
 
+// The largest relative_difference over the executor's stages between its weights and the
+// reference's of the same layers.
+inline double worst_stage_difference(const runtime::PipelineExecutor& executor,
+                                     const runtime::ChainModel& reference, const plan::Plan& plan) {
+  double worst = 0;
+  for (int s : executor.local_stages())
+    worst = std::max(worst, relative_difference(executor.stage_parameters(s),
+                                                reference.parameters(plan.stages[s].first_layer,
+                                                                     plan.stages[s].last_layer)));
+  return worst;
+}
+
 }  // namespace madpipe::testing

@@ -55,12 +55,7 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
-  double worst = 0;
-  for (int s : executor.local_stages())
-    worst = std::max(worst, relative_difference(executor.stage_parameters(s),
-                                                reference.parameters(plan.stages[s].first_layer,
-                                                                     plan.stages[s].last_layer)));
-  return worst;
+  return worst_stage_difference(executor, reference, plan);
 }
 
 // Stage cuts for a model of `layers` layers onto the world's ranks.

@@ -161,12 +161,7 @@ double train_split_and_compare(const std::string& name, const std::vector<int>& 
     weight_ops += instr.kind == mplan::InstrKind::BackwardWeight ? 1 : 0;
   EXPECT_EQ(weight_ops, micro_batches * static_cast<int>(executor.local_stages().size()));
   train_side_by_side(executor, reference, program, *data, 2, micro_batches);
-  double worst = 0;
-  for (int s : executor.local_stages())
-    worst = std::max(worst, relative_difference(executor.stage_parameters(s),
-                                                reference.parameters(plan.stages[s].first_layer,
-                                                                     plan.stages[s].last_layer)));
-  return worst;
+  return worst_stage_difference(executor, reference, plan);
 }
 
 }  // namespace
