@@ -40,20 +40,21 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
                 }),
             "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
             "heuristic, or auto (ilp when a MILP solver is built)");
-  add_group("split-backward",
-            po::value(&settings.split_backward)
-                ->value_name("MODE")
-                ->default_value(settings.split_backward)
-                ->notifier([](const std::string& name) {
-                  try {
-                    partition::backward_split_from_string(name);
-                  } catch (const Error& e) {
-                    throw_invalid("", "--split-backward", e.problem());
-                  }
-                }),
-            "where the profile splits backwards into input and weight gradients "
-            "(backward_weight_ms): auto (madpipe and contiguous plan with and without the split "
-            "and keep the shorter period, zb-h1 and zb-v split) or off (whole backwards)");
+  add_group(
+      "split-backward",
+      po::value(&settings.split_backward)
+          ->value_name("MODE")
+          ->default_value(settings.split_backward)
+          ->notifier([](const std::string& name) {
+            try {
+              partition::backward_split_from_string(name);
+            } catch (const Error& e) {
+              throw_invalid("", "--split-backward", e.problem());
+            }
+          }),
+      "where the profile splits backwards into input and weight gradients "
+      "(backward_weight_ms): auto (madpipe, contiguous and ilp plan with and without the split "
+      "and keep the shorter period, zb-h1 and zb-v split) or off (whole backwards)");
   add_group("solver", po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",

@@ -16,6 +16,12 @@ using schedule::Op;
 using schedule::OpKind;
 using schedule::Stage;
 
+// The time of a compute op of `stage`: B is the input gradient alone when W follows.
+static double op_duration(const Stage& stage, OpKind kind) {
+  if (kind == OpKind::F) return stage.forward_ms;
+  return kind == OpKind::W ? stage.backward_weight_ms : stage.backward_input_ms();
+}
+
 // One stage per layer, layer l on gpu_of_layer[l].
 static std::vector<Stage> layer_stages(const ChainCosts& costs,
                                        const std::vector<int>& gpu_of_layer) {
@@ -41,14 +47,17 @@ ScheduledStages expand_to_layers(const ChainCosts& costs, const ScheduledStages&
       out.pattern.ops.push_back(moved);
       continue;
     }
+    // F runs its layers in chain order, B and W in reverse; W only those that split.
     double t = op.start_ms;
     const bool forward = op.kind == OpKind::F;
     for (int i = 0; i <= stage.last_layer - stage.first_layer; ++i) {
       const int l = forward ? stage.first_layer + i : stage.last_layer - i;
+      const Stage& layer = out.stages[static_cast<std::size_t>(l)];
+      if (op.kind == OpKind::W && !layer.splits_backward()) continue;
       Op part = op;
       part.stage = l;
       part.start_ms = t;
-      part.duration_ms = forward ? costs.forward_ms(l, l) : costs.backward_ms(l, l);
+      part.duration_ms = op_duration(layer, op.kind);
       t += part.duration_ms;
       out.pattern.ops.push_back(part);
     }
@@ -58,7 +67,8 @@ ScheduledStages expand_to_layers(const ChainCosts& costs, const ScheduledStages&
   return out;
 }
 
-// Stages `s` and `s + 1` as one: its F starts with F of s, its B with B of s + 1; retimed.
+// Stages `s` and `s + 1` as one: its F starts with F of s, its B with B of s + 1, its W (when
+// either splits) with the W of s, or of s + 1 when s does not split; retimed.
 static std::optional<ScheduledStages> merged(const ChainCosts& costs, const Platform& platform,
                                              const ScheduledStages& in, int s) {
   ScheduledStages out;
@@ -73,17 +83,18 @@ static std::optional<ScheduledStages> merged(const ChainCosts& costs, const Plat
   }
   out.pattern.period_ms = in.pattern.period_ms;
   out.pattern.k = in.pattern.k;
+  const int weight_of = in.stages[static_cast<std::size_t>(s)].splits_backward() ? s : s + 1;
   for (const Op& op : in.pattern.ops) {
     const bool keep = op.stage < s || op.stage > s + 1 || (op.kind == OpKind::F && op.stage == s) ||
                       (op.kind == OpKind::B && op.stage == s + 1) ||
+                      (op.kind == OpKind::W && op.stage == weight_of) ||
                       (schedule::is_transfer(op.kind) && op.stage == s + 1);
     if (!keep) continue;
     Op moved = op;
     if (moved.stage > s) --moved.stage;
-    if (!schedule::is_transfer(moved.kind)) {
-      const Stage& stage = out.stages[static_cast<std::size_t>(moved.stage)];
-      moved.duration_ms = moved.kind == OpKind::F ? stage.forward_ms : stage.backward_ms;
-    }
+    if (!schedule::is_transfer(moved.kind))
+      moved.duration_ms =
+          op_duration(out.stages[static_cast<std::size_t>(moved.stage)], moved.kind);
     out.pattern.ops.push_back(moved);
   }
   auto retimed = schedule::retime(out.pattern, out.stages, platform);

@@ -78,7 +78,7 @@ madpipe::partition::BackwardSplit madpipe::partition::backward_split_from_string
 
 bool madpipe::partition::can_split_backward(Algorithm algorithm) {
   return algorithm == Algorithm::MadPipe || algorithm == Algorithm::Contiguous ||
-         algorithm == Algorithm::ZbH1 || algorithm == Algorithm::ZbV;
+         algorithm == Algorithm::Ilp || algorithm == Algorithm::ZbH1 || algorithm == Algorithm::ZbV;
 }
 
 bool madpipe::partition::places_contiguously(Algorithm algorithm) {

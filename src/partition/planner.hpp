@@ -44,8 +44,8 @@ Scheduler scheduler_from_string(const std::string& name);  // Error lists names
 
 // Whether stages split their backward into B (input gradient) and W (weight gradient), as
 // zero-bubble schedules do, where the profile measured the split (backward_weight_ms). The
-// madpipe and contiguous algorithms plan with and without it, zb-h1 and zb-v with it; the others
-// run whole backwards.
+// madpipe, contiguous and ilp algorithms plan with and without it, zb-h1 and zb-v with it; the
+// others run whole backwards.
 enum class BackwardSplit {
   Auto,  // plans with and without the split, keeps the shorter period (whole backwards on a tie)
   Off,   // whole backwards: the profile's split is ignored

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/retime.hpp"
+#include "schedule/search.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -25,11 +26,6 @@ PatternIlp::PatternIlp(Spec spec, const Platform& platform)
     throw Error(ErrorKind::Internal, "", "",
                 "PatternIlp: period upper bound must be finite and > 0");
   big_ = 2 * spec_.period_upper_bound_ms;
-  if (!spec_.fixed_allocation)
-    for (const Stage& block : spec_.blocks)
-      if (block.splits_backward())
-        throw Error(ErrorKind::Internal, "", "",
-                    "PatternIlp: split backwards need a fixed allocation");
   add_variables();
   add_allocation_rules();
   add_dependencies();
@@ -68,6 +64,10 @@ void PatternIlp::add_variables() {
   const double tmax = spec_.period_upper_bound_ms;
   double longest = 0;
   for (const Stage& b : spec_.blocks) longest = std::max({longest, b.forward_ms, b.backward_ms});
+  // With a fixed allocation no period is below the busiest GPU's or link's load; as a bound of T
+  // it lets the relaxation see it (a free allocation has its load rows).
+  if (spec_.fixed_allocation)
+    longest = std::max(longest, busiest_resource_ms(spec_.blocks, platform_));
   const double tmin = std::min(tmax, longest);
   period_ = model_.add_var(tmin, tmax, false, "T");
 
@@ -276,12 +276,13 @@ void PatternIlp::add_memory() {
   for (int at : probes) {
     const int s = nodes_[at].block;
     LinearExpr used;
-    const std::string name = (nodes_[at].kind == OpKind::F ? "mem" : "memB") + idx(s);
+    const std::string suffix = nodes_[at].kind == OpKind::F ? "" : "B";
+    const std::string name = "mem" + suffix + idx(s);
     if (spec_.fixed_allocation) {
       used +=
           static_cast<double>(static_memory(spec_.blocks, spec_.blocks[s].gpu, platform_).total());
     } else {
-      const Var workspace = model_.add_var(0, kInf, false, "ws" + idx(s));
+      const Var workspace = model_.add_var(0, kInf, false, "ws" + suffix + idx(s));
       used += LinearExpr(workspace);
       for (int t = 0; t < n_; ++t) {
         const Stage& other = spec_.blocks[t];
@@ -290,7 +291,7 @@ void PatternIlp::add_memory() {
                        name + "_ws" + idx(t));
       }
       for (int j = 0; j + 1 < n_; ++j) {
-        const Var buffer = model_.add_var(0, 1, false, "buf" + idx(s, j));
+        const Var buffer = model_.add_var(0, 1, false, "buf" + suffix + idx(s, j));
         const LinearExpr diff = same_gpu(s, j) - same_gpu(s, j + 1);
         add_helper_row(buffer, diff, 0, name + "_bufa" + idx(j));
         add_helper_row(buffer, -1.0 * diff, 0, name + "_bufb" + idx(j));
@@ -306,16 +307,23 @@ void PatternIlp::add_memory() {
         if (!share.terms()
                  .empty()) {  // sigma >= shifts when t shares s's GPU (thesis (6.31)-(6.32))
           const double most = 2.0 * (b_node_[t] - f_node_[t]);
-          const Var sigma = model_.add_var(0, most, false, "sigma" + idx(s, t));
+          const Var sigma = model_.add_var(0, most, false, "sigma" + suffix + idx(s, t));
           add_helper_row(sigma, in_flight - most * (1.0 - share), 0, name + "_sigma" + idx(t));
           in_flight = sigma;
         }
         used += static_cast<double>(block.stored_bytes) *
                 (in_flight + before(f_node_[t], at) - before(b_node_[t], at));
       }
-      if (const std::optional<Edge>& edge = weight_edges_[t]; edge && block.weight_kept_bytes > 0)
+      if (const std::optional<Edge>& edge = weight_edges_[t]; edge && block.weight_kept_bytes > 0) {
+        LinearExpr kept = LinearExpr(edge->v) + edge->v2;
+        if (!share.terms().empty()) {  // as sigma: kappa >= shifts when t shares s's GPU
+          const Var kappa = model_.add_var(0, 2, false, "kappa" + suffix + idx(s, t));
+          add_helper_row(kappa, kept - 2.0 * (1.0 - share), 0, name + "_kappa" + idx(t));
+          kept = kappa;
+        }
         used += static_cast<double>(block.weight_kept_bytes) *
-                (LinearExpr(edge->v) + edge->v2 + before(b_node_[t], at) - before(w_node_[t], at));
+                (kept + before(b_node_[t], at) - before(w_node_[t], at));
+      }
     }
     add_constraint(model_, scale * used, -kInf, 1.0, name);
   }

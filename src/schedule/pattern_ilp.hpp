@@ -24,11 +24,10 @@ namespace madpipe::schedule {
 // stored_bytes times the micro-batches in flight (from the start of F to the end of B). A block's
 // micro-batches in flight at the start of the GPU's window are the period shifts accumulated on
 // the chain from its F to its B, each dependency contributing 0, 1 or 2 (thesis Lemma 17).
-// With a fixed allocation, blocks may split their backward (Stage::splits_backward): B is then
-// the input gradient, on the chain, and a W node off the chain follows it on the block's GPU,
-// shifted 0, 1 or 2 periods; such a block holds weight_kept_bytes per micro-batch from the end of
-// B to the end of W, counted at the start of every F and, as evaluate_memory() probes them, at
-// the end of every split B.
+// Blocks may split their backward (Stage::splits_backward): B is then the input gradient, on the
+// chain, and a W node off the chain follows it on the block's GPU, shifted 0, 1 or 2 periods;
+// such a block holds weight_kept_bytes per micro-batch from the end of B to the end of W, counted
+// at the start of every F and, as evaluate_memory() probes them, at the end of every split B.
 class PatternIlp {
  public:
   struct Spec {

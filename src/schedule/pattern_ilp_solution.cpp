@@ -81,8 +81,16 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
   }
   out.pattern = pattern_from_absolute_times(std::move(ops), period);
   // Solver tolerances leave times a hair off; retiming keeps the order and shifts and returns
-  // exact times with the smallest period they allow.
-  if (auto exact = retime(out.pattern, out.stages, platform_)) out.pattern = *exact;
+  // exact times with the smallest period they allow. Where the solver's period is a hair below
+  // what they allow, retiming starts from a slightly longer one.
+  for (const double slack : {1.0, 1 + 1e-6}) {
+    Pattern longer = out.pattern;
+    longer.period_ms *= slack;
+    if (auto exact = retime(longer, out.stages, platform_)) {
+      out.pattern = *exact;
+      break;
+    }
+  }
   return out;
 }
 

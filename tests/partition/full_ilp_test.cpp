@@ -14,6 +14,7 @@
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/search.hpp"
 #include "solver/solve.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -85,14 +86,15 @@ struct Tiny {
 };
 
 // Random 3- and 4-layer chains on 2 or 3 GPUs; memory from ample down to about what one layer
-// per GPU needs, so that it binds in some.
-std::vector<Tiny> tiny_instances() {
+// per GPU needs, so that it binds in some. With `split`, every layer splits its backward.
+std::vector<Tiny> tiny_instances(bool split = false) {
   std::mt19937 rng(2024);
   std::vector<Tiny> out;
   for (int i = 0; i < 6; ++i) {
     Tiny tiny;
     const int layers = 3 + i % 2;
     tiny.profile = mt::random_chain(rng, layers);
+    if (split) tiny.profile = mt::with_split_backward(tiny.profile, 0.4);
     const int gpus = 2 + (i / 2) % 2;
     tiny.platform = mt::huge_memory_platform(gpus);
     const madpipe::ChainCosts costs(tiny.profile);
@@ -104,12 +106,11 @@ std::vector<Tiny> tiny_instances() {
   return out;
 }
 
-}  // namespace
-
-TEST(FullIlp, EqualsAnExhaustiveSearchOverAllocationsOnTinyChains) {
-  if (!have_backend()) GTEST_SKIP() << "no MILP backend built";
+// The full ILP's period on each instance equals the best over every allocation of the stage ILP's;
+// its plans are valid.
+void expect_exhaustive_optimum(const std::vector<Tiny>& instances) {
   int fitting = 0;
-  for (const Tiny& tiny : tiny_instances()) {
+  for (const Tiny& tiny : instances) {
     const madpipe::ChainCosts costs(tiny.profile);
     SCOPED_TRACE(std::to_string(costs.num_layers()) + " layers on " +
                  std::to_string(tiny.platform.gpus) + " GPUs");
@@ -128,15 +129,55 @@ TEST(FullIlp, EqualsAnExhaustiveSearchOverAllocationsOnTinyChains) {
     mplan::Plan plan = mt::plan_of(ilp.plan->stages, tiny.platform, ilp.plan->pattern);
     EXPECT_TRUE(mplan::validate(plan, tiny.profile).empty())
         << mt::describe(mplan::validate(plan, tiny.profile));
+    EXPECT_EQ(mt::has_weight_ops(plan), costs.has_split_backward());
   }
   EXPECT_GE(fitting, 3);
 }
 
+// The allocation of `stages` with the costs of `costs` (e.g. with split backwards), scheduled by
+// the heuristic at k = 1; nullopt when nothing fits.
+std::optional<mp::ScheduledStages> rescheduled_one_periodic(const madpipe::ChainCosts& costs,
+                                                            const std::vector<ms::Stage>& stages,
+                                                            const madpipe::Platform& platform) {
+  std::vector<int> first_layers, gpus;
+  for (const ms::Stage& stage : stages) {
+    first_layers.push_back(stage.first_layer);
+    gpus.push_back(stage.gpu);
+  }
+  mp::ScheduledStages out;
+  out.stages = ms::make_stages(costs, first_layers, gpus);
+  ms::ScheduleSearchOptions search;
+  search.max_k = 1;
+  const auto scheduled = ms::schedule_under_memory(out.stages, platform, search);
+  if (!scheduled) return std::nullopt;
+  out.pattern = scheduled->pattern;
+  return out;
+}
+
+}  // namespace
+
+TEST(FullIlp, EqualsAnExhaustiveSearchOverAllocationsOnTinyChains) {
+  if (!have_backend()) GTEST_SKIP() << "no MILP backend built";
+  expect_exhaustive_optimum(tiny_instances());
+}
+
+// With split backwards the program has W nodes for every layer, with their memory (kept bytes
+// from B to W) counted on the GPU the program gives the layer.
+TEST(FullIlp, EqualsAnExhaustiveSearchWithSplitBackwards) {
+  if (!have_backend()) GTEST_SKIP() << "no MILP backend built";
+  expect_exhaustive_optimum(tiny_instances(true));
+}
+
+// Also with split backwards, where both run once with whole backwards and once with the split
+// (--split-backward auto) and keep the shorter period.
 TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
   if (!have_backend()) GTEST_SKIP() << "no MILP backend built";
   std::mt19937 rng(99);
-  for (int i = 0; i < 3; ++i) {
-    const madpipe::Profile profile = mt::random_chain(rng, 5);
+  for (int i = 0; i < 6; ++i) {
+    const bool split = i >= 3;
+    const madpipe::Profile chain = mt::random_chain(rng, 5);
+    const madpipe::Profile profile = split ? mt::with_split_backward(chain, 0.4) : chain;
+    SCOPED_TRACE(split ? "split backwards" : "whole backwards");
     madpipe::Platform platform = mt::huge_memory_platform(3);
     const madpipe::ChainCosts costs(profile);
     platform.memory_bytes = 3 * costs.weight_bytes(0, 4) + 2 * costs.stored_bytes(0, 4);
@@ -157,6 +198,11 @@ TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
     EXPECT_FALSE(ilp.plan.solver->backend.empty());
     EXPECT_LE(ilp.plan.predicted.period_ms, madpipe.plan.predicted.period_ms * (1 + 1e-9));
     EXPECT_GE(ilp.plan.predicted.period_ms, ilp.plan.predicted.lower_bound_period_ms * (1 - 1e-9));
+    if (split) {
+      EXPECT_TRUE(std::any_of(ilp.notes.begin(), ilp.notes.end(), [](const std::string& note) {
+        return note.find("split backward (B and W)") != std::string::npos;
+      }));
+    }
     // The simulator replays the plan at its period, within its predicted memory.
     const mplan::SimResult sim = mplan::simulate(ilp.plan);
     EXPECT_NEAR(sim.steady_period_ms, ilp.plan.pattern.period_ms,
@@ -166,34 +212,44 @@ TEST(FullIlp, PlanIsValidAndNoWorseThanMadPipesOnePeriodicPlan) {
   }
 }
 
+// Also with split backwards: the same allocation with every layer's backward split (its W keeps
+// half of what B kept), scheduled by the heuristic; a stage's W becomes its layers' W ops.
 TEST(FullIlp, ExpandingStagesToLayersKeepsThePatternValidAndMemoryNoLarger) {
-  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  const madpipe::Profile whole = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
   const madpipe::Platform platform = mt::make_platform(3, 8'000'000'000, 12e6, 3);
   mp::PlannerOptions options;
   options.max_k = 1;
   options.scheduler = mp::Scheduler::Heuristic;
-  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  const mp::PlanResult result = mp::make_plan(whole, platform, options);
   ASSERT_TRUE(result.feasible);
-  const madpipe::ChainCosts costs(profile);
-  const mp::ScheduledStages layers =
-      mp::expand_to_layers(costs, {result.plan.stages, result.plan.pattern});
-  EXPECT_EQ(static_cast<int>(layers.stages.size()), costs.num_layers());
-  const mplan::Plan expanded = mt::plan_of(layers.stages, platform, layers.pattern);
-  EXPECT_TRUE(mplan::validate(expanded, profile).empty())
-      << mt::describe(mplan::validate(expanded, profile));
-  EXPECT_NEAR(layers.pattern.period_ms, result.plan.pattern.period_ms,
-              1e-9 * result.plan.pattern.period_ms);
-  const auto before =
-      ms::totals(ms::evaluate_memory(result.plan.stages, result.plan.pattern, platform));
-  const auto after = ms::totals(ms::evaluate_memory(layers.stages, layers.pattern, platform));
-  for (std::size_t g = 0; g < before.size(); ++g) EXPECT_LE(after[g], before[g]);
-  // Merging the layers back gives valid plans with no more stages than layers, same period.
-  const mp::ScheduledStages merged = mp::merge_stages(costs, platform, layers);
-  EXPECT_LT(merged.stages.size(), layers.stages.size());
-  const mplan::Plan merged_plan = mt::plan_of(merged.stages, platform, merged.pattern);
-  EXPECT_TRUE(mplan::validate(merged_plan, profile).empty())
-      << mt::describe(mplan::validate(merged_plan, profile));
-  EXPECT_LE(merged.pattern.period_ms, layers.pattern.period_ms * (1 + 1e-9));
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split backwards" : "whole backwards");
+    const madpipe::Profile profile = split ? mt::with_split_backward(whole, 0.4) : whole;
+    const madpipe::ChainCosts costs(profile);
+    const std::optional<mp::ScheduledStages> rescheduled =
+        rescheduled_one_periodic(costs, result.plan.stages, platform);
+    ASSERT_TRUE(rescheduled);
+    const mp::ScheduledStages& stages = *rescheduled;
+    const mp::ScheduledStages layers = mp::expand_to_layers(costs, stages);
+    EXPECT_EQ(static_cast<int>(layers.stages.size()), costs.num_layers());
+    const mplan::Plan expanded = mt::plan_of(layers.stages, platform, layers.pattern);
+    EXPECT_TRUE(mplan::validate(expanded, profile).empty())
+        << mt::describe(mplan::validate(expanded, profile));
+    EXPECT_EQ(mt::has_weight_ops(expanded), split);
+    EXPECT_NEAR(layers.pattern.period_ms, stages.pattern.period_ms,
+                1e-9 * stages.pattern.period_ms);
+    const auto before = ms::totals(ms::evaluate_memory(stages.stages, stages.pattern, platform));
+    const auto after = ms::totals(ms::evaluate_memory(layers.stages, layers.pattern, platform));
+    for (std::size_t g = 0; g < before.size(); ++g) EXPECT_LE(after[g], before[g]);
+    // Merging the layers back gives valid plans with no more stages than layers, same period.
+    const mp::ScheduledStages merged = mp::merge_stages(costs, platform, layers);
+    EXPECT_LT(merged.stages.size(), layers.stages.size());
+    const mplan::Plan merged_plan = mt::plan_of(merged.stages, platform, merged.pattern);
+    EXPECT_TRUE(mplan::validate(merged_plan, profile).empty())
+        << mt::describe(mplan::validate(merged_plan, profile));
+    EXPECT_EQ(mt::has_weight_ops(merged_plan), split);
+    EXPECT_LE(merged.pattern.period_ms, layers.pattern.period_ms * (1 + 1e-9));
+  }
 }
 
 TEST(FullIlp, UnknownBackendIsAnErrorNamingTheBuiltOnes) {
@@ -245,28 +301,35 @@ TEST(Scheduler, IlpSchedulerNeverLosesToTheHeuristicOne) {
 // MadPipe's 1-periodic plans, expanded to layers, satisfy every row of the full ILP: the warm
 // start is a real start. Slow links (transfers about as long as the period) and neighbouring
 // layers on one GPU (transfers that do not happen) are where big-M constants are tightest.
+// With split backwards too (the plans' allocations rescheduled with every layer split), where
+// each layer's kept bytes count on its GPU only.
 TEST(FullIlp, MadPipePlansAreFeasiblePointsOfTheProgram) {
-  madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
-  profile.layers.resize(12);
-  const madpipe::ChainCosts costs(profile);
+  madpipe::Profile whole = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
+  whole.layers.resize(12);
   int checked = 0;
-  for (double gib : {8.0, 12.0, 24.0}) {
-    const madpipe::Platform platform =
-        mt::make_platform(4, static_cast<std::int64_t>(gib * (1LL << 30)), 12e6, 3);
-    mp::PlannerOptions options;
-    options.max_k = 1;
-    options.scheduler = mp::Scheduler::Heuristic;
-    const mp::PlanResult plan = mp::make_plan(profile, platform, options);
-    ASSERT_TRUE(plan.feasible) << gib;
-    const mp::ScheduledStages layers =
-        mp::expand_to_layers(costs, {plan.plan.stages, plan.plan.pattern});
-    std::vector<ms::Stage> blocks = layers.stages;
-    ms::PatternIlp ilp({blocks, false, plan.plan.pattern.period_ms * (1 + 1e-6)}, platform);
-    ASSERT_TRUE(ilp.set_start(layers.stages, layers.pattern)) << gib;
-    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
-              std::vector<std::string>{})
-        << gib << " GiB";
-    ++checked;
+  for (const bool split : {false, true}) {
+    const madpipe::Profile profile = split ? mt::with_split_backward(whole, 0.4) : whole;
+    const madpipe::ChainCosts costs(profile);
+    for (double gib : {8.0, 12.0, 24.0}) {
+      SCOPED_TRACE(std::to_string(gib) + " GiB, " + (split ? "split" : "whole") + " backwards");
+      const madpipe::Platform platform =
+          mt::make_platform(4, static_cast<std::int64_t>(gib * (1LL << 30)), 12e6, 3);
+      mp::PlannerOptions options;
+      options.max_k = 1;
+      options.scheduler = mp::Scheduler::Heuristic;
+      const mp::PlanResult plan = mp::make_plan(whole, platform, options);
+      ASSERT_TRUE(plan.feasible);
+      const std::optional<mp::ScheduledStages> stages =
+          split ? rescheduled_one_periodic(costs, plan.plan.stages, platform)
+                : mp::ScheduledStages{plan.plan.stages, plan.plan.pattern};
+      ASSERT_TRUE(stages);
+      const mp::ScheduledStages layers = mp::expand_to_layers(costs, *stages);
+      ms::PatternIlp ilp({layers.stages, false, stages->pattern.period_ms * (1 + 1e-6)}, platform);
+      ASSERT_TRUE(ilp.set_start(layers.stages, layers.pattern));
+      EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
+                std::vector<std::string>{});
+      ++checked;
+    }
   }
-  EXPECT_EQ(checked, 3);
+  EXPECT_EQ(checked, 6);
 }

@@ -210,10 +210,23 @@ TEST(PatternIlp, SplitPatternsAreFeasiblePointsOfTheProgram) {
   }
 }
 
-TEST(PatternIlp, SplitBackwardsNeedAFixedAllocation) {
-  auto stages = mt::chain_stages({1, 1}, {2, 2});
-  stages[1].backward_weight_ms = 1;
-  EXPECT_THROW(ms::PatternIlp({stages, false, 100}, mt::huge_memory_platform(2)), madpipe::Error);
+// With a free allocation (the full ILP) a W node's GPU is its block's, chosen by the program: the
+// kept bytes count where the block is, and nowhere else.
+TEST(PatternIlp, FreeAllocationAcceptsSplitPatterns) {
+  for (const Instance& instance : instances(10, 23, 5e7, true)) {
+    const auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
+    ASSERT_TRUE(pattern);
+    ms::PatternIlp ilp({instance.stages, false, pattern->period_ms * 1.5}, instance.platform);
+    ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
+    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
+              std::vector<std::string>{});
+    const ms::PatternIlp::Decoded decoded = ilp.decode(mt::hint_values(ilp.model()));
+    EXPECT_LE(decoded.pattern.period_ms, pattern->period_ms * (1 + 1e-9));
+    EXPECT_EQ(weight_ops(decoded.pattern), static_cast<int>(instance.stages.size()));
+    const auto violations =
+        mplan::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern));
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+  }
 }
 
 // The solver's patterns of split stages: W after its B, memory as evaluate_memory counts it (the
