@@ -93,24 +93,32 @@ TEST(SplitBackwardPlanning, AutoIsValidAndNeverSlowerThanWholeBackwards) {
   EXPECT_GT(split_kept, 0);
 }
 
-TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
-  const madpipe::Profile profile = mt::with_split_backward(equal_layers(), 0.5);
-  // Four GPUs, room for the stored bytes of about three micro-batches of a two-layer stage.
-  madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
-  mp::PlannerOptions options;
-  // The heuristic schedules show it (the stage ILP, without a time limit, spends a minute here).
-  options.scheduler = mp::Scheduler::Heuristic;
+// Plans `profile` with --split-backward off, then auto: auto keeps a valid plan with W ops and a
+// shorter period.
+static void expect_the_split_wins(const madpipe::Profile& profile,
+                                  const madpipe::Platform& platform, mp::PlannerOptions options) {
   options.split_backward = mp::BackwardSplit::Off;
   const auto whole = mp::make_plan(profile, platform, options);
   options.split_backward = mp::BackwardSplit::Auto;
   const auto automatic = mp::make_plan(profile, platform, options);
   ASSERT_TRUE(whole.feasible && automatic.feasible);
+  EXPECT_EQ(automatic.plan.algorithm, mp::to_string(options.algorithm));
   EXPECT_TRUE(mt::has_weight_ops(automatic.plan));
   EXPECT_LT(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 - 1e-6))
       << "split " << automatic.plan.predicted.period_ms << " ms, whole "
       << whole.plan.predicted.period_ms << " ms";
   const auto violations = mplan::validate(automatic.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+}
+
+TEST(SplitBackwardPlanning, TheSplitWinsWhereMemoryLimitsMicroBatchesInFlight) {
+  const madpipe::Profile profile = mt::with_split_backward(equal_layers(), 0.5);
+  // Four GPUs, room for the stored bytes of about three micro-batches of a two-layer stage.
+  const madpipe::Platform platform = mt::make_platform(4, 7000000, 1e6, 1);
+  mp::PlannerOptions options;
+  // The heuristic schedules show it (the stage ILP, without a time limit, spends a minute here).
+  options.scheduler = mp::Scheduler::Heuristic;
+  expect_the_split_wins(profile, platform, options);
 }
 
 // The full ILP too: on four of those layers and two GPUs, with room for the stored bytes of two
@@ -120,23 +128,11 @@ TEST(SplitBackwardPlanning, TheFullIlpKeepsTheSplitWhereMemoryLimitsMicroBatches
   if (madpipe::solver::built_backends().empty()) GTEST_SKIP() << "no MILP backend built";
   madpipe::Profile chain = equal_layers();
   chain.layers.resize(4);
-  const madpipe::Profile profile = mt::with_split_backward(chain, 0.5);
-  const madpipe::Platform platform = mt::make_platform(2, 2500000, 1e6, 1);
   mp::PlannerOptions options;
   options.algorithm = mp::Algorithm::Ilp;
   options.time_limit_s = 4;
-  options.split_backward = mp::BackwardSplit::Off;
-  const auto whole = mp::make_plan(profile, platform, options);
-  options.split_backward = mp::BackwardSplit::Auto;
-  const auto automatic = mp::make_plan(profile, platform, options);
-  ASSERT_TRUE(whole.feasible && automatic.feasible);
-  EXPECT_EQ(automatic.plan.algorithm, "ilp");
-  EXPECT_TRUE(mt::has_weight_ops(automatic.plan));
-  EXPECT_LT(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 - 1e-6))
-      << "split " << automatic.plan.predicted.period_ms << " ms, whole "
-      << whole.plan.predicted.period_ms << " ms";
-  const auto violations = mplan::validate(automatic.plan, profile);
-  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+  expect_the_split_wins(mt::with_split_backward(chain, 0.5), mt::make_platform(2, 2500000, 1e6, 1),
+                        options);
 }
 
 TEST(SplitBackwardPlanning, BaselinesRunWholeBackwards) {

@@ -192,12 +192,17 @@ int weight_ops(const ms::Pattern& pattern) {
                                         [](const ms::Op& op) { return op.kind == ms::OpKind::W; }));
 }
 
-TEST(PatternIlp, SplitPatternsAreFeasiblePointsOfTheProgram) {
-  for (const Instance& instance : instances(12, 17, 5e7, true)) {
+// Known split patterns satisfy every row, decode to themselves and validate: with a fixed
+// allocation, and with a free one (the full ILP), where a W node's GPU is its block's, chosen by
+// the program, and the kept bytes count where the block is and nowhere else.
+static void expect_split_patterns_are_feasible_points(const std::vector<Instance>& all,
+                                                      bool fixed_allocation) {
+  for (const Instance& instance : all) {
     const auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
     ASSERT_TRUE(pattern);
     ASSERT_EQ(weight_ops(*pattern), static_cast<int>(instance.stages.size()));
-    ms::PatternIlp ilp({instance.stages, true, pattern->period_ms * 1.5}, instance.platform);
+    ms::PatternIlp ilp({instance.stages, fixed_allocation, pattern->period_ms * 1.5},
+                       instance.platform);
     ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
     EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
               std::vector<std::string>{});
@@ -210,23 +215,12 @@ TEST(PatternIlp, SplitPatternsAreFeasiblePointsOfTheProgram) {
   }
 }
 
-// With a free allocation (the full ILP) a W node's GPU is its block's, chosen by the program: the
-// kept bytes count where the block is, and nowhere else.
+TEST(PatternIlp, SplitPatternsAreFeasiblePointsOfTheProgram) {
+  expect_split_patterns_are_feasible_points(instances(12, 17, 5e7, true), true);
+}
+
 TEST(PatternIlp, FreeAllocationAcceptsSplitPatterns) {
-  for (const Instance& instance : instances(10, 23, 5e7, true)) {
-    const auto pattern = heuristic_one_periodic(instance.stages, instance.platform);
-    ASSERT_TRUE(pattern);
-    ms::PatternIlp ilp({instance.stages, false, pattern->period_ms * 1.5}, instance.platform);
-    ASSERT_TRUE(ilp.set_start(instance.stages, *pattern));
-    EXPECT_EQ(mt::violated_rows(ilp.model(), mt::hint_values(ilp.model())),
-              std::vector<std::string>{});
-    const ms::PatternIlp::Decoded decoded = ilp.decode(mt::hint_values(ilp.model()));
-    EXPECT_LE(decoded.pattern.period_ms, pattern->period_ms * (1 + 1e-9));
-    EXPECT_EQ(weight_ops(decoded.pattern), static_cast<int>(instance.stages.size()));
-    const auto violations =
-        mplan::validate(mt::plan_of(decoded.stages, instance.platform, decoded.pattern));
-    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-  }
+  expect_split_patterns_are_feasible_points(instances(10, 23, 5e7, true), false);
 }
 
 // The solver's patterns of split stages: W after its B, memory as evaluate_memory counts it (the
