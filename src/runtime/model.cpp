@@ -7,6 +7,7 @@
 #include <cmath>
 
 namespace {
+using madpipe::runtime::deferrable_conv2d;
 using madpipe::runtime::deferrable_embedding;
 using madpipe::runtime::deferrable_linear;
 
@@ -85,7 +86,9 @@ struct StemImpl : torch::nn::Module {
             "conv",
             torch::nn::Conv2d(torch::nn::Conv2dOptions(3, channels, 3).padding(1).bias(false)))),
         bn(register_module("bn", torch::nn::BatchNorm2d(channels))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::relu(bn(conv(x))); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::relu(bn(deferrable_conv2d(conv, x)));
+  }
   torch::nn::Conv2d conv;
   torch::nn::BatchNorm2d bn;
 };
@@ -110,8 +113,8 @@ struct ResidualImpl : torch::nn::Module {
           torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    auto y = bn2(conv2(torch::relu(bn1(conv1(x)))));
-    return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
+    auto y = bn2(deferrable_conv2d(conv2, torch::relu(bn1(deferrable_conv2d(conv1, x)))));
+    return torch::relu(y + (shortcut ? deferrable_conv2d(shortcut, x) : x));
   }
   torch::nn::Conv2d conv1;
   torch::nn::BatchNorm2d bn1;

@@ -1,9 +1,9 @@
 #pragma once
 
-// Split backwards (B then W): layers whose weight gradient can wait (Linear, Embedding) compute,
-// in their backward, only the gradient of their input, and leave what the weight gradient needs
-// (the layer's input and the gradient of its output) to a DeferredWeightGradients, which W runs
-// later.
+// Split backwards (B then W): layers whose weight gradient can wait (Linear, Embedding, Conv2d)
+// compute, in their backward, only the gradient of their input, and leave what the weight gradient
+// needs (the layer's input and the gradient of its output) to a DeferredWeightGradients, which W
+// runs later.
 //
 // Which forwards defer is decided when they run: a forward run while a DeferWeightGradients
 // scope is open on the thread records the scope's collection in its autograd node, and its
@@ -22,12 +22,16 @@ namespace madpipe::runtime {
 class DeferredWeightGradients : public torch::CustomClassHolder {
  public:
   struct Deferred {
-    enum class Layer { Linear, Embedding } layer = Layer::Linear;
-    torch::Tensor input;        // Linear: [..., in]; Embedding: the ids [...]
-    torch::Tensor output_grad;  // [..., out]
-    torch::Tensor weight;       // the parameter (Linear [out, in], Embedding [rows, out]): its
-                                // .grad receives the gradient
-    torch::Tensor bias;         // Linear: the parameter [out] (undefined: none)
+    enum class Layer { Linear, Embedding, Conv2d } layer = Layer::Linear;
+    torch::Tensor input;        // Linear: [..., in]; Embedding: the ids [...]; Conv2d: [B, C, H, W]
+    torch::Tensor output_grad;  // [..., out]; Conv2d: [B, out, H', W']
+    torch::Tensor weight;       // the parameter (Linear [out, in], Embedding [rows, out], Conv2d
+                                // [out, in / groups, kH, kW]): its .grad receives the gradient
+    torch::Tensor bias;         // Linear, Conv2d: the parameter [out] (undefined: none)
+    struct Convolution {
+      std::vector<std::int64_t> stride, padding, dilation;
+      std::int64_t groups = 1;
+    } convolution;  // Conv2d only
   };
 
   void add(Deferred deferred);
@@ -64,6 +68,10 @@ class DeferWeightGradients {
 // linear->forward(input), whose backward defers the weight and bias gradients when a
 // DeferWeightGradients scope is open here (and is the plain Linear otherwise).
 torch::Tensor deferrable_linear(const torch::nn::Linear& linear, const torch::Tensor& input);
+
+// conv->forward(input), whose backward defers the weight and bias gradients the same way; a
+// convolution padded other than with zeros or by "same"/"valid" is the plain one.
+torch::Tensor deferrable_conv2d(torch::nn::Conv2d conv, const torch::Tensor& input);
 
 // embedding->forward(ids), whose backward (it has no input gradient) defers the weight's the
 // same way; an embedding with a padding index, a norm limit, gradients scaled by frequency or
