@@ -18,6 +18,7 @@
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/search.hpp"
 
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -216,14 +217,40 @@ TEST(TwoWeightVersions, FollowsThe2BWUpdateRule) {
   EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus, true), 1e-5);
 }
 
+namespace {
+
+// Rank 0 prints the results; every other rank prints its own failures. A fatal failure (a failed
+// ASSERT, an exception) ends the test on its rank only, and the other ranks would wait for it in
+// their next message or collective until the test's timeout: every rank aborts at once instead.
+class RankFailures : public ::testing::EmptyTestEventListener {
+  // (GoogleTest reports results holding the lock that current_test_info() takes.)
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    name = std::string(test.test_suite_name()) + "." + test.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    if (world_rank() != 0)
+      std::fprintf(stderr, "rank %d: %s failed at %s:%d\n%s\n", world_rank(), name.c_str(),
+                   result.file_name() != nullptr ? result.file_name() : "?", result.line_number(),
+                   result.message());
+    if (!result.fatally_failed()) return;
+    std::fprintf(stderr, "rank %d: fatal failure in %s: aborting every rank\n", world_rank(),
+                 name.c_str());
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  std::string name = "(no test)";
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   torch::set_num_threads(1);
-  if (world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
+  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  if (world_rank() != 0) delete listeners.Release(listeners.default_result_printer());
+  listeners.Append(new RankFailures);
   const int result = RUN_ALL_TESTS();
   int worst = 0;
   MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
