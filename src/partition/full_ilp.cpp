@@ -16,12 +16,6 @@ using schedule::Op;
 using schedule::OpKind;
 using schedule::Stage;
 
-// The time of a compute op of `stage`: B is the input gradient alone when W follows.
-static double op_duration(const Stage& stage, OpKind kind) {
-  if (kind == OpKind::F) return stage.forward_ms;
-  return kind == OpKind::W ? stage.backward_weight_ms : stage.backward_input_ms();
-}
-
 // One stage per layer, layer l on gpu_of_layer[l].
 static std::vector<Stage> layer_stages(const ChainCosts& costs,
                                        const std::vector<int>& gpu_of_layer) {
@@ -57,7 +51,7 @@ ScheduledStages expand_to_layers(const ChainCosts& costs, const ScheduledStages&
       Op part = op;
       part.stage = l;
       part.start_ms = t;
-      part.duration_ms = op_duration(layer, op.kind);
+      part.duration_ms = schedule::compute_op_ms(layer, op.kind);
       t += part.duration_ms;
       out.pattern.ops.push_back(part);
     }
@@ -94,7 +88,7 @@ static std::optional<ScheduledStages> merged(const ChainCosts& costs, const Plat
     if (moved.stage > s) --moved.stage;
     if (!schedule::is_transfer(moved.kind))
       moved.duration_ms =
-          op_duration(out.stages[static_cast<std::size_t>(moved.stage)], moved.kind);
+          schedule::compute_op_ms(out.stages[static_cast<std::size_t>(moved.stage)], moved.kind);
     out.pattern.ops.push_back(moved);
   }
   auto retimed = schedule::retime(out.pattern, out.stages, platform);

@@ -401,17 +401,14 @@ static void check_ops(const madpipe::plan::Plan& plan, bool timing, std::vector<
                                     " (its backward is not split: no backward_weight_ms)");
         continue;
       }
-      if (op.kind == OpKind::F) {
-        expected = stage.forward_ms;
+      expected = madpipe::schedule::compute_op_ms(stage, op.kind);
+      if (op.kind == OpKind::F)
         expected_what = "forward_ms";
-      } else if (op.kind == OpKind::W) {
-        expected = stage.backward_weight_ms;
+      else if (op.kind == OpKind::W)
         expected_what = "backward_weight_ms";
-      } else {
-        expected = stage.backward_input_ms();
+      else
         expected_what =
             stage.splits_backward() ? "backward_ms - backward_weight_ms" : "backward_ms";
-      }
     }
     if (std::isfinite(op.duration_ms) &&
         !close_to(op.duration_ms, expected, kCostTolerance, kDurationAbsTolerance))

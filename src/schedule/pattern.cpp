@@ -47,6 +47,11 @@ madpipe::schedule::OpKind madpipe::schedule::op_kind_from_string(const std::stri
               "unknown op kind '" + s + "' (valid: F, B, SEND_ACT, SEND_GRAD, W)");
 }
 
+double madpipe::schedule::compute_op_ms(const Stage& stage, OpKind kind) {
+  if (kind == OpKind::F) return stage.forward_ms;
+  return kind == OpKind::W ? stage.backward_weight_ms : stage.backward_input_ms();
+}
+
 bool madpipe::schedule::is_transfer(OpKind kind) {
   return kind == OpKind::SendAct || kind == OpKind::SendGrad;
 }

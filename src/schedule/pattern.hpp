@@ -46,6 +46,10 @@ const char* to_string(OpKind kind);                // "F", "B", "SEND_ACT", "SEN
 OpKind op_kind_from_string(const std::string& s);  // throws Error{InvalidInput} listing valid names
 bool is_transfer(OpKind kind);
 
+// How long a compute op (F, B or W) of `stage` lasts: B is the input gradient alone when the
+// stage splits its backward (backward_input_ms), W its backward_weight_ms.
+double compute_op_ms(const Stage& stage, OpKind kind);
+
 // Round-trip token of an op kind and stage, e.g. "F2", "SEND_ACT1"; with a micro-batch, "F2.7".
 std::string op_token(OpKind kind, int stage);
 std::string op_token(OpKind kind, int stage, int micro_batch);

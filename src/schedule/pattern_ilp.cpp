@@ -43,10 +43,7 @@ LinearExpr PatternIlp::same_gpu(int a, int b) const {
 
 LinearExpr PatternIlp::duration(int node) const {
   const Node& x = nodes_[node];
-  const Stage& block = spec_.blocks[x.block];
-  if (x.kind == OpKind::F) return block.forward_ms;
-  if (x.kind == OpKind::B) return block.backward_input_ms();
-  if (x.kind == OpKind::W) return block.backward_weight_ms;
+  if (!is_transfer(x.kind)) return compute_op_ms(spec_.blocks[x.block], x.kind);
   const double ms = transfer_time(x.block);
   return spec_.fixed_allocation ? LinearExpr(ms) : ms * cut(x.block);
 }
