@@ -53,8 +53,10 @@ po::options_description madpipe::cli::planner_options_description(PlannerSetting
             }
           }),
       "where the profile splits backwards into input and weight gradients "
-      "(backward_weight_ms): auto (madpipe, contiguous and ilp plan with and without the split "
-      "and keep the shorter period, zb-h1 and zb-v split) or off (whole backwards)");
+      "(backward_weight_ms): auto (madpipe and contiguous plan with whole backwards, split ones, "
+      "and split ones on the first or last half or quarters of the chain only, ilp with and "
+      "without the split; the shortest period is kept; zb-h1 and zb-v split) or off (whole "
+      "backwards)");
   add_group("solver", po::value(&settings.milp.backend)->value_name("NAME"),
             "MILP solver of the ILPs: cbc or glpk (default: the first built)");
   add_group("time-limit",

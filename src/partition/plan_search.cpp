@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "partition/backward_splits.hpp"
 #include "partition/contiguous_dp.hpp"
 #include "partition/full_ilp.hpp"
 #include "partition/loop_placements.hpp"
@@ -42,6 +43,7 @@ std::function<bool()> mp::PlanningContext::out_of_time(double share) {
 constexpr double kDpShare = 0.5;
 constexpr double kScheduleShare = 0.75;
 constexpr double kRefineShare = 0.9;
+constexpr double kSplitChoiceShare = 0.93;
 
 // The backend the ILPs use, or "" when none is built and none was asked for.
 static std::string milp_backend(const mp::MilpSettings& milp, bool required,
@@ -405,6 +407,39 @@ static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platfor
               context);
 }
 
+// Which stages of the best plan split their backward (the others run it whole): the split fills
+// idle time, but holds memory until W. Scored with the quicker schedule search, as refine_best.
+static void choose_splits_of_best(const madpipe::ChainCosts& costs,
+                                  const madpipe::Platform& platform,
+                                  const mp::PlannerOptions& options,
+                                  const ms::ScheduleSearchOptions& search,
+                                  std::optional<mp::Candidate>& best,
+                                  mp::PlanningContext& context) {
+  using namespace madpipe;
+  context.enter("backward-splits");
+  mp::BackwardSplitOptions choice;
+  choice.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
+  choice.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
+  choice.out_of_time = context.out_of_time(kSplitChoiceShare);
+  choice.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
+  const mp::SplitChoice chosen =
+      mp::choose_backward_splits(costs, platform, {best->stages, {best->pattern, best->method}},
+                                 choice, context.detail_sink());
+  if (chosen.cut) context.budget().cut("the choice of split backwards");
+  if (chosen.stages == best->stages) return;
+  ms::ScheduledPattern scheduled = chosen.scheduled;
+  context.enter("schedule");
+  ms::ScheduleSearchOptions full = search;
+  full.out_of_time = context.out_of_time(kSplitChoiceShare);
+  if (auto rescheduled = ms::schedule_under_memory(chosen.stages, platform, full))
+    if (rescheduled->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
+      scheduled = *rescheduled;
+  keep_better(best,
+              mp::Candidate{best->allocation, chosen.stages, scheduled.pattern, scheduled.method,
+                            std::nullopt},
+              context);
+}
+
 static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,
                                                          const madpipe::Platform& platform,
                                                          const mp::PlannerOptions& options,
@@ -463,6 +498,13 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
       context.budget().cut("the local search");
     else
       refine_best(costs, platform, options, search, best, context);
+  }
+  if (best && costs.has_split_backward() &&
+      best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
+    if (context.expired(kSplitChoiceShare))
+      context.budget().cut("the choice of split backwards");
+    else
+      choose_splits_of_best(costs, platform, options, search, best, context);
   }
   if (backend.empty() || options.ilp_allocations <= 0) return best;
   // The ILP's memory model is exact where the DP's is an estimate (the special GPU): it looks at

@@ -5,6 +5,7 @@
 #include "core/names.hpp"
 #include "core/units.hpp"
 #include "partition/allocation.hpp"
+#include "partition/backward_splits.hpp"
 #include "partition/loop_placements.hpp"
 #include "partition/plan_search.hpp"
 #include "partition/planning_budget.hpp"
@@ -13,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <iomanip>
 #include <limits>
@@ -118,6 +120,14 @@ static madpipe::Profile without_split_backward(madpipe::Profile profile) {
   return profile;
 }
 
+// The profile with the backward split only on the layers `split` selects.
+static madpipe::Profile with_split_on(madpipe::Profile profile,
+                                      const std::function<bool(int)>& split) {
+  for (std::size_t l = 0; l < profile.layers.size(); ++l)
+    if (!split(static_cast<int>(l))) profile.layers[l].split_backward.reset();
+  return profile;
+}
+
 // One planning request on `profile` as it is (split backwards where it has them).
 static madpipe::partition::PlanResult plan_profile(
     const madpipe::Profile& profile, const madpipe::Platform& platform,
@@ -180,6 +190,171 @@ static madpipe::partition::PlanResult plan_profile(
   return result;
 }
 
+// The layers whose stages split their backward: "layers 6..15", "layers 0..3, 8..11".
+static std::string split_layers_text(const madpipe::plan::Plan& plan) {
+  std::vector<madpipe::schedule::Stage> stages = plan.stages;
+  std::sort(stages.begin(), stages.end(),
+            [](const auto& a, const auto& b) { return a.first_layer < b.first_layer; });
+  std::vector<std::pair<int, int>> ranges;
+  for (const madpipe::schedule::Stage& stage : stages) {
+    if (!stage.splits_backward()) continue;
+    if (!ranges.empty() && ranges.back().second + 1 == stage.first_layer)
+      ranges.back().second = stage.last_layer;
+    else
+      ranges.emplace_back(stage.first_layer, stage.last_layer);
+  }
+  std::string text;
+  for (const auto& [first, last] : ranges)
+    text += (text.empty() ? "" : ", ") +
+            (first == last ? std::to_string(first)
+                           : std::to_string(first) + ".." + std::to_string(last));
+  return (ranges.size() == 1 && ranges[0].first == ranges[0].second ? "layer " : "layers ") + text;
+}
+
+// A plan of a partly split profile as the runtime runs it: a stage splits the backward of every
+// layer of its own or of none (`profile`'s sums). Where a stage straddles the edge of the split,
+// the stage is split whole, then left whole, each pattern scheduled again; the shorter that fits
+// is kept. False when neither fits, or when such a stage rematerializes or offloads.
+static bool split_as_profiled(madpipe::partition::PlanResult& result,
+                              const madpipe::Profile& profile, const madpipe::Platform& platform,
+                              const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  const ChainCosts costs(profile);
+  std::vector<schedule::Stage>& stages = result.plan.stages;
+  std::vector<std::size_t> straddling;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const schedule::Stage& stage = stages[s];
+    const double profiled = costs.backward_weight_ms(stage.first_layer, stage.last_layer);
+    if (!stage.splits_backward() ||
+        std::abs(stage.backward_weight_ms - profiled) <= 1e-9 * std::max(1.0, profiled)) {
+      if (stage.splits_backward()) stages[s] = partition::with_split_backward(costs, stage);
+      continue;
+    }
+    if (stage.remat != "none" || stage.offload != "none") return false;
+    straddling.push_back(s);
+  }
+  if (straddling.empty()) return true;
+  std::optional<schedule::ScheduledPattern> best;
+  std::vector<schedule::Stage> best_stages;
+  for (bool split : {true, false}) {
+    std::vector<schedule::Stage> candidate = stages;
+    for (std::size_t s : straddling)
+      candidate[s] = split ? partition::with_split_backward(costs, candidate[s])
+                           : partition::with_whole_backward(candidate[s]);
+    schedule::ScheduleSearchOptions search;
+    search.max_k = options.max_k;
+    auto scheduled = schedule::schedule_under_memory(candidate, platform, search);
+    if (scheduled && (!best || scheduled->pattern.normalized_period_ms() <
+                                   best->pattern.normalized_period_ms())) {
+      best = std::move(scheduled);
+      best_stages = std::move(candidate);
+    }
+  }
+  if (!best) return false;
+  stages = std::move(best_stages);
+  result.plan.pattern = std::move(best->pattern);
+  result.plan.solver.reset();
+  plan::fill_predicted(result.plan, partition::lower_bound_period_ms(profile, platform));
+  return true;
+}
+
+// One planning request per choice of which layers split their backward, each with a share of
+// what is left of the time limit: whole backwards, every layer split, and (not for the full ILP)
+// the split on the first or last half or quarters of the chain only. The split fills idle time
+// but keeps memory until W: where memory is short, splitting only where it costs least may beat
+// both. Keeps the shortest period, with a note that compares them.
+static madpipe::partition::PlanResult plan_choosing_splits(
+    const madpipe::Profile& profile, const madpipe::Profile& whole,
+    const madpipe::Platform& platform, const madpipe::partition::PlannerOptions& options) {
+  using namespace madpipe;
+  using namespace madpipe::partition;
+  struct Request {
+    Profile profile;
+    double weight;      // share of the time left, against the other requests not run yet
+    bool partial;       // split on some layers only
+    std::string label;  // of its progress lines
+  };
+  std::vector<Request> requests{{whole, 2, false, "whole backwards"},
+                                {profile, 2, false, "split backwards"}};
+  if (options.algorithm != Algorithm::Ilp) {
+    const int layers = static_cast<int>(profile.layers.size());
+    std::vector<std::vector<bool>> seen;
+    auto splits_of = [&](const Profile& p) {
+      std::vector<bool> split(p.layers.size());
+      for (std::size_t l = 0; l < p.layers.size(); ++l)
+        split[l] = p.layers[l].split_backward.has_value();
+      return split;
+    };
+    seen.push_back(splits_of(whole));
+    seen.push_back(splits_of(profile));
+    for (int quarter : {1, 2, 3}) {
+      const int cut = layers * quarter / 4;
+      if (cut <= 0 || cut >= layers) continue;
+      for (bool late : {true, false}) {
+        Profile partial = with_split_on(profile, [&](int l) { return late ? l >= cut : l < cut; });
+        const std::vector<bool> split = splits_of(partial);
+        if (std::find(seen.begin(), seen.end(), split) != seen.end()) continue;
+        seen.push_back(split);
+        const std::string layers_text =
+            late ? std::to_string(cut) + ".." + std::to_string(layers - 1)
+                 : std::to_string(0) + ".." + std::to_string(cut - 1);
+        requests.push_back({std::move(partial), 1, true, "split on layers " + layers_text});
+      }
+    }
+  }
+  const auto started = std::chrono::steady_clock::now();
+  double weight_left = 0;
+  for (const Request& request : requests) weight_left += request.weight;
+  std::vector<PlanResult> results;
+  for (const Request& request : requests) {
+    PlannerOptions share = options;
+    if (std::isfinite(options.time_limit_s)) {
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      share.time_limit_s =
+          std::max(0.0, options.time_limit_s - spent) * request.weight / weight_left;
+    }
+    weight_left -= request.weight;
+    if (options.progress)
+      share.progress = [&](const std::string& line) {
+        options.progress("[" + request.label + "] " + line);
+      };
+    results.push_back(plan_profile(request.profile, platform, share));
+    PlanResult& planned = results.back();
+    if (request.partial && planned.feasible &&
+        !split_as_profiled(planned, profile, platform, options))
+      planned.feasible = false;
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 1; i < results.size(); ++i)
+    if (results[i].feasible &&
+        (!results[kept].feasible ||
+         results[i].plan.predicted.period_ms < results[kept].plan.predicted.period_ms * (1 - 1e-9)))
+      kept = i;
+  auto period_text = [](const PlanResult& r) {
+    return r.feasible ? format_ms(r.plan.predicted.period_ms) : std::string("no plan");
+  };
+  std::string compared;
+  if (kept < 2)
+    compared = "split backward (B and W): " + period_text(results[1]) +
+               " per micro-batch, whole backwards: " + period_text(results[0]) +
+               (kept == 0 ? "; whole backwards kept" : "; the split is kept");
+  else
+    compared = "split backward (B and W) on " + split_layers_text(results[kept].plan) +
+               " only: " + period_text(results[kept]) +
+               " per micro-batch, on every layer: " + period_text(results[1]) +
+               ", whole backwards: " + period_text(results[0]) + "; the partial split is kept";
+  PlanResult result = std::move(results[kept]);
+  result.notes.push_back(compared);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (i == kept) continue;
+    result.planning_seconds += results[i].planning_seconds;
+    result.phases.insert(result.phases.end(), results[i].phases.begin(), results[i].phases.end());
+    result.cut_by_time_limit = result.cut_by_time_limit || results[i].cut_by_time_limit;
+  }
+  return result;
+}
+
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
                                                              const Platform& platform,
                                                              const PlannerOptions& options) {
@@ -200,26 +375,7 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   // The zero-bubble schedules are split ones.
   if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
     return plan_profile(profile, platform, options);
-  // Each request gets half the time limit.
-  PlannerOptions half = options;
-  if (std::isfinite(options.time_limit_s)) half.time_limit_s = options.time_limit_s / 2;
-  PlanResult result = plan_profile(whole, platform, half);
-  PlanResult split = plan_profile(profile, platform, half);
-  const bool split_wins =
-      split.feasible && (!result.feasible || split.plan.predicted.period_ms <
-                                                 result.plan.predicted.period_ms * (1 - 1e-9));
-  const std::string compared =
-      "split backward (B and W): " +
-      (split.feasible ? format_ms(split.plan.predicted.period_ms) : std::string("no plan")) +
-      " per micro-batch, whole backwards: " +
-      (result.feasible ? format_ms(result.plan.predicted.period_ms) : std::string("no plan"));
-  PlanResult& kept = split_wins ? split : result;
-  const PlanResult& other = split_wins ? result : split;
-  kept.notes.push_back(compared + (split_wins ? "; the split is kept" : "; whole backwards kept"));
-  kept.planning_seconds += other.planning_seconds;
-  kept.phases.insert(kept.phases.end(), other.phases.begin(), other.phases.end());
-  kept.cut_by_time_limit = kept.cut_by_time_limit || other.cut_by_time_limit;
-  return std::move(kept);
+  return plan_choosing_splits(profile, whole, platform, options);
 }
 
 madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOptions& options,

@@ -2,10 +2,14 @@
 
 #include "core/chain.hpp"
 #include "core/profile.hpp"
+#include "partition/allocation.hpp"
+#include "partition/backward_splits.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/search.hpp"
 #include "solver/solve.hpp"
 #include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
@@ -172,4 +176,91 @@ TEST(SplitBackwardPlanning, DpEstimatesGroupsWithoutW) {
     split_better += with.period_ms < without.period_ms;
   }
   EXPECT_GT(split_better, 0);
+}
+
+// Where memory is short, splitting the backward only on part of the chain can beat both whole
+// backwards and the split everywhere: auto tries the first and last halves and quarters, keeps
+// the shortest period and says so. Random 16-layer chains whose split keeps all their saved
+// bytes, on the least memory a whole-backward 1F1B plan needs.
+TEST(SplitBackwardPlanning, APartialSplitCanWinWhereMemoryIsShort) {
+  std::mt19937 rng(31);
+  int partial_kept = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    madpipe::Profile profile = mt::with_split_backward(mt::random_chain(rng, 16), 0.5);
+    for (madpipe::Layer& layer : profile.layers)
+      layer.split_backward->kept_bytes = layer.saved_bytes;
+    madpipe::Platform platform = mt::make_platform(4, 1, 5e7, 1);
+    mp::PlannerOptions options;
+    options.scheduler = mp::Scheduler::Heuristic;
+    options.split_backward = mp::BackwardSplit::Off;
+    mp::PlannerOptions one_f_one_b = options;
+    one_f_one_b.algorithm = mp::Algorithm::OneFOneB;
+    platform.memory_bytes = mp::smallest_feasible_memory(profile, platform, one_f_one_b);
+    ASSERT_GT(platform.memory_bytes, 0);
+    const auto whole = mp::make_plan(profile, platform, options);
+    options.split_backward = mp::BackwardSplit::Auto;
+    const auto automatic = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(whole.feasible && automatic.feasible);
+    const auto violations = mplan::validate(automatic.plan, profile);
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+    EXPECT_LE(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 + 1e-9));
+    std::string note;
+    for (const std::string& n : automatic.notes)
+      if (n.find("split backward (B and W)") != std::string::npos) note = n;
+    if (note.find("the partial split is kept") == std::string::npos) continue;
+    ++partial_kept;
+    int split = 0, whole_stages = 0;
+    for (const ms::Stage& stage : automatic.plan.stages)
+      (stage.splits_backward() ? split : whole_stages) += 1;
+    EXPECT_GT(split, 0) << note;
+    EXPECT_GT(whole_stages, 0) << note;
+    EXPECT_LT(automatic.plan.predicted.period_ms, whole.plan.predicted.period_ms * (1 - 1e-6));
+  }
+  EXPECT_GT(partial_kept, 0);
+}
+
+// On a fixed allocation, the choice of which stages split never makes the period longer, leaves
+// every stage split as its layers are or whole, and shortens the period of some tight plans.
+TEST(SplitBackwardPlanning, ChoosingWhichStagesSplitNeverLosesAndCanWin) {
+  std::mt19937 rng(32);
+  int shorter = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    madpipe::Profile profile = mt::with_split_backward(mt::random_chain(rng, 12), 0.5);
+    for (madpipe::Layer& layer : profile.layers)
+      layer.split_backward->kept_bytes = layer.saved_bytes;
+    const madpipe::ChainCosts costs(profile);
+    mp::Allocation allocation;
+    for (int s = 0; s < 6; ++s) {
+      allocation.first_layers.push_back(2 * s);
+      allocation.gpus.push_back(s % 3);
+    }
+    const std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
+    madpipe::Platform platform = mt::make_platform(3, 0, 5e7, 1);
+    platform.memory_bytes = mt::kHugeMemory;
+    const auto loose = ms::schedule_under_memory(stages, platform);
+    ASSERT_TRUE(loose);
+    std::int64_t peak = 0;
+    for (std::int64_t bytes : ms::totals(ms::evaluate_memory(stages, loose->pattern, platform)))
+      peak = std::max(peak, bytes);
+    platform.memory_bytes = peak * 9 / 10;
+    const auto start = ms::schedule_under_memory(stages, platform);
+    if (!start) continue;
+    mp::BackwardSplitOptions options;
+    const mp::SplitChoice chosen =
+        mp::choose_backward_splits(costs, platform, {stages, *start}, options, nullptr);
+    const double before = start->pattern.normalized_period_ms();
+    const double after = chosen.scheduled.pattern.normalized_period_ms();
+    EXPECT_LE(after, before * (1 + 1e-9));
+    ASSERT_EQ(chosen.stages.size(), stages.size());
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const ms::Stage& stage = chosen.stages[s];
+      EXPECT_TRUE(stage == stages[s] || stage == mp::with_whole_backward(stages[s])) << s;
+    }
+    EXPECT_TRUE(ms::fits_memory(chosen.stages, chosen.scheduled.pattern, platform));
+    const auto violations =
+        mplan::validate(mt::plan_of(chosen.stages, platform, chosen.scheduled.pattern), profile);
+    EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+    shorter += after < before * (1 - 1e-6);
+  }
+  EXPECT_GT(shorter, 0);
 }

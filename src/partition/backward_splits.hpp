@@ -1,0 +1,43 @@
+#pragma once
+
+#include "core/chain.hpp"
+#include "core/platform.hpp"
+#include "schedule/search.hpp"
+#include "schedule/stage.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace madpipe::partition {
+
+struct BackwardSplitOptions {
+  int max_evaluations = 60;  // schedules tried; the search is deterministic
+  schedule::ScheduleSearchOptions search{};
+  std::function<bool()> out_of_time;  // asked before each schedule; true stops the search
+  double lower_bound_ms = 0;          // no plan is faster: the search stops once it gets there
+};
+
+struct SplitChoice {
+  std::vector<schedule::Stage> stages;
+  schedule::ScheduledPattern scheduled;
+  bool cut = false;  // choose_backward_splits(): out_of_time stopped it
+};
+
+// The stage as it runs with its backward whole (W folded into B), or split as the profile splits
+// its layers.
+schedule::Stage with_whole_backward(schedule::Stage stage);
+schedule::Stage with_split_backward(const ChainCosts& costs, schedule::Stage stage);
+
+// Which stages of a fixed allocation split their backward. W after B fills idle time, but each
+// micro-batch keeps its kept bytes from B to W: on a GPU short of memory the split can cost more
+// micro-batches in flight than it saves. A local search from `start` over the per-stage choices,
+// scoring each with the real scheduler: turn one stage, every stage of one GPU, or the stages
+// before or from one stage whole or split. Takes the first improving move until none improves or
+// the budget is spent. Stages that rematerialize or offload, and those whose layers do not split,
+// keep what they are.
+SplitChoice choose_backward_splits(const ChainCosts& costs, const Platform& platform,
+                                   SplitChoice start, const BackwardSplitOptions& options,
+                                   const std::function<void(const std::string&)>& progress);
+
+}  // namespace madpipe::partition
