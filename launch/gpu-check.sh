@@ -49,6 +49,7 @@ if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   echo "gpu-check: building against $("$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)') ($torch_dir)"
 else
   [[ -x .venv/bin/python ]] || ./launch/install-deps.sh
+  python=.venv/bin/python
   echo "gpu-check: building against the PyTorch in .venv/"
 fi
 configure=(-S . -B "$build" -DMADPIPE_WERROR=ON -DCMAKE_BUILD_TYPE=Release)
@@ -186,7 +187,7 @@ if wants e; then
   # The host link's speed is measured (pinned copies both ways, the slower), 20 GB/s without torch.
   host_bandwidth=20GB/s
   if [[ $device == cuda ]]; then
-    host_bandwidth=$(python3 - <<'PY' 2>/dev/null || echo 20GB/s
+    host_bandwidth=$("$python" - <<'PY' 2>"$out/e-host-link.log" || echo failed
 import torch
 n = 256 << 20
 host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -205,6 +206,10 @@ print(f"{min(rates):.1f}GB/s")
 PY
     )
   fi
+  if [[ $host_bandwidth == failed ]]; then
+    echo "gpu-check: could not measure the host link with $python (see $out/e-host-link.log): assuming 20GB/s"
+    host_bandwidth=20GB/s
+  fi
   echo "gpu-check: host link $host_bandwidth"
   big=(--model gpt --layers 8 --width 1024 --heads 16 --context 256 --micro-batch-size 8
     --micro-batches 4 --seed 3 --eval-every 0 --quiet --bandwidth 100GB/s
@@ -214,7 +219,8 @@ PY
   "$madpipe" train "${big[@]}" --gpus 1 --memory 64GiB --device "$gpu" --dry-run \
     --output-dir "$out/e-dry" >"$out/e-dry/log" 2>&1
   # offload_limit: the smallest of 70%, 75%, ... 95% of the loose plan's memory at which the
-  # dry run's profile plans with offloads alone (the planner's plan is written to e-offload.plan.json):
+  # dry run's profile plans with offloads alone (the planner's plan is written to e-offload.plan.json,
+  # counting the 4 weight-sized copies the run holds with its default optimizer, AdamW):
   # where the host link is slower than the layers produce activations, offloading alone cannot
   # reach the limit at which recomputing can.
   offload_limit() {
@@ -222,7 +228,7 @@ PY
     for percent in 70 75 80 85 90 95; do
       limit=$((loose * percent / 100))
       if "$madpipe" plan --profile "$out/e-dry/profile.json" --gpus 1 --memory "$limit" \
-        --bandwidth 100GB/s --host-bandwidth "$host_bandwidth" --micro-batches 4 --offload host \
+        --weight-copies 4 --bandwidth 100GB/s --host-bandwidth "$host_bandwidth" --micro-batches 4 --offload host \
         --quiet --output "$out/e-offload.plan.json" >/dev/null 2>&1 &&
         grep -Eq '"sequence": "[^"]*\bO[0-9]' "$out/e-offload.plan.json"; then
         echo "$limit"

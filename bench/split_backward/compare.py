@@ -2,8 +2,8 @@
 """madpipe with and without split backwards against today's schedules, on one platform each.
 
 For each profile (the shipped ones with an estimated split, see split_profile.py, and random
-chains), 4 and 8 GPUs, loose memory (80 GB) and tight memory (10% above the least 1F1B needs),
-prints one table row per algorithm: period per micro-batch, ratio to the lower bound, largest GPU
+chains), 4 and 8 GPUs, loose memory (80 GB), tight memory (10% above the least 1F1B needs) and
+the least 1F1B needs, prints one table row per algorithm: period per micro-batch, ratio to the lower bound, largest GPU
 memory, planning time. "madpipe" may split backwards (--split-backward auto), "madpipe, whole"
 may not. Needs the madpipe Python package (PYTHONPATH=build/python).
 
@@ -68,7 +68,9 @@ def compare_one(profile, gpus, memory, time_limit):
             name = "madpipe, whole"
         elif name == "madpipe" and result.plan is not None:
             split = any(op.get("kind") == "W" for op in result.plan.to_dict()["pattern"]["ops"])
-            name = "madpipe, split" if split else "madpipe (no split kept)"
+            partial = any("partial split is kept" in note for note in result.plan.notes)
+            name = ("madpipe, partial split" if partial else
+                    "madpipe, split" if split else "madpipe (no split kept)")
         periods[result.algorithm if result is not whole else "whole"] = result.period_ms
         lines.append(row(name, result.period_ms, bound, result.max_memory_bytes,
                          result.planning_seconds))
@@ -93,8 +95,9 @@ def main():
         for gpus in (4, 8):
             floor = madpipe.smallest_feasible_memory(profile, gpus=gpus, bandwidth=BANDWIDTH,
                                                      algorithm="1f1b", split_backward="off")
-            for label, memory in (("loose", LOOSE), ("tight", None if floor is None
-                                                     else int(floor * 1.1))):
+            for label, memory in (("loose", LOOSE),
+                                  ("tight", None if floor is None else int(floor * 1.1)),
+                                  ("1f1b's least", floor)):
                 if memory is None:
                     continue
                 name = profile.to_dict()["name"]

@@ -77,8 +77,16 @@ void madpipe::runtime::move_model(ChainModel& model, const torch::Device& device
     if (!layer.is_empty()) layer.ptr()->to(device);
 }
 
+// From pinned memory, asynchronously on the current stream: a copy from pageable memory would
+// make the host wait for the GPU to drain before it queues the next kernel.
+static torch::Tensor moved(const torch::Tensor& t, const torch::Device& device) {
+  if (t.device() == device) return t;
+  if (device.is_cuda() && t.is_cpu()) return t.pin_memory().to(device, /*non_blocking=*/true);
+  return t.to(device);
+}
+
 madpipe::runtime::Batch madpipe::runtime::on_device(Batch batch, const torch::Device& device) {
-  if (batch.input.device() != device) batch.input = batch.input.to(device);
-  if (batch.target.device() != device) batch.target = batch.target.to(device);
+  batch.input = moved(batch.input, device);
+  batch.target = moved(batch.target, device);
   return batch;
 }

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/op_timer.hpp"
+#include "runtime/saved_tensors.hpp"
 #include "runtime/weight_gradients.hpp"
 
 #include <algorithm>
@@ -231,6 +232,9 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     throw Error(ErrorKind::InvalidInput, "", "repeats",
                 "the profiler needs at least one timed run and a non-negative warm-up");
   if (options.device.is_cpu()) install_cpu_memory_counter();
+  // The engine of every backward from now on, as in training: a later switch of engine would
+  // start device threads whose library workspaces (cuBLAS) the profile has not measured.
+  SavedTensorCollector::supported();
   MemoryMeter meter(options.device);
   const std::unique_ptr<OpTimer> timer = make_op_timer(options.device, options.clock);
   ProfileMeasurement out;

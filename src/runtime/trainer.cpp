@@ -24,6 +24,7 @@
 #include "runtime/profiler.hpp"
 #include "runtime/replicas.hpp"
 #include "runtime/resume.hpp"
+#include "runtime/saved_tensors.hpp"
 #include "runtime/script_model.hpp"
 #include "runtime/stop_request.hpp"
 #include "runtime/sync_pipeline.hpp"
@@ -427,6 +428,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     try {
       device = device_of(c.device, session.local_rank(), session.local_size());
       make_current(device);  // before any CUDA context, stream or communicator is made
+      // One autograd engine from the first backward on (offloading stages need its hooks): a
+      // switch later would start device threads with library workspaces of their own.
+      SavedTensorCollector::supported();
     } catch (const Error& e) {
       if (!c.dry_run || e.kind() != ErrorKind::Unsupported) throw;
       say(std::string("dry run: ") + e.what() +

@@ -1,11 +1,13 @@
 #include "runtime/weight_gradients.hpp"
 
 #include <array>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace {
 thread_local madpipe::runtime::DeferredWeightGradients* open_scope = nullptr;
@@ -197,9 +199,19 @@ std::int64_t madpipe::runtime::DeferredWeightGradients::kept_bytes() const {
 void madpipe::runtime::DeferredWeightGradients::copy_out_of(const torch::Tensor& storage) {
   if (!storage.defined()) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  // One copy per view: layers that read the same input (a residual block's branch and its
+  // shortcut) share it, as they shared the arena, and as the profile counts their kept bytes.
+  using View = std::tuple<const void*, std::vector<std::int64_t>, std::vector<std::int64_t>,
+                          c10::ScalarType>;
+  std::map<View, torch::Tensor> copies;
   for (Deferred& d : deferred_)
-    for (torch::Tensor* t : {&d.input, &d.output_grad})
-      if (t->defined() && t->storage().is_alias_of(storage.storage())) *t = t->clone();
+    for (torch::Tensor* t : {&d.input, &d.output_grad}) {
+      if (!t->defined() || !t->storage().is_alias_of(storage.storage())) continue;
+      const View view{t->data_ptr(), t->sizes().vec(), t->strides().vec(), t->scalar_type()};
+      auto copy = copies.find(view);
+      if (copy == copies.end()) copy = copies.emplace(view, t->clone()).first;
+      *t = copy->second;
+    }
 }
 
 madpipe::runtime::DeferWeightGradients::DeferWeightGradients(

@@ -230,3 +230,29 @@ TEST(SplitBackward, PipelinedTrainingMatchesUnsplit) {
         << name << " with W two periods late";
   }
 }
+
+// Two layers that read the same input from the arena (a residual block's branch and its
+// shortcut) keep one copy of it, as the profile counts it; W gives both their gradients.
+TEST(DeferredWeightGradients, LayersReadingOneInputKeepOneCopyOfIt) {
+  torch::nn::Linear branch(4, 3);
+  torch::nn::Linear shortcut(4, 3);
+  const torch::Tensor arena = torch::rand({2 * 4});
+  const torch::Tensor input = arena.view({2, 4}).detach().requires_grad_(true);
+  auto deferred = c10::make_intrusive<mr::DeferredWeightGradients>();
+  torch::Tensor y;
+  {
+    mr::DeferWeightGradients scope(deferred);
+    y = mr::deferrable_linear(branch, input) + mr::deferrable_linear(shortcut, input);
+  }
+  y.sum().backward();
+  const torch::Tensor expected = torch::ones({3, 2}).mm(arena.view({2, 4}));
+  deferred->copy_out_of(arena);
+  arena.zero_();
+  // The input once (8 floats), and the output gradient (one float, expanded: y.sum()'s).
+  const std::int64_t input_bytes = 8 * 4;
+  EXPECT_GE(deferred->kept_bytes(), input_bytes);
+  EXPECT_LT(deferred->kept_bytes(), 2 * input_bytes);
+  deferred->run();
+  EXPECT_TRUE(torch::allclose(branch->weight.grad(), expected));
+  EXPECT_TRUE(torch::allclose(shortcut->weight.grad(), expected));
+}
