@@ -78,7 +78,7 @@ std::vector<Stage> apply(const madpipe::ChainCosts& costs, std::vector<Stage> st
 
 madpipe::partition::SplitChoice madpipe::partition::choose_backward_splits(
     const ChainCosts& costs, const Platform& platform, SplitChoice start,
-    const BackwardSplitOptions& options, const std::function<void(const std::string&)>& progress) {
+    const RefineOptions& options, const std::function<void(const std::string&)>& progress) {
   SplitChoice best = std::move(start);
   const std::size_t n = best.stages.size();
   std::vector<bool> choosable(n);

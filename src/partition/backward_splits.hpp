@@ -2,6 +2,7 @@
 
 #include "core/chain.hpp"
 #include "core/platform.hpp"
+#include "partition/refine.hpp"
 #include "schedule/search.hpp"
 #include "schedule/stage.hpp"
 
@@ -10,13 +11,6 @@
 #include <vector>
 
 namespace madpipe::partition {
-
-struct BackwardSplitOptions {
-  int max_evaluations = 60;  // schedules tried; the search is deterministic
-  schedule::ScheduleSearchOptions search{};
-  std::function<bool()> out_of_time;  // asked before each schedule; true stops the search
-  double lower_bound_ms = 0;          // no plan is faster: the search stops once it gets there
-};
 
 struct SplitChoice {
   std::vector<schedule::Stage> stages;
@@ -34,10 +28,10 @@ schedule::Stage with_split_backward(const ChainCosts& costs, schedule::Stage sta
 // micro-batches in flight than it saves. A local search from `start` over the per-stage choices,
 // scoring each with the real scheduler: turn one stage, every stage of one GPU, or the stages
 // before or from one stage whole or split. Takes the first improving move until none improves or
-// the budget is spent. Stages that rematerialize or offload, and those whose layers do not split,
-// keep what they are.
+// the budget (options.max_evaluations schedules, out_of_time) is spent. Stages that rematerialize
+// or offload, and those whose layers do not split, keep what they are.
 SplitChoice choose_backward_splits(const ChainCosts& costs, const Platform& platform,
-                                   SplitChoice start, const BackwardSplitOptions& options,
+                                   SplitChoice start, const RefineOptions& options,
                                    const std::function<void(const std::string&)>& progress);
 
 }  // namespace madpipe::partition

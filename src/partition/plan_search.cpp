@@ -44,6 +44,7 @@ constexpr double kDpShare = 0.5;
 constexpr double kScheduleShare = 0.75;
 constexpr double kRefineShare = 0.9;
 constexpr double kSplitChoiceShare = 0.93;
+constexpr int kSplitChoiceEvaluations = 60;
 
 // The backend the ILPs use, or "" when none is built and none was asked for.
 static std::string milp_backend(const mp::MilpSettings& milp, bool required,
@@ -375,69 +376,72 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   }
 }
 
-// The local search from the best plan, which scores neighbours with a quicker schedule search
-// (fewer pattern families, k <= 3); its result is then scheduled with the full search.
-static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
-                        const mp::PlannerOptions& options, const ms::ScheduleSearchOptions& search,
-                        std::optional<mp::Candidate>& best, mp::PlanningContext& context) {
-  using namespace madpipe;
-  context.enter("refine");
-  mp::RefineOptions refine;
-  refine.max_evaluations = options.refine_evaluations;
-  refine.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
-  refine.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
-  refine.out_of_time = context.out_of_time(kRefineShare);
-  refine.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
-  const mp::ScheduledAllocation refined =
-      mp::refine_allocation(costs, platform, {best->allocation, {best->pattern, best->method}},
-                            refine, context.detail_sink());
-  if (refined.cut) context.budget().cut("the local search");
-  if (refined.allocation == best->allocation) return;
-  std::vector<ms::Stage> stages = mp::stages_of(costs, refined.allocation);
-  ms::ScheduledPattern scheduled = refined.scheduled;
+// The options of a local search from the best plan: it scores its moves with a quicker schedule
+// search (fewer pattern families, k <= 3) until `share` of the time limit has elapsed.
+static mp::RefineOptions local_search_options(const madpipe::ChainCosts& costs,
+                                              const madpipe::Platform& platform,
+                                              const mp::PlannerOptions& options,
+                                              mp::PlanningContext& context, double share,
+                                              int max_evaluations) {
+  mp::RefineOptions search;
+  search.max_evaluations = max_evaluations;
+  search.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
+  search.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
+  search.out_of_time = context.out_of_time(share);
+  search.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
+  return search;
+}
+
+// Keeps what a local search found, scheduled again with the full search where that is shorter.
+static void keep_searched(const madpipe::Platform& platform, mp::Allocation allocation,
+                          std::vector<ms::Stage> stages, ms::ScheduledPattern scheduled,
+                          ms::ScheduleSearchOptions full, double share,
+                          std::optional<mp::Candidate>& best, mp::PlanningContext& context) {
   context.enter("schedule");
-  ms::ScheduleSearchOptions full = search;
-  full.out_of_time = context.out_of_time(kRefineShare);
+  full.out_of_time = context.out_of_time(share);
   if (auto rescheduled = ms::schedule_under_memory(stages, platform, full))
     if (rescheduled->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
       scheduled = *rescheduled;
   keep_better(best,
-              mp::Candidate{refined.allocation, std::move(stages), scheduled.pattern,
+              mp::Candidate{std::move(allocation), std::move(stages), scheduled.pattern,
                             scheduled.method, std::nullopt},
               context);
 }
 
+// The local search over allocations from the best plan.
+static void refine_best(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
+                        const mp::PlannerOptions& options, const ms::ScheduleSearchOptions& search,
+                        std::optional<mp::Candidate>& best, mp::PlanningContext& context) {
+  context.enter("refine");
+  const mp::ScheduledAllocation refined =
+      mp::refine_allocation(costs, platform, {best->allocation, {best->pattern, best->method}},
+                            local_search_options(costs, platform, options, context, kRefineShare,
+                                                 options.refine_evaluations),
+                            context.detail_sink());
+  if (refined.cut) context.budget().cut("the local search");
+  if (refined.allocation == best->allocation) return;
+  keep_searched(platform, refined.allocation, mp::stages_of(costs, refined.allocation),
+                refined.scheduled, search, kRefineShare, best, context);
+}
+
 // Which stages of the best plan split their backward (the others run it whole): the split fills
-// idle time, but holds memory until W. Scored with the quicker schedule search, as refine_best.
+// idle time, but holds memory until W.
 static void choose_splits_of_best(const madpipe::ChainCosts& costs,
                                   const madpipe::Platform& platform,
                                   const mp::PlannerOptions& options,
                                   const ms::ScheduleSearchOptions& search,
                                   std::optional<mp::Candidate>& best,
                                   mp::PlanningContext& context) {
-  using namespace madpipe;
   context.enter("backward-splits");
-  mp::BackwardSplitOptions choice;
-  choice.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
-  choice.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
-  choice.out_of_time = context.out_of_time(kSplitChoiceShare);
-  choice.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
   const mp::SplitChoice chosen =
       mp::choose_backward_splits(costs, platform, {best->stages, {best->pattern, best->method}},
-                                 choice, context.detail_sink());
+                                 local_search_options(costs, platform, options, context,
+                                                      kSplitChoiceShare, kSplitChoiceEvaluations),
+                                 context.detail_sink());
   if (chosen.cut) context.budget().cut("the choice of split backwards");
   if (chosen.stages == best->stages) return;
-  ms::ScheduledPattern scheduled = chosen.scheduled;
-  context.enter("schedule");
-  ms::ScheduleSearchOptions full = search;
-  full.out_of_time = context.out_of_time(kSplitChoiceShare);
-  if (auto rescheduled = ms::schedule_under_memory(chosen.stages, platform, full))
-    if (rescheduled->pattern.normalized_period_ms() < scheduled.pattern.normalized_period_ms())
-      scheduled = *rescheduled;
-  keep_better(best,
-              mp::Candidate{best->allocation, chosen.stages, scheduled.pattern, scheduled.method,
-                            std::nullopt},
-              context);
+  keep_searched(platform, best->allocation, chosen.stages, chosen.scheduled, search,
+                kSplitChoiceShare, best, context);
 }
 
 static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCosts& costs,

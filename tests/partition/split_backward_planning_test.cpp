@@ -245,7 +245,8 @@ TEST(SplitBackwardPlanning, ChoosingWhichStagesSplitNeverLosesAndCanWin) {
     platform.memory_bytes = peak * 9 / 10;
     const auto start = ms::schedule_under_memory(stages, platform);
     if (!start) continue;
-    mp::BackwardSplitOptions options;
+    mp::RefineOptions options;
+    options.max_evaluations = 60;
     const mp::SplitChoice chosen =
         mp::choose_backward_splits(costs, platform, {stages, *start}, options, nullptr);
     const double before = start->pattern.normalized_period_ms();
