@@ -105,6 +105,10 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
                      {"stored"},
                      {"in flight"}},
                     {}};
+  // Only plans where some stage splits its backward get the column: the part of B that W runs.
+  const bool splits = std::any_of(plan.stages.begin(), plan.stages.end(),
+                                  [](const schedule::Stage& s) { return s.splits_backward(); });
+  if (splits) stages.columns.insert(stages.columns.begin() + 6, {"of which W"});
   // Only plans where some stage rematerializes or offloads get the column.
   const bool saves = std::any_of(
       plan.stages.begin(), plan.stages.end(),
@@ -117,6 +121,10 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
          cli::fixed(stage.forward_ms, 2), cli::fixed(stage.backward_ms, 2),
          bytes(stage.weight_bytes), bytes(stage.stored_bytes),
          std::to_string(in_flight[static_cast<std::size_t>(stage.id)])});
+    if (splits)
+      stages.rows.back().insert(
+          stages.rows.back().begin() + 6,
+          stage.splits_backward() ? cli::fixed(stage.backward_weight_ms, 2) : std::string("-"));
     if (!saves) continue;
     const bool recomputes = stage.remat != "none", offloads = stage.offload != "none";
     stages.rows.back().push_back(recomputes && offloads ? "recomputing, offloading"

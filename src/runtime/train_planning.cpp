@@ -181,7 +181,8 @@ std::string stage_summary(const madpipe::plan::Plan& plan,
   std::ostringstream out;
   for (const auto& stage : plan.stages)
     out << "  stage " << stage.id << ": layers " << model.names[stage.first_layer] << ".."
-        << model.names[stage.last_layer] << " on rank " << stage.gpu << '\n';
+        << model.names[stage.last_layer] << " on rank " << stage.gpu
+        << (stage.splits_backward() ? " (backward split: W apart)" : "") << '\n';
   return out.str();
 }
 

@@ -965,6 +965,7 @@ case_split_backward() {
   expect_in plan.json '"kind": "W"'
   expect_in plan.json '"backward_weight_ms"'
   expect_in out "split backward (B and W)"
+  expect_match out "^stage +layers +names +gpu +F ms +B ms +of which W "
   expect_match out "; the (partial )?split is kept"
   run simulate --plan plan.json --profile split.json
   expect_status 0
@@ -978,6 +979,7 @@ case_split_backward() {
   expect_status 0
   ! grep -qF '"kind": "W"' whole.json || fail "--split-backward off planned W ops"
   ! grep -qF 'backward_weight_ms' whole.json || fail "--split-backward off kept a split stage"
+  ! grep -qF 'of which W' out || fail "a plan without split stages shows the W column"
   run plan --profile split.json "${platform[@]}" --split-backward sometimes
   expect_status 2
   expect_in err "madpipe: error: --split-backward: unknown split-backward mode 'sometimes' (valid: auto, off)"

@@ -139,6 +139,8 @@ INI
     [[ $status -eq 0 ]] || fail "1f1b run failed: $(tail -3 err)"
     mpi 2 "${gpt[@]}" --gpus 2 --algorithm zb-h1 --output-dir split
     [[ $status -eq 0 ]] || fail "zb-h1 run failed: $(tail -3 err)"
+    grep -q "stage 0: .* on rank 0 (backward split: W apart)" out ||
+      fail "the plan summary should say which stages split: $(grep 'stage 0' out)"
     python3 - whole split <<'PY' || fail "split run: $(grep 'rank [0-9]: peak' out)"
 import json, sys
 whole, split = sys.argv[1], sys.argv[2]
