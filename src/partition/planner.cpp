@@ -11,6 +11,7 @@
 #include "partition/planning_budget.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -190,6 +191,24 @@ static madpipe::partition::PlanResult plan_profile(
   return result;
 }
 
+enum class SplitKind { Whole, Everywhere, Partial };
+
+// Whether a plan splits the backward of no stage, of every stage whose layers split (and that
+// neither rematerializes nor offloads), or of some of them.
+static SplitKind split_kind(const madpipe::plan::Plan& plan, const madpipe::ChainCosts& costs) {
+  int split = 0, splittable = 0;
+  for (const madpipe::schedule::Stage& stage : plan.stages) {
+    split += stage.splits_backward() ? 1 : 0;
+    splittable += stage.splits_backward() ||
+                          (stage.remat == "none" && stage.offload == "none" &&
+                           costs.backward_weight_ms(stage.first_layer, stage.last_layer) > 0)
+                      ? 1
+                      : 0;
+  }
+  if (split == 0) return SplitKind::Whole;
+  return split == splittable ? SplitKind::Everywhere : SplitKind::Partial;
+}
+
 // The layers whose stages split their backward: "layers 6..15", "layers 0..3, 8..11".
 static std::string split_layers_text(const madpipe::plan::Plan& plan) {
   std::vector<madpipe::schedule::Stage> stages = plan.stages;
@@ -331,19 +350,32 @@ static madpipe::partition::PlanResult plan_choosing_splits(
         (!results[kept].feasible ||
          results[i].plan.predicted.period_ms < results[kept].plan.predicted.period_ms * (1 - 1e-9)))
       kept = i;
-  auto period_text = [](const PlanResult& r) {
-    return r.feasible ? format_ms(r.plan.predicted.period_ms) : std::string("no plan");
+  // The note compares the best plan of each kind, whichever request found it.
+  const ChainCosts costs(profile);
+  std::array<const PlanResult*, 3> best_of{};  // by SplitKind
+  for (const PlanResult& r : results) {
+    if (!r.feasible) continue;
+    const PlanResult*& best = best_of[static_cast<std::size_t>(split_kind(r.plan, costs))];
+    if (!best || r.plan.predicted.period_ms < best->plan.predicted.period_ms * (1 - 1e-9))
+      best = &r;
+  }
+  auto period_text = [&](SplitKind kind) {
+    const PlanResult* r = best_of[static_cast<std::size_t>(kind)];
+    return r ? format_ms(r->plan.predicted.period_ms) : std::string("no plan");
   };
+  const SplitKind kept_kind =
+      results[kept].feasible ? split_kind(results[kept].plan, costs) : SplitKind::Whole;
   std::string compared;
-  if (kept < 2)
-    compared = "split backward (B and W): " + period_text(results[1]) +
-               " per micro-batch, whole backwards: " + period_text(results[0]) +
-               (kept == 0 ? "; whole backwards kept" : "; the split is kept");
-  else
+  if (kept_kind == SplitKind::Partial)
     compared = "split backward (B and W) on " + split_layers_text(results[kept].plan) +
-               " only: " + period_text(results[kept]) +
-               " per micro-batch, on every layer: " + period_text(results[1]) +
-               ", whole backwards: " + period_text(results[0]) + "; the partial split is kept";
+               " only: " + period_text(SplitKind::Partial) +
+               " per micro-batch, on every layer: " + period_text(SplitKind::Everywhere) +
+               ", whole backwards: " + period_text(SplitKind::Whole) +
+               "; the partial split is kept";
+  else
+    compared = "split backward (B and W): " + period_text(SplitKind::Everywhere) +
+               " per micro-batch, whole backwards: " + period_text(SplitKind::Whole) +
+               (kept_kind == SplitKind::Whole ? "; whole backwards kept" : "; the split is kept");
   PlanResult result = std::move(results[kept]);
   result.notes.push_back(compared);
   for (std::size_t i = 0; i < results.size(); ++i) {
