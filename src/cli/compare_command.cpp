@@ -2,6 +2,7 @@
 
 #include "cli/options.hpp"
 #include "cli/table.hpp"
+#include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
@@ -107,8 +108,10 @@ madpipe::cli::PlanSummary madpipe::cli::plan_summary(const Profile& profile,
       *std::max_element(predicted.memory_bytes.begin(), predicted.memory_bytes.end());
   summary.stages = static_cast<int>(result.plan.stages.size());
   summary.k = result.plan.pattern.k;
-  for (const schedule::Stage& stage : result.plan.stages)
+  for (const schedule::Stage& stage : result.plan.stages) {
     summary.remat_stages += stage.remat != "none" || stage.offload != "none";
+    summary.split_stages += stage.splits_backward() ? 1 : 0;
+  }
   return summary;
 }
 
@@ -146,7 +149,7 @@ static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& pl
   return row;
 }
 
-static std::vector<madpipe::cli::Column> table_columns(bool remat) {
+static std::vector<madpipe::cli::Column> table_columns(bool remat, bool splits) {
   using madpipe::cli::Align;
   std::vector<madpipe::cli::Column> columns{
       {"algorithm", Align::Left}, {"period (ms)"},    {"vs best"},     {"vs bound"},
@@ -156,7 +159,14 @@ static std::vector<madpipe::cli::Column> table_columns(bool remat) {
     columns.push_back({"remat / plain"});
     columns.push_back({"remat stages"});
   }
+  if (splits) columns.push_back({"split stages"});
   return columns;
+}
+
+// The split column of a row: "2 of 6" stages run W apart from B.
+static void append_splits(std::vector<std::string>& cells, const Row& row, const char* none) {
+  cells.push_back(
+      row.feasible ? std::to_string(row.split_stages) + " of " + std::to_string(row.stages) : none);
 }
 
 // The remat columns of a row: period with remat, its ratio to the plain period, stages that use it.
@@ -173,7 +183,7 @@ static void append_remat(std::vector<std::string>& cells, const Row& row, int de
 }
 
 static std::vector<std::string> table_row(const Row& row, double best, double lower_bound,
-                                          bool remat) {
+                                          bool remat, bool splits) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 2);
@@ -191,10 +201,11 @@ static std::vector<std::string> table_row(const Row& row, double best, double lo
     append_remat(cells, row, 2, "does not fit");
     if (row.remat.feasible && !row.feasible) cells[cells.size() - 2] = "-";
   }
+  if (splits) append_splits(cells, row, "-");
   return cells;
 }
 
-static std::vector<madpipe::cli::Column> csv_columns(bool remat) {
+static std::vector<madpipe::cli::Column> csv_columns(bool remat, bool splits) {
   std::vector<madpipe::cli::Column> columns{{"algorithm"},
                                             {"status"},
                                             {"period_ms"},
@@ -208,11 +219,12 @@ static std::vector<madpipe::cli::Column> csv_columns(bool remat) {
     columns.push_back({"remat_ratio_to_plain"});
     columns.push_back({"remat_stages"});
   }
+  if (splits) columns.push_back({"split_stages"});
   return columns;
 }
 
-static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound,
-                                        bool remat) {
+static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound, bool remat,
+                                        bool splits) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 3);
@@ -227,6 +239,7 @@ static std::vector<std::string> csv_row(const Row& row, double best, double lowe
                                               seconds}
                    : std::vector<std::string>{name, "does not fit", "", "", "", "", "", seconds};
   if (remat) append_remat(cells, row, 4, "");
+  if (splits) cells.push_back(row.feasible ? std::to_string(row.split_stages) : "");
   return cells;
 }
 
@@ -254,11 +267,14 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
 
   const bool remat = options.planner.remat != partition::RematStrategy::None ||
                      options.planner.offload != partition::OffloadStrategy::None;
+  // Only where the profile splits backwards and the planner may use it.
+  const bool splits =
+      options.planner.split_backward != "off" && ChainCosts(profile).has_split_backward();
   Table table;
-  table.columns = options.csv ? csv_columns(remat) : table_columns(remat);
+  table.columns = options.csv ? csv_columns(remat, splits) : table_columns(remat, splits);
   for (const Row& row : rows)
-    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound, remat)
-                                     : table_row(row, best, lower_bound, remat));
+    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound, remat, splits)
+                                     : table_row(row, best, lower_bound, remat, splits));
   if (options.csv) {
     print_csv(table, std::cout);
     return 0;

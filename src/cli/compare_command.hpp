@@ -49,6 +49,7 @@ struct PlanSummary {
   int stages = 0;
   int k = 0;             // micro-batches per period of the pattern
   int remat_stages = 0;  // stages that rematerialize or offload
+  int split_stages = 0;  // stages that split their backward (W apart from B)
   bool cut_by_time_limit = false;
 };
 

@@ -989,6 +989,19 @@ case_split_backward() {
   expect_match out "^zb-h1 +[0-9.]+ "
   expect_match out "^zb-v +[0-9.]+ "
   expect_match out "^interleaved +[0-9.]+ "
+  # Which stages of each plan run W apart: a column where the profile splits.
+  expect_match out "^algorithm .* planning \(s\) +split stages$"
+  expect_match out "^1f1b .* 0 of [0-9]+$"
+  expect_match out "^zb-h1 .* [1-9][0-9]* of [0-9]+$"
+  run compare --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s --csv \
+    --algorithms 1f1b,zb-h1
+  expect_status 0
+  expect_match out "^algorithm,.*,planning_s,split_stages$"
+  expect_match out "^1f1b,ok,.*,0$"
+  run compare --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s --split-backward off \
+    --algorithms 1f1b
+  expect_status 0
+  ! grep -qF 'split stages' out || fail "--split-backward off shows the split column"
 }
 
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
