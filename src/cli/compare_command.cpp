@@ -268,8 +268,9 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   const bool remat = options.planner.remat != partition::RematStrategy::None ||
                      options.planner.offload != partition::OffloadStrategy::None;
   // Only where the profile splits backwards and the planner may use it.
-  const bool splits =
-      options.planner.split_backward != "off" && ChainCosts(profile).has_split_backward();
+  const bool splits = partition::backward_split_from_string(options.planner.split_backward) !=
+                          partition::BackwardSplit::Off &&
+                      ChainCosts(profile).has_split_backward();
   Table table;
   table.columns = options.csv ? csv_columns(remat, splits) : table_columns(remat, splits);
   for (const Row& row : rows)

@@ -303,7 +303,14 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   int solved = 0;
   for (const mp::Allocation& allocation : allocations) {
     if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
-    std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
+    // The best plan's allocation keeps the stages it has (some may run their backward whole),
+    // so that its pattern is the warm start; stages that recompute or offload are not the ILP's.
+    const bool keep_best_stages =
+        best && best->allocation == allocation &&
+        std::all_of(best->stages.begin(), best->stages.end(),
+                    [](const ms::Stage& s) { return s.remat == "none" && s.offload == "none"; });
+    std::vector<ms::Stage> stages =
+        keep_best_stages ? best->stages : mp::stages_of(costs, allocation);
     const double allocation_bound =
         std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
     const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
@@ -503,7 +510,7 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
     else
       refine_best(costs, platform, options, search, best, context);
   }
-  if (best && costs.has_split_backward() &&
+  if (best && options.choose_stage_splits && costs.has_split_backward() &&
       best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
     if (context.expired(kSplitChoiceShare))
       context.budget().cut("the choice of split backwards");
@@ -533,6 +540,8 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
   PlannerOptions warm_options = options;
   warm_options.algorithm = Algorithm::MadPipe;
   warm_options.max_k = 1;
+  // The full ILP splits every layer that splits: so must the plan it starts from.
+  warm_options.choose_stage_splits = false;
   std::optional<Candidate> warm = plan_without_and_with(
       [&](StageOptions* stage_options) {
         return plan_madpipe(costs, platform, warm_options, context, stage_options);

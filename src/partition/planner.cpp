@@ -130,9 +130,11 @@ static madpipe::Profile with_split_on(madpipe::Profile profile,
 }
 
 // One planning request on `profile` as it is (split backwards where it has them).
+// `stated_limit_s`: the limit the user gave, which a note that the limit cut planning names (a
+// request may have a share of it).
 static madpipe::partition::PlanResult plan_profile(
     const madpipe::Profile& profile, const madpipe::Platform& platform,
-    const madpipe::partition::PlannerOptions& options) {
+    const madpipe::partition::PlannerOptions& options, double stated_limit_s) {
   using namespace madpipe;
   using namespace madpipe::partition;
   const auto started = std::chrono::steady_clock::now();
@@ -167,7 +169,7 @@ static madpipe::partition::PlanResult plan_profile(
     result.cut_by_time_limit = true;
     std::string cut;
     for (const std::string& what : budget.cuts()) cut += (cut.empty() ? "" : "; ") + what;
-    result.notes.push_back("the time limit of " + seconds_text(options.time_limit_s) +
+    result.notes.push_back("the time limit of " + seconds_text(stated_limit_s) +
                            " cut planning short: " + cut +
                            "; a longer --time-limit may find a shorter period");
   }
@@ -338,7 +340,7 @@ static madpipe::partition::PlanResult plan_choosing_splits(
       share.progress = [&](const std::string& line) {
         options.progress("[" + request.label + "] " + line);
       };
-    results.push_back(plan_profile(request.profile, platform, share));
+    results.push_back(plan_profile(request.profile, platform, share, options.time_limit_s));
     PlanResult& planned = results.back();
     if (request.partial && planned.feasible &&
         !split_as_profiled(planned, profile, platform, options))
@@ -359,28 +361,38 @@ static madpipe::partition::PlanResult plan_choosing_splits(
     if (!best || r.plan.predicted.period_ms < best->plan.predicted.period_ms * (1 - 1e-9))
       best = &r;
   }
-  auto period_text = [&](SplitKind kind) {
+  auto period_of = [&](SplitKind kind) {
     const PlanResult* r = best_of[static_cast<std::size_t>(kind)];
-    return r ? format_ms(r->plan.predicted.period_ms) : std::string("no plan");
+    return r ? r->plan.predicted.period_ms : std::numeric_limits<double>::infinity();
+  };
+  auto text = [](double period_ms) {
+    return std::isfinite(period_ms) ? format_ms(period_ms) : std::string("no plan");
   };
   const SplitKind kept_kind =
       results[kept].feasible ? split_kind(results[kept].plan, costs) : SplitKind::Whole;
   std::string compared;
-  if (kept_kind == SplitKind::Partial)
+  if (kept_kind == SplitKind::Partial) {
     compared = "split backward (B and W) on " + split_layers_text(results[kept].plan) +
-               " only: " + period_text(SplitKind::Partial) +
-               " per micro-batch, on every layer: " + period_text(SplitKind::Everywhere) +
-               ", whole backwards: " + period_text(SplitKind::Whole) +
-               "; the partial split is kept";
-  else
-    compared = "split backward (B and W): " + period_text(SplitKind::Everywhere) +
-               " per micro-batch, whole backwards: " + period_text(SplitKind::Whole) +
+               " only: " + text(period_of(SplitKind::Partial)) + " per micro-batch, ";
+    if (best_of[static_cast<std::size_t>(SplitKind::Everywhere)])
+      compared += "on every layer: " + text(period_of(SplitKind::Everywhere)) + ", ";
+    compared +=
+        "whole backwards: " + text(period_of(SplitKind::Whole)) + "; the partial split is kept";
+  } else {
+    // The best plan with any split (a local search may have left some stages whole).
+    const double split_ms =
+        std::min(period_of(SplitKind::Everywhere), period_of(SplitKind::Partial));
+    compared = "split backward (B and W): " + text(split_ms) +
+               " per micro-batch, whole backwards: " + text(period_of(SplitKind::Whole)) +
                (kept_kind == SplitKind::Whole ? "; whole backwards kept" : "; the split is kept");
+  }
   PlanResult result = std::move(results[kept]);
   result.notes.push_back(compared);
+  // Every request, and the rescheduling of partial plans.
+  result.planning_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (i == kept) continue;
-    result.planning_seconds += results[i].planning_seconds;
     result.phases.insert(result.phases.end(), results[i].phases.begin(), results[i].phases.end());
     result.cut_by_time_limit = result.cut_by_time_limit || results[i].cut_by_time_limit;
   }
@@ -403,10 +415,10 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   const Profile whole = without_split_backward(profile);
   if (options.split_backward == BackwardSplit::Off || !can_split_backward(options.algorithm) ||
       !ChainCosts(profile).has_split_backward())
-    return plan_profile(whole, platform, options);
+    return plan_profile(whole, platform, options, options.time_limit_s);
   // The zero-bubble schedules are split ones.
   if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
-    return plan_profile(profile, platform, options);
+    return plan_profile(profile, platform, options, options.time_limit_s);
   return plan_choosing_splits(profile, whole, platform, options);
 }
 

@@ -98,6 +98,9 @@ struct PlannerOptions {
   int max_k = 0;                 // largest k tried for k-periodic patterns; 0: 2 * stages - 1
                                  // (one per pipeline resource)
   int refine_evaluations = 150;  // madpipe: schedules tried by the local search; 0: none
+  // madpipe: after the local search, choose which stages of the best plan split their backward
+  // (where the profile splits); false: every stage splits as its layers do.
+  bool choose_stage_splits = true;
   Scheduler scheduler = Scheduler::Auto;
   BackwardSplit split_backward = BackwardSplit::Auto;
   int ilp_allocations = 2;  // madpipe + ilp scheduler: best allocations given to the ILP

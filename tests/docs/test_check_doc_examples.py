@@ -109,3 +109,20 @@ def test_an_image_that_differs_from_the_committed_one_fails(tmp_path):
                             universal_newlines=True)
     assert result.returncode == 1, result.stdout
     assert "docs/img/plan.svg differs from what the command draws now" in result.stdout
+
+
+def test_an_example_that_reads_a_missing_repository_file_fails(tmp_path):
+    root = tmp_path / "repo"
+    for name in ("configs", "tests", "docs"):
+        os.makedirs(str(root / name), exist_ok=True)
+    write(str(root / "README.md"), "# Fake\n")
+    write(str(root / "docs" / "guide.md"),
+          f"{FENCE}\n$ madpipe plan --profile configs/profiles/typo.json\nperiod 1 ms\n{FENCE}\n")
+    fake = tmp_path / "madpipe"
+    write(str(fake), "#!/bin/bash\necho 'period 1 ms'\n")
+    os.chmod(str(fake), os.stat(str(fake)).st_mode | stat.S_IEXEC)
+    result = subprocess.run([sys.executable, CHECKER, "--madpipe", str(fake), "--root", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True)
+    assert result.returncode == 1, result.stdout
+    assert "reads configs/profiles/typo.json, which the repository does not have" in result.stdout
