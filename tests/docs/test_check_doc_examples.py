@@ -58,23 +58,32 @@ def test_a_changed_number_or_order_is_a_mismatch():
     assert checker.first_mismatch(["madpipe 64.00 0.20"], ["madpipe 64.00 0.30"]) is not None
 
 
-def run_checker(tmp_path, output_line):
+def check_fake_repository(tmp_path, guide, fake_madpipe, files=None):
+    """Runs the checker on a repository whose docs/guide.md is `guide`, with a `madpipe` that is
+    the bash script `fake_madpipe`; `files` maps more repository paths to their text."""
     root = tmp_path / "repo"
     for name in ("configs", "tests", "docs"):
         os.makedirs(str(root / name), exist_ok=True)
     write(str(root / "README.md"), "# Fake\n")
-    write(str(root / "docs" / "guide.md"),
-          f"{FENCE}\n$ build/madpipe plan --output p.json\nperiod 2.00 ms\n"
-          f"$ madpipe show --plan p.json\nplan p.json\n{FENCE}\n"
-          f"{FENCE}\n$ madpipe simulate --plan missing.json\nsimulated\n{FENCE}\n")
+    write(str(root / "docs" / "guide.md"), guide)
+    for path, text in (files or {}).items():
+        write(str(root / path), text)
     fake = tmp_path / "madpipe"
-    write(str(fake), "#!/bin/bash\n"
-                     "if [ \"$1\" = plan ]; then echo x > \"$3\"; echo '" + output_line + "'; fi\n"
-                     "if [ \"$1\" = show ]; then cat \"$3\" > /dev/null && echo \"plan $3\"; fi\n")
+    write(str(fake), "#!/bin/bash\n" + fake_madpipe)
     os.chmod(str(fake), os.stat(str(fake)).st_mode | stat.S_IEXEC)
     return subprocess.run([sys.executable, CHECKER, "--madpipe", str(fake), "--root", str(root)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True)
+
+
+def run_checker(tmp_path, output_line):
+    return check_fake_repository(
+        tmp_path,
+        f"{FENCE}\n$ build/madpipe plan --output p.json\nperiod 2.00 ms\n"
+        f"$ madpipe show --plan p.json\nplan p.json\n{FENCE}\n"
+        f"{FENCE}\n$ madpipe simulate --plan missing.json\nsimulated\n{FENCE}\n",
+        "if [ \"$1\" = plan ]; then echo x > \"$3\"; echo '" + output_line + "'; fi\n"
+        "if [ \"$1\" = show ]; then cat \"$3\" > /dev/null && echo \"plan $3\"; fi\n")
 
 
 def test_a_document_that_matches_passes_and_a_later_example_reads_an_earlier_output(tmp_path):
@@ -94,35 +103,18 @@ def test_a_document_whose_output_drifted_fails(tmp_path):
 
 
 def test_an_image_that_differs_from_the_committed_one_fails(tmp_path):
-    root = tmp_path / "repo"
-    for name in ("configs", "tests", "docs/img"):
-        os.makedirs(str(root / name), exist_ok=True)
-    write(str(root / "README.md"), "# Fake\n")
-    write(str(root / "docs" / "img" / "plan.svg"), "<svg>old</svg>\n")
-    write(str(root / "docs" / "guide.md"),
-          f"{FENCE}\n$ madpipe show --svg docs/img/plan.svg\nSVG written\n{FENCE}\n")
-    fake = tmp_path / "madpipe"
-    write(str(fake), "#!/bin/bash\necho '<svg>new</svg>' > \"$3\"; echo 'SVG written'\n")
-    os.chmod(str(fake), os.stat(str(fake)).st_mode | stat.S_IEXEC)
-    result = subprocess.run([sys.executable, CHECKER, "--madpipe", str(fake), "--root", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True)
+    result = check_fake_repository(
+        tmp_path, f"{FENCE}\n$ madpipe show --svg docs/img/plan.svg\nSVG written\n{FENCE}\n",
+        "echo '<svg>new</svg>' > \"$3\"; echo 'SVG written'\n",
+        {"docs/img/plan.svg": "<svg>old</svg>\n"})
     assert result.returncode == 1, result.stdout
     assert "docs/img/plan.svg differs from what the command draws now" in result.stdout
 
 
 def test_an_example_that_reads_a_missing_repository_file_fails(tmp_path):
-    root = tmp_path / "repo"
-    for name in ("configs", "tests", "docs"):
-        os.makedirs(str(root / name), exist_ok=True)
-    write(str(root / "README.md"), "# Fake\n")
-    write(str(root / "docs" / "guide.md"),
-          f"{FENCE}\n$ madpipe plan --profile configs/profiles/typo.json\nperiod 1 ms\n{FENCE}\n")
-    fake = tmp_path / "madpipe"
-    write(str(fake), "#!/bin/bash\necho 'period 1 ms'\n")
-    os.chmod(str(fake), os.stat(str(fake)).st_mode | stat.S_IEXEC)
-    result = subprocess.run([sys.executable, CHECKER, "--madpipe", str(fake), "--root", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            universal_newlines=True)
+    result = check_fake_repository(
+        tmp_path,
+        f"{FENCE}\n$ madpipe plan --profile configs/profiles/typo.json\nperiod 1 ms\n{FENCE}\n",
+        "echo 'period 1 ms'\n")
     assert result.returncode == 1, result.stdout
     assert "reads configs/profiles/typo.json, which the repository does not have" in result.stdout
