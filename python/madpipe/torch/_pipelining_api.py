@@ -15,14 +15,19 @@ import warnings
 import torch
 
 # torch releases (major.minor) whose pipelining runtime the test suite ran madpipe plans on.
-TESTED_TORCH_VERSIONS = ("2.15",)
+TESTED_TORCH_VERSIONS = ("2.11", "2.15")
 
 _REQUIRED = {
     "torch.distributed.pipelining": ("PipelineStage",),
     "torch.distributed.pipelining.schedules": (
-        "_Action", "_PipelineScheduleRuntime", "_add_send_recv", "_add_wait_send",
-        "_simulate_comms_compute", "_validate_schedule",
+        "_Action", "_PipelineScheduleRuntime", "_add_send_recv", "_simulate_comms_compute",
+        "_validate_schedule",
     ),
+}
+# Names later releases added, and what stands in for them before: torch 2.11's runtime waits for
+# every send at the end of a step, so its lowered schedules have no explicit waits to add.
+_OPTIONAL = {
+    "torch.distributed.pipelining.schedules": {"_add_wait_send": lambda actions: actions},
 }
 _REQUIRED_METHODS = (("_PipelineScheduleRuntime", "_load_csv"), ("_Action", "from_str"))
 
@@ -58,6 +63,8 @@ def load_pipelining_api():
             if not hasattr(module, attribute):
                 raise ImportError(_unsupported(f"{module_name}.{attribute}"))
             names[attribute] = getattr(module, attribute)
+        for attribute, stand_in in _OPTIONAL.get(module_name, {}).items():
+            names[attribute] = getattr(module, attribute, stand_in)
     for owner, method in _REQUIRED_METHODS:
         if not callable(getattr(names[owner], method, None)):
             raise ImportError(_unsupported(f"{owner}.{method}"))

@@ -9,7 +9,8 @@ result:
 * ``_validate_schedule``: every stage runs a forward and a backward of every micro-batch, a
   backward after its forward, each stage on one rank; it infers the rank of every stage, which
   must be the export's;
-* ``_add_send_recv`` and ``_add_wait_send``: the sends and receives of the lowered schedule;
+* ``_add_send_recv`` and ``_add_wait_send`` (where the release has it): the sends and receives of
+  the lowered schedule;
 * ``_simulate_comms_compute``: the lowered schedule runs to the end without a deadlock.
 
 It also checks what the runtime assumes without checking: the last stage runs its forwards in

@@ -103,9 +103,23 @@ def _build_stages(layers, export, rank, device, pipeline_group):
     stages = []
     for spec in export.stages_on(rank):
         submodule = torch.nn.Sequential(*layers[spec.first_layer:spec.last_layer + 1]).to(device)
-        stages.append(_api.PipelineStage(submodule, spec.stage, export.num_stages, device,
-                                         group=pipeline_group))
+        stage = _api.PipelineStage(submodule, spec.stage, export.num_stages, device,
+                                   group=pipeline_group)
+        _skip_greetings_to_itself(stage)
+        stages.append(stage)
     return stages
+
+
+def _skip_greetings_to_itself(stage):
+    """torch 2.11 opens each neighbour's link with a message, even to a neighbouring stage on the
+    same rank, which gloo cannot deliver; those messages are dropped (later releases have no
+    greetings)."""
+    greetings = getattr(stage, "_get_init_p2p_neighbors_ops", None)
+    if greetings is None:
+        return
+    own_rank = stage.group_rank
+    stage._get_init_p2p_neighbors_ops = lambda: [
+        op for op in greetings() if getattr(op, "group_peer", None) != own_rank]
 
 
 def _load_schedule(schedule, rows):
