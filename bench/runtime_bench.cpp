@@ -28,7 +28,7 @@ using namespace madpipe;
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   torch::set_num_threads(1);
-  const int micro_batches = 8, steps = 22;
+  const int micro_batches = 8, steps = 42;
   const torch::Device device = runtime::device_of(argc > 1 ? argv[1] : "cpu");
   runtime::make_current(device);
   runtime::ModelConfig config;
@@ -64,26 +64,38 @@ int main(int argc, char** argv) {
     auto batch_of = [&](int i) {
       return runtime::on_device(data.micro_batch(step, i, false), device);
     };
-    sync();
-    auto t0 = Clock::now();
-    pipelined_optimizer.zero_grad();
-    executor.run(program, batch_of);
-    pipelined_optimizer.step();
-    sync();
-    auto t1 = Clock::now();
-    plain_optimizer.zero_grad();
-    for (int i = 0; i < micro_batches; ++i) {
-      const runtime::Batch b = batch_of(i);
-      torch::Tensor x = b.input;
-      for (auto& layer : plain.layers) x = layer.forward(x);
-      (plain.loss(x, b.target) / micro_batches).backward();
+    auto run_pipelined = [&] {
+      pipelined_optimizer.zero_grad();
+      executor.run(program, batch_of);
+      pipelined_optimizer.step();
+    };
+    auto run_plain = [&] {
+      plain_optimizer.zero_grad();
+      for (int i = 0; i < micro_batches; ++i) {
+        const runtime::Batch b = batch_of(i);
+        torch::Tensor x = b.input;
+        for (auto& layer : plain.layers) x = layer.forward(x);
+        (plain.loss(x, b.target) / micro_batches).backward();
+      }
+      plain_optimizer.step();
+    };
+    // Each goes first every other step, so that neither always follows the other's work.
+    const bool pipelined_first = step % 2 == 0;
+    double took_s[2];
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool pipelined_turn = (turn == 0) == pipelined_first;
+      sync();
+      const auto start = Clock::now();
+      if (pipelined_turn)
+        run_pipelined();
+      else
+        run_plain();
+      sync();
+      took_s[pipelined_turn ? 0 : 1] = std::chrono::duration<double>(Clock::now() - start).count();
     }
-    plain_optimizer.step();
-    sync();
-    auto t2 = Clock::now();
     if (step < 2) continue;  // warm-up
-    pipelined_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-    plain_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    pipelined_s.push_back(took_s[0]);
+    plain_s.push_back(took_s[1]);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
