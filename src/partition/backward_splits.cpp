@@ -7,29 +7,9 @@
 
 using madpipe::schedule::Stage;
 
-madpipe::schedule::Stage madpipe::partition::with_whole_backward(Stage stage) {
-  stage.backward_weight_ms = 0;
-  stage.weight_kept_bytes = 0;
-  return stage;
-}
-
-madpipe::schedule::Stage madpipe::partition::with_split_backward(const ChainCosts& costs,
-                                                                 Stage stage) {
-  stage.backward_weight_ms = costs.backward_weight_ms(stage.first_layer, stage.last_layer);
-  stage.weight_kept_bytes = stage.backward_weight_ms > 0
-                                ? costs.weight_kept_bytes(stage.first_layer, stage.last_layer)
-                                : 0;
-  return stage;
-}
-
 namespace {
 
 using Mask = std::vector<bool>;  // per stage: true when its backward splits
-
-bool can_choose(const madpipe::ChainCosts& costs, const Stage& stage) {
-  return stage.remat == "none" && stage.offload == "none" && stage.sequence.empty() &&
-         costs.backward_weight_ms(stage.first_layer, stage.last_layer) > 0;
-}
 
 // The masks one move away from `current`; stages that cannot choose keep their value.
 std::vector<Mask> moves(const Mask& current, const std::vector<bool>& choosable,
@@ -69,8 +49,8 @@ std::vector<Mask> moves(const Mask& current, const std::vector<bool>& choosable,
 std::vector<Stage> apply(const madpipe::ChainCosts& costs, std::vector<Stage> stages,
                          const Mask& mask) {
   for (std::size_t s = 0; s < stages.size(); ++s)
-    stages[s] = mask[s] ? madpipe::partition::with_split_backward(costs, stages[s])
-                        : madpipe::partition::with_whole_backward(stages[s]);
+    stages[s] = mask[s] ? madpipe::schedule::with_split_backward(costs, stages[s])
+                        : madpipe::schedule::with_whole_backward(stages[s]);
   return stages;
 }
 
@@ -85,7 +65,7 @@ madpipe::partition::SplitChoice madpipe::partition::choose_backward_splits(
   Mask current(n);
   bool any = false;
   for (std::size_t s = 0; s < n; ++s) {
-    choosable[s] = can_choose(costs, best.stages[s]);
+    choosable[s] = madpipe::schedule::can_split_backward(costs, best.stages[s]);
     current[s] = best.stages[s].splits_backward();
     any = any || choosable[s];
   }

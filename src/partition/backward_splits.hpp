@@ -18,11 +18,6 @@ struct SplitChoice {
   bool cut = false;  // choose_backward_splits(): out_of_time stopped it
 };
 
-// The stage as it runs with its backward whole (W folded into B), or split as the profile splits
-// its layers.
-schedule::Stage with_whole_backward(schedule::Stage stage);
-schedule::Stage with_split_backward(const ChainCosts& costs, schedule::Stage stage);
-
 // Which stages of a fixed allocation split their backward. W after B fills idle time, but each
 // micro-batch keeps its kept bytes from B to W: on a GPU short of memory the split can cost more
 // micro-batches in flight than it saves. A local search from `start` over the per-stage choices,

@@ -201,11 +201,8 @@ static SplitKind split_kind(const madpipe::plan::Plan& plan, const madpipe::Chai
   int split = 0, splittable = 0;
   for (const madpipe::schedule::Stage& stage : plan.stages) {
     split += stage.splits_backward() ? 1 : 0;
-    splittable += stage.splits_backward() ||
-                          (stage.remat == "none" && stage.offload == "none" &&
-                           costs.backward_weight_ms(stage.first_layer, stage.last_layer) > 0)
-                      ? 1
-                      : 0;
+    splittable +=
+        stage.splits_backward() || madpipe::schedule::can_split_backward(costs, stage) ? 1 : 0;
   }
   if (split == 0) return SplitKind::Whole;
   return split == splittable ? SplitKind::Everywhere : SplitKind::Partial;
@@ -248,7 +245,7 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
     const double profiled = costs.backward_weight_ms(stage.first_layer, stage.last_layer);
     if (!stage.splits_backward() ||
         std::abs(stage.backward_weight_ms - profiled) <= 1e-9 * std::max(1.0, profiled)) {
-      if (stage.splits_backward()) stages[s] = partition::with_split_backward(costs, stage);
+      if (stage.splits_backward()) stages[s] = schedule::with_split_backward(costs, stage);
       continue;
     }
     if (stage.remat != "none" || stage.offload != "none") return false;
@@ -260,8 +257,8 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
   for (bool split : {true, false}) {
     std::vector<schedule::Stage> candidate = stages;
     for (std::size_t s : straddling)
-      candidate[s] = split ? partition::with_split_backward(costs, candidate[s])
-                           : partition::with_whole_backward(candidate[s]);
+      candidate[s] = split ? schedule::with_split_backward(costs, candidate[s])
+                           : schedule::with_whole_backward(candidate[s]);
     schedule::ScheduleSearchOptions search;
     search.max_k = options.max_k;
     auto scheduled = schedule::schedule_under_memory(candidate, platform, search);

@@ -4,6 +4,7 @@
 
 #include <set>
 #include <tuple>
+#include <utility>
 
 bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
   return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,
@@ -27,10 +28,26 @@ madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, 
   stage.stored_bytes = costs.stored_bytes(first_layer, last_layer);
   stage.output_bytes = costs.activation_bytes(last_layer);
   stage.workspace_bytes = costs.workspace_bytes(first_layer, last_layer);
-  stage.backward_weight_ms = costs.backward_weight_ms(first_layer, last_layer);
-  if (stage.splits_backward())
-    stage.weight_kept_bytes = costs.weight_kept_bytes(first_layer, last_layer);
+  return with_split_backward(costs, std::move(stage));
+}
+
+madpipe::schedule::Stage madpipe::schedule::with_whole_backward(Stage stage) {
+  stage.backward_weight_ms = 0;
+  stage.weight_kept_bytes = 0;
   return stage;
+}
+
+madpipe::schedule::Stage madpipe::schedule::with_split_backward(const ChainCosts& costs,
+                                                                Stage stage) {
+  stage.backward_weight_ms = costs.backward_weight_ms(stage.first_layer, stage.last_layer);
+  stage.weight_kept_bytes =
+      stage.splits_backward() ? costs.weight_kept_bytes(stage.first_layer, stage.last_layer) : 0;
+  return stage;
+}
+
+bool madpipe::schedule::can_split_backward(const ChainCosts& costs, const Stage& stage) {
+  return stage.remat == "none" && stage.offload == "none" && stage.sequence.empty() &&
+         costs.backward_weight_ms(stage.first_layer, stage.last_layer) > 0;
 }
 
 std::vector<madpipe::schedule::Stage> madpipe::schedule::make_stages(

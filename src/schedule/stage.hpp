@@ -42,6 +42,15 @@ bool operator==(const Stage& a, const Stage& b);
 
 Stage make_stage(const ChainCosts& costs, int id, int first_layer, int last_layer, int gpu);
 
+// The stage as it runs with its backward whole (W folded into B), or split as the profile splits
+// its layers (whole where they do not split).
+Stage with_whole_backward(Stage stage);
+Stage with_split_backward(const ChainCosts& costs, Stage stage);
+
+// Whether the stage may run its backward split: it neither rematerializes nor offloads, and its
+// layers' profile splits their backward.
+bool can_split_backward(const ChainCosts& costs, const Stage& stage);
+
 // Stages from the index of the first layer of each stage (ascending, starting at 0) and the GPU
 // of each stage.
 std::vector<Stage> make_stages(const ChainCosts& costs, const std::vector<int>& first_layers,

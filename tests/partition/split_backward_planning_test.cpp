@@ -255,7 +255,8 @@ TEST(SplitBackwardPlanning, ChoosingWhichStagesSplitNeverLosesAndCanWin) {
     ASSERT_EQ(chosen.stages.size(), stages.size());
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const ms::Stage& stage = chosen.stages[s];
-      EXPECT_TRUE(stage == stages[s] || stage == mp::with_whole_backward(stages[s])) << s;
+      EXPECT_TRUE(stage == stages[s] || stage == madpipe::schedule::with_whole_backward(stages[s]))
+          << s;
     }
     EXPECT_TRUE(ms::fits_memory(chosen.stages, chosen.scheduled.pattern, platform));
     const auto violations =
