@@ -138,7 +138,33 @@ madpipe::runtime::PipelineExecutor::PipelineExecutor(ChainModel& model, const pl
 }
 
 void madpipe::runtime::PipelineExecutor::reset_stage_times() {
+  settle_stage_times();
   stage_times_.assign(plan_.stages.size(), StageTime{});
+}
+
+const std::vector<madpipe::runtime::StageTime>& madpipe::runtime::PipelineExecutor::stage_times() {
+  settle_stage_times();
+  return stage_times_;
+}
+
+void madpipe::runtime::PipelineExecutor::settle_stage_times(TraceRecorder* trace) {
+  if (unsettled_ops_.empty()) return;
+  const std::vector<OpTimer::Span> spans = timer_->finish_run();
+  const bool cpu_clock = device_.is_cpu();
+  for (std::size_t k = 0; k < spans.size() && k < unsettled_ops_.size(); ++k) {
+    const TimedOp& t = unsettled_ops_[k];
+    StageTime& time = stage_times_[t.stage];
+    const double took = cpu_clock ? t.cpu_ms : spans[k].end_ms - spans[k].start_ms;
+    if (t.kind == TraceOpKind::Forward) {
+      time.forward_ms += took;
+      ++time.forwards;
+    } else {
+      time.backward_ms += took;  // W is the rest of its B: one backward's time
+      if (t.kind == TraceOpKind::Backward) ++time.backwards;
+    }
+    if (trace) trace->op(t.kind, t.stage, t.micro_batch, spans[k].start_ms, spans[k].end_ms);
+  }
+  unsettled_ops_.clear();
 }
 
 std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
@@ -306,17 +332,15 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   // micro-batches, or the m of an update inside the program (two weight versions).
   const int loss_divisor = program.update_micro_batches > 0 ? program.update_micro_batches : n;
   TraceRecorder* const trace = train && recorder_ && recorder_->recording() ? recorder_ : nullptr;
-  // Forwards and backwards of a training run are timed on the device and accounted at its end.
-  struct TimedOp {
-    TraceOpKind kind;
-    int stage, micro_batch;
-  };
-  std::vector<TimedOp> timed;
-  if (train) timer_->start_run(trace ? trace->now_ms() : 0);
-  // Stage times on the CPU are the thread's CPU time, as the profile of madpipe train measures
-  // them (the trace keeps the wall clock).
+  // Forwards and backwards of a training run are timed on the device and accounted later
+  // (settle_stage_times). Stage times on the CPU are the thread's CPU time, as the profile of
+  // madpipe train measures them (the trace keeps the wall clock).
   const bool cpu_clock = device_.is_cpu();
-  std::vector<double> cpu_took_ms;
+  if (train) {
+    settle_stage_times();
+    timer_->start_run(trace ? trace->now_ms() : 0);
+  }
+  std::vector<TimedOp> timed;
   LossReader losses(device_, on_loss_);
   MemoryMeter meter(device_);
   const bool metered = train && meter.counting();
@@ -392,8 +416,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         }
         if (train) {
           timer_->end(op);
-          timed.push_back({TraceOpKind::Forward, s, i});
-          cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
+          timed.push_back({TraceOpKind::Forward, s, i,
+                           cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0});
         }
         if (last || s == 0) batches.erase(i);
         if (!train && last) slot = Slot{};  // validation keeps nothing of the last stage
@@ -441,8 +465,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           if (s > 0) produced[{true, s - 1, i}] = slot.input.grad();
         }
         timer_->end(op);
-        timed.push_back({TraceOpKind::Backward, s, i});
-        cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
+        timed.push_back({TraceOpKind::Backward, s, i,
+                         cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0});
         if (plan_.stages[s].splits_backward()) {
           // What W needs outlives the receive buffers it may sit in (of the input, of the
           // gradient): later messages overwrite them.
@@ -463,8 +487,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         it->second->run();
         deferred.erase(it);
         timer_->end(op);
-        timed.push_back({TraceOpKind::Weight, s, i});
-        cpu_took_ms.push_back(cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0);
+        timed.push_back(
+            {TraceOpKind::Weight, s, i, cpu_clock ? 1e3 * (thread_cpu_seconds() - cpu_start) : 0});
         if (after_backward_) after_backward_(s, i);
         if (on_backward_) on_backward_(s, i);
         break;
@@ -507,20 +531,9 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
   const StepLoss loss = losses.finish();
   if (train) {
     arena_use_ = use;
-    const std::vector<OpTimer::Span> spans = timer_->finish_run();
-    for (std::size_t k = 0; k < spans.size() && k < timed.size(); ++k) {
-      const TimedOp& t = timed[k];
-      StageTime& time = stage_times_[t.stage];
-      const double took = cpu_clock ? cpu_took_ms[k] : spans[k].end_ms - spans[k].start_ms;
-      if (t.kind == TraceOpKind::Forward) {
-        time.forward_ms += took;
-        ++time.forwards;
-      } else {
-        time.backward_ms += took;  // W is the rest of its B: one backward's time
-        if (t.kind == TraceOpKind::Backward) ++time.backwards;
-      }
-      if (trace) trace->op(t.kind, t.stage, t.micro_batch, spans[k].start_ms, spans[k].end_ms);
-    }
+    unsettled_ops_ = std::move(timed);
+    // A traced run's ops go to the trace now, with their times (which waits for the device).
+    if (trace) settle_stage_times(trace);
   }
   return loss;
 }

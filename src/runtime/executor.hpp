@@ -136,8 +136,11 @@ class PipelineExecutor {
   void trace_into(TraceRecorder* recorder) { recorder_ = recorder; }
 
   // Compute time of each stage (indexed by stage; zero for other ranks' stages) summed over the
-  // training runs since the last reset.
-  const std::vector<StageTime>& stage_times() const noexcept { return stage_times_; }
+  // training runs since the last reset. On a GPU a run's op times are read when the next run
+  // starts or when asked for here (which waits for the device to finish the last run), so that a
+  // run returns while its last kernels still execute and the caller's optimizer step queues behind
+  // them.
+  const std::vector<StageTime>& stage_times();
   void reset_stage_times();
 
  private:
@@ -149,6 +152,9 @@ class PipelineExecutor {
                               const c10::intrusive_ptr<DeferredWeightGradients>& defer_into = {});
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
   torch::Tensor receive_buffer(const plan::Instr& instr, const plan::ReceiveBuffer& buffer);
+  // Adds the op times of the last training run (if not yet added) to stage_times_, and its ops to
+  // `trace` when not null.
+  void settle_stage_times(TraceRecorder* trace = nullptr);
 
   ChainModel& model_;
   ChainModel* second_ = nullptr;
@@ -168,6 +174,14 @@ class PipelineExecutor {
   std::vector<std::unique_ptr<StageSequence>> sequences_;  // per stage; null: plain F and B
   std::vector<StageTime> stage_times_;
   std::unique_ptr<OpTimer> timer_;
+  // The forwards, backwards and W ops of the last training run, in the order timer_ timed them,
+  // until settle_stage_times() reads their times.
+  struct TimedOp {
+    plan::TraceOpKind kind;
+    int stage, micro_batch;
+    double cpu_ms;  // the thread's CPU time on the CPU (what the profile measures), else unused
+  };
+  std::vector<TimedOp> unsettled_ops_;
   torch::Tensor arena_;  // bytes on device_
   ArenaUse arena_use_;
   MemoryPeak memory_peak_;

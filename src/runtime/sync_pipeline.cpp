@@ -125,7 +125,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
 
 // The mean compute time of every stage since the executors' last reset, on every rank.
 std::vector<madpipe::partition::MeasuredStage> measured_stages(
-    const madpipe::runtime::PipelineExecutor& executor, double time_scale) {
+    madpipe::runtime::PipelineExecutor& executor, double time_scale) {
   const auto& times = executor.stage_times();
   std::vector<double> sums;
   for (const auto& t : times)

@@ -61,7 +61,7 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const pl
 
 // Collective: the mean compute time of every stage since the executors' last reset, times
 // `time_scale` (agree_on_profile's cpu_sharing: what the profile's times were scaled by).
-std::vector<partition::MeasuredStage> measured_stages(const PipelineExecutor& executor,
+std::vector<partition::MeasuredStage> measured_stages(PipelineExecutor& executor,
                                                       double time_scale = 1);
 
 // --replan-after (collective): re-plans on the measured stage times, scaled by `time_scale` as the

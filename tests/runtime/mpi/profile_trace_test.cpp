@@ -221,6 +221,13 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
     recorder.begin_step(step);
     executor.run(program, [&](int i) { return data->micro_batch(step, i, false); });
   }
+  // Every run's ops count in the stage times, those of the last (untraced) run included, whose
+  // times are read only when asked for.
+  for (int s : executor.local_stages()) {
+    EXPECT_EQ(executor.stage_times()[s].forwards, micro_batches * (steps + 1));
+    EXPECT_EQ(executor.stage_times()[s].backwards, micro_batches * (steps + 1));
+    EXPECT_GT(executor.stage_times()[s].forward_ms, 0);
+  }
   const mplan::Trace trace =
       recorder.gather(0, {0, 1000 + world_rank(), 0, "F 0." + std::to_string(world_rank())});
   if (world_rank() != 0) {
