@@ -261,6 +261,9 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
                            : schedule::with_whole_backward(candidate[s]);
     schedule::ScheduleSearchOptions search;
     search.max_k = options.max_k;
+    // The contiguous baseline schedules with 1F1B* alone; MadPipe with every family.
+    if (options.algorithm == partition::Algorithm::Contiguous)
+      search.families = {schedule::PatternFamily::OneFOneBStar};
     auto scheduled = schedule::schedule_under_memory(candidate, platform, search);
     if (scheduled && (!best || scheduled->pattern.normalized_period_ms() <
                                    best->pattern.normalized_period_ms())) {
