@@ -194,11 +194,25 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
 }
 
 StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
+  // Whether each local stage's gradients are all finite, read from the device at once (a read per
+  // parameter would wait for the device as many times).
   int bad_stage = INT_MAX;
-  for (const auto& [s, optimizer] : pipeline.stage_optimizers)
+  std::vector<int> checked_stages;
+  std::vector<torch::Tensor> stage_finite;
+  for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
+    std::vector<torch::Tensor> finite;
     for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
-      if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>())
-        bad_stage = std::min(bad_stage, s);
+      if (p.grad().defined()) finite.push_back(torch::isfinite(p.grad()).all());
+    if (finite.empty()) continue;
+    checked_stages.push_back(s);
+    stage_finite.push_back(torch::stack(finite).all());
+  }
+  if (!stage_finite.empty()) {
+    const torch::Tensor on_host = torch::stack(stage_finite).to(torch::kCPU);
+    const bool* finite = on_host.data_ptr<bool>();
+    for (std::size_t k = 0; k < checked_stages.size(); ++k)
+      if (!finite[k]) bad_stage = std::min(bad_stage, checked_stages[k]);
+  }
   int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
   int all[3];
   MPI_Allreduce(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -1,12 +1,17 @@
 // Moving training state between ranks when a run switches plans: optimizer state export and
 // import, and layers migrating between ranks with their weights, buffers and optimizer state.
-// Also the transport's watchdog: a transfer that never comes ends in an error.
+// Also the transport's watchdog: a transfer that never comes ends in an error, and how every rank
+// learns of a non-finite loss or gradient.
 
 #include "runtime/layer_migration.hpp"
 #include "runtime/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/optimizer.hpp"
+#include "runtime/sync_pipeline.hpp"
 #include "runtime/trainer.hpp"
+
+#include <climits>
+#include <cmath>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -171,4 +176,47 @@ TEST(TransportWatchdog, AMissingTransferBecomesAnErrorNamingBothRanks) {
     }
   }  // the transport withdraws the receive it still holds
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
+  const int P = mt::world_size();
+  std::vector<int> first_layers, gpus;
+  for (int g = 0; g < P; ++g) {
+    first_layers.push_back(g);
+    gpus.push_back(g);
+  }
+  mr::SyncPipeline pipeline;
+  pipeline.plan = mt::make_plan(P + 1, first_layers, gpus, mt::Schedule::OneFOneBStar, 2, nullptr);
+  mr::ModelConfig config = mt::small_config("mlp", P);
+  auto data = mt::data_for(config);
+  mr::ChainModel model = mr::build_model(config);
+  pipeline.transport = mr::make_mpi_transport(static_cast<int>(pipeline.plan.stages.size()));
+  pipeline.executor = std::make_unique<mr::PipelineExecutor>(
+      model, pipeline.plan, mt::world_rank(), *pipeline.transport, data->micro_batch(0, 0, false));
+  for (int s : pipeline.executor->local_stages()) {
+    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
+      p.mutable_grad() = torch::ones_like(p);
+    pipeline.optimizers.push_back(std::make_unique<torch::optim::SGD>(
+        pipeline.executor->stage_parameters(s), torch::optim::SGDOptions(0.1)));
+    pipeline.stage_optimizers.emplace_back(s, pipeline.optimizers.back().get());
+  }
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem, "");
+  // The last parameter of the last stage, then also the first of stage 1 (on rank 1), turn NaN.
+  const int last = P - 1;
+  const int rank_of_last = pipeline.plan.stages[last].gpu;
+  if (mt::world_rank() == rank_of_last)
+    pipeline.executor->stage_parameters(last).back().mutable_grad()[0] = NAN;
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem,
+            "a gradient of stage " + std::to_string(last) + " (rank " +
+                std::to_string(rank_of_last) + ") is not finite");
+  if (P >= 2) {
+    if (mt::world_rank() == 1)
+      pipeline.executor->stage_parameters(1).front().mutable_grad().view(-1)[0] = INFINITY;
+    EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem,
+              "a gradient of stage 1 (rank 1) is not finite");
+  }
+  // A non-finite loss is named first.
+  EXPECT_EQ(mr::agree_on_health(pipeline, 3).problem,
+            "the loss of micro-batch 3 (stage " + std::to_string(last) + " on rank " +
+                std::to_string(rank_of_last) + ") is not finite");
 }
