@@ -80,6 +80,7 @@ fi
 gpt=(--model gpt --layers 4 --width 256 --heads 4 --context 128 --micro-batch-size 8
   --micro-batches 4 --seed 3 --learning-rate 0.001 --eval-every 0 --quiet
   --memory 64GiB --bandwidth 100GB/s)
+untraced=("${gpt[@]}" --trace-steps 0)  # (g) traces its runs; the others need no trace
 # train DIR RANKS ARGS...: madpipe train under mpirun, its output in DIR/log.
 train() {
   local dir=$1 ranks=$2
@@ -124,8 +125,8 @@ fi
 
 # --- (b) CUDA equals CPU ------------------------------------------------------------------------
 if wants b; then
-  if train "$out/b-device" 1 "${gpt[@]}" --trace-steps 0 --steps 5 --device "$gpu" &&
-    train "$out/b-cpu" 1 "${gpt[@]}" --trace-steps 0 --steps 5 --device cpu; then
+  if train "$out/b-device" 1 "${untraced[@]}" --steps 5 --device "$gpu" &&
+    train "$out/b-cpu" 1 "${untraced[@]}" --steps 5 --device cpu; then
     if detail=$(same_losses "$out/b-device" "$out/b-cpu" 1e-3); then
       record b pass "$gpu vs cpu: $detail"
     else
@@ -138,9 +139,9 @@ fi
 
 # --- (c) ranks sharing the GPU over MPI equal unsplit training -----------------------------------
 if wants c; then
-  train "$out/c-1" 1 "${gpt[@]}" --trace-steps 0 --steps 5 --device "$gpu" || record c FAIL "unsplit run: $out/c-1/log"
+  train "$out/c-1" 1 "${untraced[@]}" --steps 5 --device "$gpu" || record c FAIL "unsplit run: $out/c-1/log"
   for ranks in 2 4; do
-    if train "$out/c-$ranks" "$ranks" "${gpt[@]}" --trace-steps 0 --steps 5 --device "$gpu" --transport mpi; then
+    if train "$out/c-$ranks" "$ranks" "${untraced[@]}" --steps 5 --device "$gpu" --transport mpi; then
       if detail=$(same_losses "$out/c-$ranks" "$out/c-1" 1e-4); then
         record "c$ranks" pass "$ranks ranks on $gpu (mpi) vs 1: $detail"
       else
