@@ -63,6 +63,40 @@ static std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// The sections of every command's --config: one file may serve several commands, each reading
+// its own sections and skipping the others'. Any other section is a mistake (a misspelling, a
+// capital letter) whose keys would otherwise be dropped without a word.
+static const char* const kSectionsOfAnyCommand[] = {"platform", "planner", "model", "training",
+                                                    "output",   "profile", "sweep", "scale"};
+
+// Throws Error{InvalidInput} naming the file, the line and the section when a "[name]" header of
+// `in` is a section no command reads; rewinds `in`.
+static void check_section_names(std::istream& in, const std::string& path,
+                                const std::vector<madpipe::cli::ConfigSection>& sections) {
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::size_t open = line.find_first_not_of(" \t");
+    if (open == std::string::npos || line[open] != '[') continue;
+    const std::size_t close = line.find(']', open);
+    const std::string name =
+        line.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
+    if (std::find(std::begin(kSectionsOfAnyCommand), std::end(kSectionsOfAnyCommand), name) !=
+        std::end(kSectionsOfAnyCommand))
+      continue;
+    std::vector<std::string> own, others;
+    for (const auto& section : sections) own.push_back("[" + section.name + "]");
+    for (const char* other : kSectionsOfAnyCommand)
+      if (!find_section(sections, other)) others.push_back("[" + std::string(other) + "]");
+    throw madpipe::Error(madpipe::ErrorKind::InvalidInput, path,
+                         "line " + std::to_string(number) + " [" + name + "]",
+                         "unknown section: its keys would be ignored (this command reads " +
+                             join(own) + "; other commands read " + join(others) +
+                             "; names are lower case)");
+  }
+  in.clear();
+  in.seekg(0);
+}
+
 // Reads an INI file and turns "[section] key = value" into the option "key" of `options`, then
 // stores it: values already stored from the command line are kept.
 static void store_config_file(const std::string& path, const po::options_description& options,
@@ -73,6 +107,7 @@ static void store_config_file(const std::string& path, const po::options_descrip
     throw madpipe::Error(madpipe::ErrorKind::Io, path, "",
                          std::string("cannot open config file: ") + std::strerror(errno));
   }
+  check_section_names(in, path, sections);
   const po::options_description nothing;
   const po::parsed_options parsed = po::parse_config_file(in, nothing, true);
   po::parsed_options translated(&options);

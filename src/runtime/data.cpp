@@ -104,6 +104,62 @@ std::string madpipe::runtime::TextData::description() const {
          " validation characters, " + std::to_string(alphabet_.size()) + " symbols)";
 }
 
+namespace {
+// llm.c's token files start with 256 little-endian int32: this magic, a version (1: 16-bit
+// tokens, 2: 32-bit) and the number of tokens that follow.
+constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::size_t kLlmcHeaderBytes = 256 * 4;
+
+std::int32_t int32_at(const madpipe::runtime::MappedFile& file, std::size_t word) {
+  std::uint32_t value = 0;
+  for (int b = 3; b >= 0; --b) value = (value << 8) | file.data()[4 * word + b];
+  return static_cast<std::int32_t>(value);
+}
+
+const char* format_of_bytes(int token_bytes) {
+  return token_bytes == 2 ? "tokens-u16" : "tokens-u32";
+}
+
+// The tokens of a file: after llm.c's header where it has one (checked against the declared
+// format and the file's size), else all of it.
+std::pair<std::size_t, std::size_t> token_span(const madpipe::runtime::MappedFile& file,
+                                               int token_bytes) {
+  using madpipe::Error;
+  using madpipe::ErrorKind;
+  const std::size_t size = file.size();
+  if (size >= kLlmcHeaderBytes && int32_at(file, 0) == kLlmcMagic) {
+    const std::int32_t version = int32_at(file, 1);
+    const std::int64_t count = int32_at(file, 2);
+    const int version_bytes = version == 1 ? 2 : version == 2 ? 4 : 0;
+    if (version_bytes == 0)
+      throw Error(ErrorKind::InvalidInput, file.path(), "data-format",
+                  "an llm.c token file (magic " + std::to_string(kLlmcMagic) +
+                      ") of unknown version " + std::to_string(version) +
+                      " (known: 1, 16-bit tokens; 2, 32-bit tokens)");
+    if (version_bytes != token_bytes)
+      throw Error(ErrorKind::InvalidInput, file.path(), "data-format",
+                  std::string("an llm.c token file of version ") + std::to_string(version) +
+                      " holds " + std::to_string(8 * version_bytes) +
+                      "-bit tokens, but it is read as " + format_of_bytes(token_bytes) +
+                      ": use --data-format " + format_of_bytes(version_bytes));
+    const std::size_t body = size - kLlmcHeaderBytes;
+    if (count < 0 || static_cast<std::size_t>(count) * version_bytes != body)
+      throw Error(ErrorKind::InvalidInput, file.path(), "data",
+                  "its llm.c header says " + std::to_string(count) + " tokens of " +
+                      std::to_string(version_bytes) + " bytes, but " + std::to_string(body) +
+                      " bytes follow the header (a truncated or damaged file?)");
+    return {kLlmcHeaderBytes / token_bytes, static_cast<std::size_t>(count)};
+  }
+  if (size % static_cast<std::size_t>(token_bytes) != 0)
+    throw Error(ErrorKind::InvalidInput, file.path(), "data-format",
+                "the file is " + std::to_string(size) + " bytes, not a whole number of " +
+                    std::to_string(token_bytes) +
+                    "-byte tokens (tokens-u16: 2 bytes, tokens-u32: 4)" +
+                    (token_bytes == 4 && size % 2 == 0 ? "; is it --data-format tokens-u16?" : ""));
+  return {0, size / static_cast<std::size_t>(token_bytes)};
+}
+}  // namespace
+
 madpipe::runtime::TokenFileData::TokenFileData(const std::string& train_path,
                                                const std::string& validation_path, int token_bytes,
                                                int context, int micro_batch_size,
@@ -114,23 +170,17 @@ madpipe::runtime::TokenFileData::TokenFileData(const std::string& train_path,
       seed_(seed) {
   const auto open = [token_bytes](const std::string& path) {
     auto file = std::make_shared<const MappedFile>(path);
-    if (file->size() % static_cast<std::size_t>(token_bytes) != 0)
-      throw Error(ErrorKind::InvalidInput, path, "data-format",
-                  "the file is " + std::to_string(file->size()) + " bytes, not a whole number of " +
-                      std::to_string(token_bytes) +
-                      "-byte tokens (tokens-u16: 2 bytes, tokens-u32: 4)");
-    return file;
+    const auto [first, count] = token_span(*file, token_bytes);
+    return Tokens{file, first, count};
   };
-  const std::shared_ptr<const MappedFile> train = open(train_path);
-  const std::size_t n = train->size() / static_cast<std::size_t>(token_bytes);
+  const Tokens train = open(train_path);
   if (validation_path.empty()) {
-    const std::size_t held_out = n / 10;
-    train_ = {train, 0, n - held_out};
-    validation_ = {train, n - held_out, held_out};
+    const std::size_t held_out = train.count / 10;
+    train_ = {train.file, train.first, train.count - held_out};
+    validation_ = {train.file, train.first + train.count - held_out, held_out};
   } else {
-    const std::shared_ptr<const MappedFile> validation = open(validation_path);
-    train_ = {train, 0, n};
-    validation_ = {validation, 0, validation->size() / static_cast<std::size_t>(token_bytes)};
+    train_ = train;
+    validation_ = open(validation_path);
   }
   const std::size_t window = static_cast<std::size_t>(context) + 1;
   for (const Tokens* split : {&train_, &validation_})
@@ -160,17 +210,51 @@ madpipe::runtime::Batch madpipe::runtime::TokenFileData::micro_batch(std::int64_
 }
 
 std::int64_t madpipe::runtime::TokenFileData::check_ids(std::int64_t vocab) const {
+  // Ids no tokenizer has (2^20 and more): 16-bit tokens read as 32-bit ones pair up into them.
+  constexpr std::uint64_t kLargestVocabulary = 1ULL << 20;
+  const std::string u16_as_u32 =
+      token_bytes_ == 4 ? " (16-bit tokens read as tokens-u32 pair up into such ids: is the file "
+                          "--data-format tokens-u16?)"
+                        : "";
+  if (validation_.file == train_.file) {
+    check_word_pattern({train_.file, train_.first, train_.count + validation_.count});
+  } else {
+    check_word_pattern(train_);
+    check_word_pattern(validation_);
+  }
   std::uint64_t largest = 0;
-  for (const Tokens* split : {&train_, &validation_})
+  for (const Tokens* split : {&train_, &validation_}) {
     for (std::size_t i = 0; i < split->count; ++i) {
       const std::uint64_t id = token(*split, i);
       largest = std::max(largest, id);
       if (vocab > 0 && id >= static_cast<std::uint64_t>(vocab))
         throw Error(ErrorKind::InvalidInput, split->file->path(), "vocab",
                     "token " + std::to_string(split->first + i) + " is id " + std::to_string(id) +
-                        ", outside the embedding of " + std::to_string(vocab) + " ids");
+                        ", outside the embedding of " + std::to_string(vocab) + " ids" +
+                        (id >= (1U << 16) ? u16_as_u32 : ""));
+      if (vocab == 0 && id >= kLargestVocabulary)
+        throw Error(ErrorKind::InvalidInput, split->file->path(), "vocab",
+                    "token " + std::to_string(split->first + i) + " is id " + std::to_string(id) +
+                        ", beyond any tokenizer's vocabulary of fewer than 2^20 ids (give --vocab "
+                        "if the ids are meant)" +
+                        u16_as_u32);
     }
+  }
   return static_cast<std::int64_t>(largest) + 1;
+}
+
+void madpipe::runtime::TokenFileData::check_word_pattern(const Tokens& tokens) const {
+  // 32-bit ids below 65536 read as tokens-u16: every second 16-bit word is zero.
+  if (token_bytes_ != 2 || tokens.count < 8 || tokens.count % 2 != 0) return;
+  bool low_words_used = false;
+  for (std::size_t i = 0; i + 1 < tokens.count; i += 2) {
+    if (token(tokens, i + 1) != 0) return;
+    low_words_used = low_words_used || token(tokens, i) != 0;
+  }
+  if (low_words_used)
+    throw Error(ErrorKind::InvalidInput, tokens.file->path(), "data-format",
+                "every second 16-bit token is 0, as when 32-bit tokens are read as tokens-u16: is "
+                "the file --data-format tokens-u32?");
 }
 
 std::string madpipe::runtime::TokenFileData::description() const {
@@ -406,11 +490,19 @@ std::string madpipe::runtime::SyntheticImages::description() const {
          std::to_string(classes_) + " classes)";
 }
 
+madpipe::runtime::ChainModel madpipe::runtime::take_model(Workload& workload) {
+  if (workload.model.name == "script") return std::move(workload.script);
+  return build_model(workload.model, [](int) { return false; });
+}
+
 madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c) {
   Workload w;
+  // The one load of a script model's file on this process.
+  if (c.model == "script")
+    w.script = script_chain_model(c.script, c.loss.empty() ? ModelConfig().loss : c.loss);
   // A script model's input ids must be below its embedding's rows, as a gpt's below --vocab.
   const std::int64_t id_limit = c.vocab > 0           ? c.vocab
-                                : c.model == "script" ? script_embedding_rows(c.script)
+                                : c.model == "script" ? w.script.input_id_limit
                                                       : 0;
   w.model.name = c.model;
   w.model.layers = c.layers;

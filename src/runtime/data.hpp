@@ -52,8 +52,11 @@ class TextData final : public DataSource {
 // integers of `token_bytes` (2 or 4) bytes each, mapped rather than read, so files may exceed
 // memory. A sample is a window of `context` + 1 tokens at an offset drawn from (seed, step,
 // micro-batch): the input is its first `context` tokens, the target its last. Without a
-// validation file, the last tenth of the training file is held out. Throws Error{InvalidInput}
-// naming the file when its size is not a whole number of tokens or it holds less than one window.
+// validation file, the last tenth of the training file is held out. A file may start with llm.c's
+// header (256 int32: magic 20240520, version 1 for 16-bit or 2 for 32-bit tokens, token count),
+// which is checked against the format and the file's size. Throws Error{InvalidInput} naming the
+// file when its size is not a whole number of tokens, its header does not fit, or it holds less
+// than one window.
 class TokenFileData final : public DataSource {
  public:
   TokenFileData(const std::string& train_path, const std::string& validation_path, int token_bytes,
@@ -62,7 +65,8 @@ class TokenFileData final : public DataSource {
   std::string description() const override;
   // Checks every token id of both files against an embedding of `vocab` ids (0: none) and
   // returns the largest id + 1; throws Error{InvalidInput} naming the file, the position and the
-  // id of the first one outside it. Reads the whole files.
+  // id of the first one outside it (without a vocabulary, of an id of 2^20 or more), or naming the
+  // likely right format where the ids look like the other width's. Reads the whole files.
   std::int64_t check_ids(std::int64_t vocab) const;
 
  private:
@@ -71,6 +75,8 @@ class TokenFileData final : public DataSource {
     std::size_t first = 0, count = 0;  // the tokens of this split
   };
   std::uint64_t token(const Tokens& tokens, std::size_t i) const;
+  // Throws Error{InvalidInput} suggesting tokens-u32 when every odd 16-bit word is zero.
+  void check_word_pattern(const Tokens& tokens) const;
 
   Tokens train_, validation_;
   int token_bytes_, context_, micro_batch_size_;
@@ -133,7 +139,10 @@ class SyntheticImages final : public DataSource {
 struct Workload {
   ModelConfig model;
   std::unique_ptr<DataSource> data;
+  ChainModel script;  // a script model, loaded (once) to check the data against
 };
 Workload make_workload(const TrainConfig& config);
+// The workload's model, holding no layer (a script model: the one make_workload loaded).
+ChainModel take_model(Workload& workload);
 
 }  // namespace madpipe::runtime

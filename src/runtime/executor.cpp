@@ -174,8 +174,10 @@ std::vector<int> madpipe::runtime::PipelineExecutor::local_stages() const {
   return out;
 }
 
-std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_buffers(int stage) const {
-  return model_.buffers(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
+std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_buffers(int stage,
+                                                                             int copy) const {
+  const ChainModel& model = copy == 1 && second_ ? *second_ : model_;
+  return model.buffers(plan_.stages[stage].first_layer, plan_.stages[stage].last_layer);
 }
 
 std::vector<torch::Tensor> madpipe::runtime::PipelineExecutor::stage_parameters(int stage,
@@ -201,12 +203,15 @@ void madpipe::runtime::PipelineExecutor::use_two_weight_copies(
 
 torch::Tensor madpipe::runtime::PipelineExecutor::forward_stage(
     int stage, torch::Tensor input, int copy,
-    const c10::intrusive_ptr<DeferredWeightGradients>& defer_into) {
+    const c10::intrusive_ptr<DeferredWeightGradients>& defer_into,
+    std::optional<std::uint64_t> random_key) {
   ChainModel& model = model_of(copy);
   std::optional<DeferWeightGradients> defer;
   if (defer_into) defer.emplace(defer_into);
-  for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l)
+  for (int l = plan_.stages[stage].first_layer; l <= plan_.stages[stage].last_layer; ++l) {
+    if (random_key) seed_layer_forward(*random_key, l, device_);
     input = model.layers[l].forward(input);
+  }
   return input;
 }
 
@@ -388,7 +393,10 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
           losses.add(i, value);
           return value / loss_divisor;
         };
-        const int copy = copy_of_ ? copy_of_(s, i) : 0;
+        // Validation runs on the executor's own model (which holds the newest weights).
+        const int copy = copy_of_ && train ? copy_of_(s, i) : 0;
+        std::optional<std::uint64_t> random_key;
+        if (train && random_key_) random_key = random_key_(i);
         Slot& slot = slots[s].at(instr.slot);
         if (slot.output.defined())
           throw Error(ErrorKind::Internal, "", "program",
@@ -397,9 +405,15 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
         if (train && sequences_[s]) {
           // A recomputation in the backward part uses this micro-batch's weight copy (kept in the
           // run), whatever copy_of would say then.
+          std::function<void(int)> seed_layer;
+          if (random_key)
+            seed_layer = [key = *random_key, this](int layer) {
+              seed_layer_forward(key, layer, device_);
+            };
           slot.run = sequences_[s]->forward(
               model_of(copy), input, s > 0,
-              last ? StageSequence::LossFn(scaled_loss) : StageSequence::LossFn());
+              last ? StageSequence::LossFn(scaled_loss) : StageSequence::LossFn(),
+              std::move(seed_layer));
           slot.output = slot.run->output;
         } else {
           torch::Tensor x = s > 0 && train ? input.detach().requires_grad_(true) : input;
@@ -411,7 +425,7 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::execute(
               throw Error(ErrorKind::Internal, "", "program",
                           plan::to_string(instr) + ": the W of an earlier forward has not run");
           }
-          slot.output = forward_stage(s, x, copy, defer_into);
+          slot.output = forward_stage(s, x, copy, defer_into, random_key);
           if (last) slot.output = scaled_loss(slot.output);
         }
         if (train) {
@@ -553,13 +567,17 @@ torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(
   return arena_.narrow(0, buffer.offset, bytes).view(dtype).view(shape);
 }
 
-madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(
-    ChainModel& model, int micro_batches, const std::function<Batch(int)>& batch_of) {
+madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(ChainModel& model, int micro_batches,
+                                                         const std::function<Batch(int)>& batch_of,
+                                                         const RandomKeyOf& key_of) {
   StepLoss loss;
   for (int i = 0; i < micro_batches; ++i) {
     const Batch b = batch_of(i);
     torch::Tensor x = b.input;
-    for (auto& layer : model.layers) x = layer.forward(x);
+    for (int l = 0; l < model.size(); ++l) {
+      if (key_of) seed_layer_forward(key_of(i), l, x.device());
+      x = model.layers[l].forward(x);
+    }
     torch::Tensor value = model.loss(x, b.target);
     loss.sum += value.item<double>();
     ++loss.count;

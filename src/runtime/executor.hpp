@@ -4,6 +4,7 @@
 #include "plan/program.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/data.hpp"
+#include "runtime/layer_seed.hpp"
 #include "runtime/model.hpp"
 #include "runtime/op_timer.hpp"
 #include "runtime/stage_sequence.hpp"
@@ -14,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,7 +93,7 @@ class PipelineExecutor {
   const std::vector<std::int64_t>& message_bytes() const noexcept { return message_bytes_; }
   const torch::Device& device() const noexcept { return device_; }
   std::vector<torch::Tensor> stage_parameters(int stage, int copy = 0) const;
-  std::vector<torch::Tensor> stage_buffers(int stage) const;
+  std::vector<torch::Tensor> stage_buffers(int stage, int copy = 0) const;
   // A stage's tensors for a checkpoint: its weights (of `copy`), buffers, their state_dict keys,
   // and `optimizer`.
   StageState stage_state(int stage, torch::optim::Optimizer* optimizer, int copy = 0) const;
@@ -106,6 +108,9 @@ class PipelineExecutor {
   // What an OptimizerStep instruction does: step(stage, update).
   void on_optimizer_step(std::function<void(int, int)> step) { optimizer_step_ = std::move(step); }
   void on_loss(std::function<void(int, double)> callback) { on_loss_ = std::move(callback); }
+  // Training runs seed the generators before each layer's forward of micro-batch i from
+  // key_of(i) (layer_seed.hpp), so random masks do not depend on the split; null: not seeded.
+  void seed_layers_by(RandomKeyOf key_of) { random_key_ = std::move(key_of); }
   // on_backward(stage, i) runs when the backward of micro-batch i on a local stage is done (the
   // trainer starts a stage's gradient all-reduce after its last one).
   void on_backward(std::function<void(int, int)> callback) { on_backward_ = std::move(callback); }
@@ -148,8 +153,10 @@ class PipelineExecutor {
                    bool train);
   // The stage's layers on `input` with weight copy `copy`; with `defer_into`, the layers that can
   // leave their weight gradients to W do so (weight_gradients.hpp).
+  // `random_key`: the micro-batch's key for seed_layer_forward (none: not seeded).
   torch::Tensor forward_stage(int stage, torch::Tensor input, int copy,
-                              const c10::intrusive_ptr<DeferredWeightGradients>& defer_into = {});
+                              const c10::intrusive_ptr<DeferredWeightGradients>& defer_into,
+                              std::optional<std::uint64_t> random_key);
   ChainModel& model_of(int copy) { return copy == 1 && second_ ? *second_ : model_; }
   torch::Tensor receive_buffer(const plan::Instr& instr, const plan::ReceiveBuffer& buffer);
   // Adds the op times of the last training run (if not yet added) to stage_times_, and its ops to
@@ -163,6 +170,7 @@ class PipelineExecutor {
   std::function<void(int, double)> on_loss_;
   std::function<void(int, int)> on_backward_;
   std::function<void(int, int)> optimizer_step_;
+  RandomKeyOf random_key_;
   TraceRecorder* recorder_ = nullptr;
   const plan::Plan& plan_;
   int rank_;
@@ -188,8 +196,9 @@ class PipelineExecutor {
 };
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated
-// the same way. Used by tests and by `madpipe train --gpus 1`.
+// the same way, in a plain autograd loop (no program, no executor). With `key_of`, each layer's
+// forward is seeded as PipelineExecutor::seed_layers_by does.
 StepLoss run_unsplit(ChainModel& model, int micro_batches,
-                     const std::function<Batch(int)>& batch_of);
+                     const std::function<Batch(int)>& batch_of, const RandomKeyOf& key_of = {});
 
 }  // namespace madpipe::runtime

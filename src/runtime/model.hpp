@@ -25,6 +25,14 @@ struct ModelConfig {
   std::uint64_t seed = 1;              // initial weights
 };
 
+// One use of a parameter that several layers share: the layer, the parameter's index in the
+// layer's parameters(), its name within the layer.
+struct TiedUse {
+  int layer = 0;
+  int index = 0;
+  std::string name;
+};
+
 // A model as the planner sees it: an ordered chain of layers, each a module taking one tensor
 // and returning one, and a loss of the last layer's output and the target.
 // A process holds only some layers (its stages'): the others are empty modules. Each layer's
@@ -59,6 +67,19 @@ struct ChainModel {
   // them under other names (a TorchScript child's nested "attn.weight" as "attn_weight"); empty:
   // the registered names are the original ones.
   std::vector<std::vector<std::string>> original_parameter_names, original_buffer_names;
+
+  // Parameters that several layers share (a tied embedding and output head), one group each,
+  // uses in layer order. Layers of a group held by one process share one tensor; processes that
+  // hold layers of one group sum their gradients (TiedGradients) so their copies stay equal.
+  std::vector<std::vector<TiedUse>> tied_parameters;
+  // Input ids must be below this (the rows of the first layer's embedding); 0: no limit known.
+  std::int64_t input_id_limit = 0;
+  // The model as its author wrote it (a TorchScript module's own forward), to check the chain
+  // against; null: the chain is the model.
+  std::function<torch::Tensor(const torch::Tensor&)> reference_forward;
+  // Frees what build_layer keeps to build layers (a loaded TorchScript module), once the process
+  // holds its layers; building another layer later loads it again. Null: nothing kept.
+  std::function<void()> release_source;
 };
 
 // Which layers a process builds: all of them by default.

@@ -35,7 +35,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
   }
   Workload workload = make_workload(c.workload);
   // No layer is held: the profiler builds each for its measurement, one at a time.
-  ChainModel model = build_model(workload.model, [](int) { return false; });
+  ChainModel model = take_model(workload);
   if (workload.model.name == "script")
     check_script_chain(model, workload.data->micro_batch(0, 0, false), workload.model.script);
   const Batch sample = on_device(workload.data->micro_batch(0, 0, false), device);

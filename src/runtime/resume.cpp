@@ -6,8 +6,10 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/mpi_session.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <mpi.h>
@@ -99,7 +101,8 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
   j["next_step"] = step + 1;
   j["model"] = {{"model", c.model},     {"layers", c.layers},   {"width", c.width},
                 {"heads", c.heads},     {"context", c.context}, {"inputs", c.inputs},
-                {"outputs", c.outputs}, {"image", c.image},     {"vocab", c.vocab}};
+                {"outputs", c.outputs}, {"image", c.image},     {"vocab", c.vocab},
+                {"script", c.script},   {"loss", c.loss}};
   j["training"] = {{"data", c.data},
                    {"data_format", name_of(kDataFormatNames, c.data_format)},
                    {"validation_data", c.validation_data},
@@ -123,4 +126,58 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
       {"inter_node_bandwidth_bytes_per_ms", c.platform.inter_node_bandwidth_bytes_per_ms},
       {"algorithm", partition::to_string(c.planner.algorithm)}};
   return j.dump(1) + "\n";
+}
+
+void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int step,
+                                              const TrainConfig& config) {
+  const fs::path path = checkpoint_dir(output_dir, step) / "run.json";
+  std::ifstream in(path);
+  if (!in) return;
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::InvalidInput, path.string(), "", std::string("not JSON: ") + e.what());
+  }
+  const nlohmann::json now = nlohmann::json::parse(run_record(config, step));
+  const std::set<std::string> may_change = {"steps", "learning_rate"};
+  for (const char* part : {"model", "training", "platform"}) {
+    if (!saved.contains(part)) continue;
+    for (const auto& [key, value] : saved[part].items()) {
+      if (may_change.count(key) || !now[part].contains(key)) continue;
+      // Where the run trains may change (device, memory, bandwidth, planner), not what it trains.
+      if (std::string(part) == "platform" && key != "gpus" && key != "replicas") continue;
+      if (now[part][key] != value)
+        throw Error(ErrorKind::InvalidInput, path.string(), std::string(part) + "." + key,
+                    "the checkpoint's run has " + value.dump() + ", this run " +
+                        now[part][key].dump() +
+                        "; --resume continues the same run (change it back, or start a new run "
+                        "in another --output-dir)");
+    }
+  }
+}
+
+void madpipe::runtime::check_resumed_plan(const std::string& given_path,
+                                          const std::string& checkpoint_plan_path) {
+  const plan::Plan given = plan::read_plan(given_path);
+  const plan::Plan saved = plan::read_plan(checkpoint_plan_path);
+  const std::size_t stages = std::max(given.stages.size(), saved.stages.size());
+  for (std::size_t s = 0; s < stages; ++s) {
+    const bool both = s < given.stages.size() && s < saved.stages.size();
+    if (both && given.stages[s].first_layer == saved.stages[s].first_layer &&
+        given.stages[s].last_layer == saved.stages[s].last_layer &&
+        given.stages[s].gpu == saved.stages[s].gpu)
+      continue;
+    auto describe = [s](const plan::Plan& plan) {
+      if (s >= plan.stages.size()) return std::string("no stage ") + std::to_string(s);
+      const schedule::Stage& stage = plan.stages[s];
+      return "layers " + std::to_string(stage.first_layer) + "-" +
+             std::to_string(stage.last_layer) + " on GPU " + std::to_string(stage.gpu);
+    };
+    throw Error(ErrorKind::InvalidInput, given_path, "/stages/" + std::to_string(s),
+                "stage " + std::to_string(s) + " has " + describe(given) +
+                    ", but the checkpoint's plan " + checkpoint_plan_path + " has " +
+                    describe(saved) +
+                    "; checkpoints hold the stages of their plan: resume without --plan");
+  }
 }

@@ -27,4 +27,14 @@ void truncate_metrics(const std::string& path, int step);
 // function of seed, step and index, so the next step is the data loader's whole state).
 std::string run_record(const TrainConfig& config, int step);
 
+// Throws Error{InvalidInput} naming the checkpoint's run.json and the first setting of the model,
+// the data and the training that differs between it and `config` (--steps and --learning-rate
+// may change; settings the file does not record are not compared). A missing run.json is no
+// error (checkpoints of older versions).
+void check_resumed_settings(const std::string& output_dir, int step, const TrainConfig& config);
+
+// Throws Error{InvalidInput} naming both files when the plan given with --resume splits the layers
+// into other stages or places them on other GPUs than the checkpoint's plan.
+void check_resumed_plan(const std::string& given_path, const std::string& checkpoint_plan_path);
+
 }  // namespace madpipe::runtime

@@ -24,22 +24,25 @@ struct ScriptInput {
   std::string loss = "mse";         // mse (against zeros) or cross-entropy (class 0, last dim)
 };
 
-// The chain of a TorchScript module for training (`--model script --script FILE`): the names of
-// its top-level children, a builder of each (a copy of the child from the module, loaded once on
-// the CPU) and `loss` ("cross-entropy": logits over the last dimension against int64 targets;
-// "mse": against float targets of the output's shape). Holds no layer. Throws Error{Io} when the
-// file cannot be loaded and Error{InvalidInput} naming the file and the child when the module has
-// no children or a child's forward does not take one tensor and return one.
+// The chain of a TorchScript module for training (`--model script --script FILE`), as its forward
+// computes: its top-level children in the order forward calls them, each layer a copy of one
+// child followed by the forward's statements up to the next child call (the first layer also
+// runs those before the first call); `loss` ("cross-entropy": logits over the last dimension
+// against int64 targets; "mse": against float targets of the output's shape). The file is loaded
+// once and kept until ChainModel::release_source. Parameters that children share are the model's
+// tied_parameters. Holds no layer. Throws Error{Io} when the file cannot be loaded and
+// Error{InvalidInput} naming the file and the child, or the first statement of forward that does
+// not fit a chain (a value used past the next child call, control flow, a tensor of the module
+// itself, a child called twice or never), when the module has no children or a child's forward
+// does not take one tensor and return one.
 ChainModel script_chain_model(const std::string& path, const std::string& loss);
-
-// The rows of the first embedding (torch.nn.Embedding) within the module's first child, which
-// every input id must be below; 0 when it has none. Throws as script_chain_model.
-std::int64_t script_embedding_rows(const std::string& path);
 
 // Runs `sample` (one micro-batch, on the CPU) through a chain of script_chain_model, each layer
 // built for its forward alone, then the loss: Error{InvalidInput} naming the file and the layer
 // whose forward fails on what the previous one gave (shapes that do not chain, a dtype the layer
-// does not take), or the loss that does not fit the last output and the targets.
+// does not take), or the loss that does not fit the last output and the targets; and, in
+// evaluation mode, compares the chain's output with the module's own forward on the sample:
+// Error{InvalidInput} when they differ.
 void check_script_chain(ChainModel& model, const Batch& sample, const std::string& path);
 
 // Throws Error{Io} when the file cannot be loaded and Error{InvalidInput} (naming the file) when

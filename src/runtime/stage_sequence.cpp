@@ -478,13 +478,13 @@ void madpipe::runtime::StageSequence::fail(std::size_t index, const std::string&
                   "': " + problem);
 }
 
-std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(ChainModel& model,
-                                                                      const torch::Tensor& input,
-                                                                      bool needs_input_gradient,
-                                                                      const LossFn& loss) const {
+std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(
+    ChainModel& model, const torch::Tensor& input, bool needs_input_gradient, const LossFn& loss,
+    std::function<void(int)> seed_layer) const {
   const std::size_t size = static_cast<std::size_t>(n_) + 2;
   auto run = std::make_unique<SequenceRun>();
   run->model = &model;
+  run->seed_layer = std::move(seed_layer);
   run->needs_input_gradient = needs_input_gradient;
   run->computes_loss = static_cast<bool>(loss);
   run->presence = SequencePresence(n_);
@@ -552,6 +552,7 @@ torch::Tensor madpipe::runtime::StageSequence::forward_layer(SequenceRun& run, i
                                                              const torch::Tensor& x) const {
   torch::nn::AnyModule& module = run.model->layers[static_cast<std::size_t>(first_layer_ + k - 1)];
   const bool again = run.forwards[k]++ > 0;
+  if (!again && run.seed_layer) run.seed_layer(first_layer_ + k - 1);
   if (!recomputed_[k]) return module.forward(x);
   const bool cuda = x.is_cuda();
   if (!again) {

@@ -55,6 +55,8 @@ struct SequenceRun {
   std::vector<int> forwards;            // [1..n] forwards of layer k run so far
   // [1..n] generator states at the first forward, of the layers that drew random numbers
   std::vector<torch::Tensor> rng_cpu, rng_device;
+  // Seeds the generators before a layer's first forward (global layer index); may be null.
+  std::function<void(int layer)> seed_layer;
   bool computes_loss = false;  // last stage: Loss recorded the loss, dLoss backpropagates it
   torch::Tensor output;        // handed to the next stage (a_n) or the scaled loss, detached
 };
@@ -91,9 +93,11 @@ class StageSequence {
   // Gives the gradient of the stage output (other stages; called by dLoss).
   using GradientFn = std::function<torch::Tensor()>;
 
-  // Runs the forward part on `input` (a_0) with the weights of `model`.
+  // Runs the forward part on `input` (a_0) with the weights of `model`; `seed_layer` (may be
+  // null) before each layer's first forward, which recomputations replay.
   std::unique_ptr<SequenceRun> forward(ChainModel& model, const torch::Tensor& input,
-                                       bool needs_input_gradient, const LossFn& loss) const;
+                                       bool needs_input_gradient, const LossFn& loss,
+                                       std::function<void(int layer)> seed_layer = {}) const;
   // Runs the backward part; returns delta_0 (undefined when !needs_input_gradient).
   torch::Tensor backward(SequenceRun& run, const GradientFn& gradient) const;
 

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include <mpi.h>
 #include <nlohmann/json.hpp>
@@ -106,8 +107,15 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
       self->averager->backward_done(s, [&] { return self->executor->stage_parameters(s); });
     });
   }
+  if (!model.tied_parameters.empty())
+    p->tied = std::make_unique<runtime::TiedGradients>(model, p->plan, rank, groups.pipeline());
+  // A tensor that several local layers share (tied parameters) is stepped once, by the optimizer
+  // of the first stage that has it.
+  std::set<const c10::TensorImpl*> stepped;
   for (int s : p->executor->local_stages()) {
-    std::vector<torch::Tensor> parameters = p->executor->stage_parameters(s);
+    std::vector<torch::Tensor> parameters;
+    for (const torch::Tensor& parameter : p->executor->stage_parameters(s))
+      if (stepped.insert(parameter.unsafeGetTensorImpl()).second) parameters.push_back(parameter);
     torch::optim::Optimizer* optimizer = nullptr;
     if (!parameters.empty()) {
       p->optimizers.push_back(runtime::make_optimizer(c, parameters));

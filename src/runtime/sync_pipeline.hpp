@@ -8,6 +8,7 @@
 #include "runtime/model.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/replicas.hpp"
+#include "runtime/tied_gradients.hpp"
 #include "runtime/train_planning.hpp"
 #include "runtime/trainer.hpp"
 #include "runtime/transport.hpp"
@@ -32,6 +33,8 @@ struct SyncPipeline {
   // Data parallelism: a stage's gradients are averaged over its replicas once its last backward
   // of the step is done.
   std::unique_ptr<GradientAverager> averager;
+  // Tied parameters on several ranks: their gradients summed after the averaging (null: none).
+  std::unique_ptr<TiedGradients> tied;
 };
 
 // This rank's transport for `plan`: NCCL over groups.nccl() when it is set (collective over the

@@ -227,8 +227,7 @@ int window_end(const madpipe::runtime::TrainConfig& c, int first) {
 // one window, and sends are released as they complete, so memory does not grow with the run.
 // The rank of the last stage reports the loss of each update.
 int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
-                              const madpipe::plan::Plan& plan,
-                              const madpipe::runtime::ModelConfig& model_config,
+                              const madpipe::plan::Plan& plan, madpipe::runtime::ChainModel& model,
                               const madpipe::runtime::LayerOutputs& outputs,
                               madpipe::runtime::PipelineExecutor& executor,
                               const madpipe::runtime::DataSource& data,
@@ -248,9 +247,18 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool reports = plan.stages.back().gpu == rank;
   const torch::Device device = executor.device();
-  // The second weight version: this rank's layers only.
-  runtime::ChainModel second =
-      runtime::build_model(model_config, runtime::layers_of_rank(plan, rank), device);
+  // The second weight version: this rank's layers only, built as the first's were.
+  runtime::ChainModel second;
+  second.names = model.names;
+  second.loss = model.loss;
+  second.build_layer = model.build_layer;
+  second.original_parameter_names = model.original_parameter_names;
+  second.original_buffer_names = model.original_buffer_names;
+  second.layers.resize(model.layers.size());
+  const runtime::LayerFilter mine = runtime::layers_of_rank(plan, rank);
+  for (int l = 0; l < second.size(); ++l)
+    if (mine(l)) second.materialize(l, device);
+  if (model.release_source) model.release_source();
   runtime::TwoWeightVersions versions(executor, second, m, [&](std::vector<torch::Tensor> p) {
     return madpipe::runtime::make_optimizer(c, std::move(p));
   });
@@ -340,6 +348,9 @@ int train_two_weight_versions(const madpipe::runtime::TrainConfig& c,
       recorder->record_until_step(std::min(traced, length));
       executor.trace_into(recorder.get());
     }
+    executor.seed_layers_by([&c, window_first, m](int i) {
+      return runtime::micro_batch_random_key(c.seed, window_first + i / m, i % m);
+    });
     executor.run(program->second, [&](int i) {
       return runtime::on_device(data.micro_batch(window_first + i / m, i % m, false), device);
     });
@@ -440,7 +451,13 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     ResumePoint resume;
     if (c.resume && !c.dry_run) {
       resume = find_resume_point(c.output_dir, rank, say);
-      if (resume.step > 0 && c.plan.empty()) c.plan = resume.plan_path;
+      if (resume.step > 0) {
+        if (c.plan.empty())
+          c.plan = resume.plan_path;
+        else
+          check_resumed_plan(c.plan, resume.plan_path);
+        check_resumed_settings(c.output_dir, resume.step, c);
+      }
     }
     torch::set_num_threads(1);
     install_cpu_memory_counter();  // before the model, so that traces count its tensors
@@ -450,11 +467,10 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     ChainModel model;
     session.run_on_every_rank([&] {
       workload = make_workload(c);
-      model = build_model(workload.model, [](int) { return false; });
+      model = take_model(workload);
       if (workload.model.name == "script")
         check_script_chain(model, workload.data->micro_batch(0, 0, false), workload.model.script);
     });
-    const ModelConfig& model_config = workload.model;
     std::unique_ptr<DataSource> data = std::move(workload.data);
     say("data: " + data->description());
     if (!device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + device.str() + ")");
@@ -483,6 +499,23 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       if (mine(l)) model.materialize(l, device);
     const LayerOutputs outputs = probe_layer_outputs(model, sample);
     sample = Batch{};  // not held through the run, whose memory the plan accounts for
+    if (!model.tied_parameters.empty()) {
+      const std::vector<TiedUse>& group = model.tied_parameters.front();
+      const std::string tie = model.names[group.front().layer] + "." + group.front().name +
+                              " and " + model.names[group.back().layer] + "." + group.back().name;
+      if (c.mode == TrainingMode::TwoWeightVersions)
+        throw Error(
+            ErrorKind::Unsupported, "", "mode",
+            "2bw does not train tied parameters yet (" + tie + " are one tensor); use --mode sync");
+      if (c.replan_after > 0)
+        throw Error(ErrorKind::Unsupported, "", "replan-after",
+                    "re-planning does not move tied parameters yet (" + tie +
+                        " are one tensor); leave --replan-after out");
+      say("tied parameters: " + std::to_string(model.tied_parameters.size()) + " group(s), e.g. " +
+          tie +
+          "; trained as one tensor (gradients summed over the ranks "
+          "that hold a copy)");
+    }
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const TransportKind transport =
         resolve_transport(c.transport, c.device, device, session.local_size(), nccl_built());
@@ -493,8 +526,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     if (c.mode == TrainingMode::TwoWeightVersions) {
       std::unique_ptr<Transport> link = make_transport(c, first_plan, groups);
       PipelineExecutor executor(model, first_plan, rank, *link, outputs);
-      return train_two_weight_versions(c, first_plan, model_config, outputs, executor, *data,
-                                       resume, say);
+      return train_two_weight_versions(c, first_plan, model, outputs, executor, *data, resume, say);
     }
     if (c.replicas > 1) {
       say("replicas: rank r is GPU r % " + std::to_string(pipeline_size) + " of replica r / " +
@@ -513,6 +545,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const int first_micro_batch = groups.layout().replica * c.micro_batches;
     std::unique_ptr<SyncPipeline> pipeline =
         build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
+    if (model.release_source) model.release_source();  // this rank's layers are built
     auto checkpoint = [&](int step) {
       std::vector<std::pair<int, StageState>> states;
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
@@ -569,10 +602,14 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       pipeline->executor->on_loss([&](int i, double value) {
         if (!std::isfinite(value)) bad_micro_batch = std::min(bad_micro_batch, i);
       });
+      pipeline->executor->seed_layers_by([&c, step, first_micro_batch](int i) {
+        return micro_batch_random_key(c.seed, step, first_micro_batch + i);
+      });
       const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
         return on_device(data->micro_batch(step, first_micro_batch + i, false), device);
       });
       if (pipeline->averager) pipeline->averager->finish();
+      if (pipeline->tied) pipeline->tied->sum();
       if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena)
         report_receive_arena(*pipeline->executor, groups.layout(), say);
       if (step == first_step)

@@ -17,6 +17,16 @@ madpipe::runtime::TwoWeightVersions::TwoWeightVersions(PipelineExecutor& executo
       second, [this](int stage, int i) { return copy_of(stage, i); },
       [this](int stage, int i) { in_flight_[stage].erase(i); });
   executor.on_optimizer_step([this](int stage, int generation) { update(stage, generation); });
+  // One set of buffers (batch-norm statistics) for both copies: every training micro-batch
+  // updates it in the order the stage runs them, and the checkpoint saves it.
+  {
+    torch::NoGradGuard no_grad;
+    for (int s : executor.local_stages()) {
+      const std::vector<torch::Tensor> first = executor.stage_buffers(s, 0);
+      std::vector<torch::Tensor> second_buffers = executor.stage_buffers(s, 1);
+      for (std::size_t b = 0; b < first.size(); ++b) second_buffers[b].set_(first[b]);
+    }
+  }
   // Both copies start as W(0): copy 1 serves generation 0 (as W(-1)), copy 0 generation 1.
   synchronize_copies();
 }

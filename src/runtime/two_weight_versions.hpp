@@ -20,6 +20,8 @@ namespace madpipe::runtime {
 // are alive: they live in two model copies, micro-batch i using copy (i/m + 1) mod 2. The
 // optimizer keeps its own copy of the newest version (and its state). The updates are the
 // program's OptimizerStep instructions (lowered with LowerOptions::update_micro_batches = m).
+// The copies share their buffers (batch-norm statistics). Validation runs on copy 0, which
+// synchronize_copies() leaves holding the newest version.
 class TwoWeightVersions {
  public:
   using OptimizerFactory =

@@ -430,8 +430,8 @@ algorithm = 1f1b
 algorithms = madpipe,gpipe
 iterations = 4
 
-[runtime]
-ignored = yes
+[model]
+model = gpt
 EOF
   run plan --profile "$minimal" --config madpipe.ini --quiet
   expect_status 0
@@ -451,6 +451,15 @@ EOF
   run plan --profile "$minimal" --config typo.ini
   expect_status 2
   expect_in err "madpipe: error: typo.ini: [platform] gpu: unknown key"
+  # A misspelled or capitalised section is refused, not skipped with all its keys.
+  printf '[platform]\ngpus = 2\n\n[platfrom]\nbandwidth = 12GB/s\n' >typo.ini
+  run plan --profile "$minimal" --config typo.ini --memory 16GiB
+  expect_status 2
+  expect_in err "madpipe: error: typo.ini: line 4 [platfrom]: unknown section: its keys would be ignored (this command reads [platform], [planner]; other commands read [model], [training], [output], [profile], [sweep], [scale]; names are lower case)"
+  printf '[Platform]\ngpus = 2\n' >typo.ini
+  run compare --profile "$minimal" --config typo.ini
+  expect_status 2
+  expect_in err "typo.ini: line 1 [Platform]: unknown section"
   run plan --profile "$minimal" --config absent.ini
   expect_status 2
   expect_in err "madpipe: error: absent.ini: cannot open config file"

@@ -114,6 +114,12 @@ INI
     mpi 3 --config run.ini --steps 2
     [[ $status -eq 0 ]] || fail "exit status $status"
     [[ $(wc -l <gpt-run/metrics.jsonl) -eq 2 ]] || fail "--steps 2 should win over steps = 3"
+    # A misspelled section is refused on every rank, not dropped with its keys.
+    sed 's/^\[training\]/[trainig]/' run.ini >typo.ini
+    mpi 3 --config typo.ini --steps 2
+    [[ $status -eq 2 ]] || fail "a misspelled section should exit 2, got $status"
+    [[ $(grep -c "typo.ini: line 7 \[trainig\]: unknown section: its keys would be ignored (this command reads \[model\], \[training\], \[platform\], \[planner\], \[output\]; other commands read \[profile\], \[sweep\], \[scale\]; names are lower case)" err) -eq 3 ]] ||
+      fail "every rank should name the file, line and section: $(cat err)"
     ;;
   wrong_rank_count)
     mpi 2 "${small[@]}" --gpus 3 --steps 1 --output-dir run
@@ -176,6 +182,23 @@ PY
     [[ $status -eq 0 ]] || fail "first half failed"
     [[ $(cat resumed/checkpoints/latest) == 2 ]] || fail "latest should name step 2"
     ls resumed/checkpoints/step-2/stage-*.pt >/dev/null || fail "no stage files"
+    # A resumed run is the same run: another optimizer or plan is refused on every rank, naming
+    # what differs, before anything is loaded.
+    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume --optimizer sgd
+    [[ $status -eq 2 ]] || fail "a resume with another optimizer should exit 2, got $status"
+    [[ $(grep -c 'resumed/checkpoints/step-2/run.json: training.optimizer: the checkpoint.s run has "adamw", this run "sgd"; --resume continues the same run' err) -eq 3 ]] ||
+      fail "every rank should name the setting: $(cat err)"
+    python3 - <<'PY' || fail "could not write the other plan"
+import json
+plan = json.load(open("resumed/checkpoints/step-2/plan.json"))
+a, b = plan["stages"][0], plan["stages"][1]
+a["gpu"], b["gpu"] = b["gpu"], a["gpu"]  # the same stages, placed otherwise
+json.dump(plan, open("other.json", "w"))
+PY
+    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume --plan other.json
+    [[ $status -eq 2 ]] || fail "a resume with another plan should exit 2, got $status"
+    [[ $(grep -c "other.json: /stages/0: stage 0 has layers 0-[0-9]* on GPU [0-9], but the checkpoint's plan .* has layers 0-[0-9]* on GPU [0-9]; checkpoints hold the stages of their plan: resume without --plan" err) -eq 3 ]] ||
+      fail "every rank should name the differing stage: $(cat err)"
     mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume
     [[ $status -eq 0 ]] || fail "resumed run failed"
     grep -q "resumed from the checkpoint of step 2" out || fail "no resume message"
@@ -200,6 +223,19 @@ PY
     # Planned with the default 4 weight copies plus 2BW's three.
     grep -q '"weight_copies": 7' run/plan.json || fail "2bw should plan 7 weight copies"
     grep -q '"mode": "2bw"' run/trace.json || fail "no 2bw trace written"
+    ;;
+  two_bw_validation)
+    # Validation in 2BW runs on the newest weights in evaluation mode, for any number of
+    # validation micro-batches, between windows of updates.
+    mlp=(--model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --micro-batch-size 2 --mode 2bw
+      --gpus 2 --steps 12 --algorithm 1f1b)
+    mpi 2 "${mlp[@]}" --micro-batches 2 --eval-micro-batches 8 --eval-every 2 --output-dir eight
+    [[ $status -eq 0 ]] || fail "2bw with 8 validation micro-batches failed: $(tail -3 err)"
+    [[ $(wc -l <eight/metrics.jsonl) -eq 12 ]] || fail "12 updates expected"
+    [[ $(grep -c '"val_loss"' eight/metrics.jsonl) -eq 6 ]] || fail "a validation every 2 steps expected"
+    mpi 2 "${mlp[@]}" --micro-batches 3 --output-dir three
+    [[ $status -eq 0 ]] || fail "2bw with 3 micro-batches past its first validation failed: $(tail -3 err)"
+    [[ $(wc -l <three/metrics.jsonl) -eq 12 ]] || fail "12 updates expected"
     ;;
   two_bw_resume_equals_uninterrupted)
     # 2BW checkpoints at the end of a window (the pipeline drained) and resumes exactly.
@@ -289,6 +325,42 @@ PY
     [[ $status -eq 2 ]] || fail "an id outside --vocab should exit 2, got $status"
     [[ $(grep -c "train.bin: vocab: token [0-9]* is id [0-9]*, outside the embedding of 100 ids" err) -eq 2 ]] ||
       fail "every rank should name the file and the id: $(cat err)"
+    # A file read with the wrong token width is refused on every rank, naming the likely format;
+    # llm.c's header is read and checked.
+    python3 - <<'PY' || fail "could not write the token files"
+import array, struct
+text = open("/usr/share/common-licenses/GPL-3", "rb").read()
+array.array("I", list(text[:30000])).tofile(open("wide.bin", "wb"))  # 32-bit ids
+ids = list(text[:30000])
+open("llmc.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(ids)] + [0] * 253)) +
+                             array.array("H", ids).tobytes())
+open("llmc2.bin", "wb").write(struct.pack("<256i", *([20240520, 2, len(ids) // 2] + [0] * 253)) +
+                              array.array("H", ids).tobytes())
+open("short.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(ids) + 5] + [0] * 253)) +
+                              array.array("H", ids).tobytes())
+PY
+    plain=(--model gpt --layers 2 --width 32 --heads 2 --context 16 --micro-batches 4
+      --micro-batch-size 4 --eval-every 0 --steps 1)
+    mpi 2 "${plain[@]}" --gpus 2 --data wide.bin --data-format tokens-u16 --output-dir bad
+    [[ $status -eq 2 ]] || fail "32-bit tokens read as tokens-u16 should exit 2, got $status"
+    [[ $(grep -c "wide.bin: data-format: every second 16-bit token is 0, as when 32-bit tokens are read as tokens-u16: is the file --data-format tokens-u32?" err) -eq 2 ]] ||
+      fail "every rank should name the likely format: $(cat err)"
+    mpi 2 "${plain[@]}" --gpus 2 --data train.bin --data-format tokens-u32 --output-dir bad
+    [[ $status -eq 2 ]] || fail "16-bit tokens read as tokens-u32 should exit 2, got $status"
+    [[ $(grep -c "train.bin: vocab: token [0-9]* is id [0-9]*, beyond any tokenizer's vocabulary of fewer than 2^20 ids (give --vocab if the ids are meant) (16-bit tokens read as tokens-u32 pair up into such ids: is the file --data-format tokens-u16?)" err) -eq 2 ]] ||
+      fail "every rank should name the likely format: $(cat err)"
+    mpi 2 "${plain[@]}" --gpus 2 --data llmc.bin --data-format tokens-u16 --output-dir llmc
+    [[ $status -eq 0 ]] || fail "an llm.c token file should train: $(tail -3 err)"
+    grep -q "data: tokens from llmc.bin (27000 training and 3000 validation tokens of 16 bits, mapped)" out ||
+      fail "the llm.c header should not count as tokens: $(head -3 out)"
+    mpi 2 "${plain[@]}" --gpus 2 --data llmc2.bin --data-format tokens-u16 --output-dir bad
+    [[ $status -eq 2 ]] || fail "an llm.c file of version 2 read as tokens-u16 should exit 2"
+    [[ $(grep -c "llmc2.bin: data-format: an llm.c token file of version 2 holds 32-bit tokens, but it is read as tokens-u16: use --data-format tokens-u32" err) -eq 2 ]] ||
+      fail "every rank should name the header's format: $(cat err)"
+    mpi 2 "${plain[@]}" --gpus 2 --data short.bin --data-format tokens-u16 --output-dir bad
+    [[ $status -eq 2 ]] || fail "an llm.c file shorter than its header says should exit 2"
+    grep -q "short.bin: data: its llm.c header says 30005 tokens of 2 bytes, but 60000 bytes follow the header" err ||
+      fail "no truncation message: $(cat err)"
     ;;
   script_model)
     # TorchScript chains written by PyTorch train as --model script: an MLP (mse, tensors file)
@@ -688,6 +760,155 @@ for plan in plans:
     plan.get("solver", {}).pop("seconds", None)
 sys.exit(0 if plans[0] == plans[1] else 1)
 PY
+    ;;
+  script_forward_is_the_contract)
+    # A TorchScript module trains as its forward computes: statements between child calls (an
+    # activation, a scaling) run in the layer before them, children run in the order forward
+    # calls them; the step-1 loss is PyTorch's. A forward that is no chain is refused on every
+    # rank, naming the statement.
+    python_with_torch
+    cat >make.py <<'PY'
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+class Glue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc2 = nn.Linear(16, 2)  # registered first, called second
+        self.fc1 = nn.Linear(8, 16)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x * 2.0)) * 0.5)
+class Skip(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 2)
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.fc2(h + x)
+class Branch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 2)
+    def forward(self, x):
+        h = self.fc1(x)
+        if bool(h.sum() > 0):
+            h = h * 2.0
+        return self.fc2(h)
+class Unused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 2)
+        self.spare = nn.Linear(8, 2)
+    def forward(self, x):
+        return self.fc1(x)
+for name, module in [("glue", Glue()), ("skip", Skip()), ("branch", Branch()),
+                     ("unused", Unused())]:
+    torch.jit.save(torch.jit.script(module), name + ".pt")
+# Every row alike: whichever rows a micro-batch draws, its loss is the one computed here.
+x, y = torch.randn(1, 8).repeat(200, 1), torch.randn(1, 2).repeat(200, 1)
+torch.save({"inputs": x, "targets": y}, "rows.pt")
+glue = torch.jit.load("glue.pt")
+print(repr(F.mse_loss(glue(x[:5]), y[:5]).item()))
+PY
+    "$python" make.py >expected 2>/dev/null || fail "could not write the TorchScript modules"
+    run=(--model script --loss mse --data rows.pt --data-format tensors --micro-batches 4
+      --micro-batch-size 5 --eval-every 0 --steps 3)
+    for ranks in 1 2; do
+      mpi "$ranks" "${run[@]}" --script glue.pt --gpus "$ranks" --output-dir "glue-$ranks"
+      [[ $status -eq 0 ]] || fail "the glue module on $ranks ranks failed: $(tail -3 err)"
+      python3 - "$(loss_of "glue-$ranks/metrics.jsonl" 1)" "$(cat expected)" <<'PY' ||
+import sys
+got, want = float(sys.argv[1]), float(sys.argv[2])
+sys.exit(0 if abs(got - want) <= 1e-6 * abs(want) else 1)
+PY
+        fail "step-1 loss on $ranks ranks is $(loss_of "glue-$ranks/metrics.jsonl" 1), PyTorch's forward gives $(cat expected)"
+    done
+    same_losses glue-2/metrics.jsonl glue-1/metrics.jsonl || fail "the glue module's losses differ on 2 ranks"
+    refusal() {  # refusal MODULE MESSAGE: 2 ranks exit 2 before training, each printing MESSAGE
+      mpi 2 "${run[@]}" --script "$1" --gpus 2 --output-dir bad
+      [[ $status -eq 2 ]] || fail "$1: expected exit 2, got $status"
+      [[ $(grep -cF "$2" err) -eq 2 ]] || fail "$1: every rank should say: $2; got: $(cat err)"
+      [[ ! -e bad/metrics.jsonl ]] || fail "$1: trained all the same"
+    }
+    refusal skip.pt "skip.pt: forward: 'h + x' (make.py:17) uses a value from before the previous layer's output"
+    refusal branch.pt "branch.pt: forward: 'if bool(h.sum() > 0):' (make.py:25) is control flow"
+    refusal unused.pt "unused.pt: layer spare: forward never calls this child"
+    ;;
+  script_tied_parameters)
+    # An embedding and an output head that share one weight train as one tensor: on 1, 2 and 3
+    # ranks the losses agree and the exported weights hold the two keys equal.
+    python_with_torch
+    cat >make.py <<'PY'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(32, 16)
+        self.body = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 32, bias=False)
+        self.head.weight = self.embed.weight
+    def forward(self, x):
+        return self.head(self.norm(self.body(self.embed(x))))
+torch.jit.save(torch.jit.script(TiedLM()), "tied.pt")
+np.tile(np.arange(32, dtype=np.uint16), 200).tofile("train.bin")
+PY
+    "$python" make.py 2>/dev/null || fail "could not write the TorchScript module"
+    lm=(--model script --script tied.pt --data train.bin --data-format tokens-u16 --context 8
+      --micro-batches 3 --micro-batch-size 4 --learning-rate 0.01 --weight-decay 0.1
+      --eval-every 5 --steps 10)
+    for ranks in 1 2 3; do
+      mpi "$ranks" "${lm[@]}" --gpus "$ranks" --output-dir "tied-$ranks"
+      [[ $status -eq 0 ]] || fail "the tied model on $ranks ranks failed: $(tail -3 err)"
+      grep -q "^tied parameters: 1 group(s), e.g. embed.weight and head.weight; trained as one tensor" out ||
+        fail "no note of the tie on $ranks ranks: $(head -20 out)"
+      "$madpipe" export-weights --run "tied-$ranks" --output "tied-$ranks.pt" >/dev/null 2>err ||
+        fail "export-weights of tied-$ranks failed: $(cat err)"
+    done
+    for ranks in 2 3; do
+      same_losses "tied-$ranks/metrics.jsonl" tied-1/metrics.jsonl ||
+        fail "the tied model's losses on $ranks ranks differ from 1 rank's"
+    done
+    "$python" - <<'PY' 2>/dev/null || fail "the tied weights came apart, or differ between 1 and 3 ranks"
+import sys, torch
+sys.path.insert(0, ".")
+states = [torch.load(f"tied-{r}.pt") for r in (1, 2, 3)]
+for state in states:
+    assert torch.equal(state["embed.weight"], state["head.weight"])
+initial = torch.jit.load("tied.pt").state_dict()
+assert not torch.equal(states[0]["embed.weight"], initial["embed.weight"])
+for state in states[1:]:
+    assert all(torch.allclose(state[k], states[0][k], rtol=1e-5, atol=1e-6) for k in state)
+PY
+    mpi 2 "${lm[@]}" --gpus 2 --mode 2bw --output-dir bad
+    [[ $status -eq 2 ]] || fail "2bw with tied parameters should exit 2, got $status"
+    grep -q "mode: 2bw does not train tied parameters yet (embed.weight and head.weight are one tensor); use --mode sync" err ||
+      fail "no reason for the 2bw refusal: $(cat err)"
+    ;;
+  dropout_independent_of_split)
+    # Random masks are a function of (seed, step, micro-batch, layer): a model with dropout and
+    # batch norm trains alike on 1 and 3 ranks.
+    python_with_torch
+    cat >make.py <<'PY'
+import torch, torch.nn as nn
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.3), nn.ReLU(), nn.Linear(32, 32),
+                    nn.BatchNorm1d(32), nn.Dropout(0.3), nn.Tanh(), nn.Linear(32, 2))
+torch.jit.save(torch.jit.script(net), "drop.pt")
+x = torch.randn(200, 8)
+torch.save({"inputs": x, "targets": torch.tanh(x[:, :2])}, "data.pt")
+PY
+    "$python" make.py 2>/dev/null || fail "could not write the TorchScript module"
+    run=(--model script --script drop.pt --loss mse --data data.pt --data-format tensors
+      --micro-batches 4 --micro-batch-size 5 --eval-every 4 --steps 8)
+    for ranks in 1 3; do
+      mpi "$ranks" "${run[@]}" --gpus "$ranks" --output-dir "drop-$ranks"
+      [[ $status -eq 0 ]] || fail "the dropout model on $ranks ranks failed: $(tail -3 err)"
+    done
+    same_losses drop-3/metrics.jsonl drop-1/metrics.jsonl ||
+      fail "with dropout, 3 ranks' losses differ from 1 rank's"
     ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run
