@@ -53,6 +53,9 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
       "mode", enum_value(c.mode, runtime::kTrainingModeNames, "mode", "--mode"),
       "sync: gradients of each step's micro-batches, then a flush; 2bw: no flush, two weight "
       "versions per stage, one update per micro-batches")(
+      "plain-loop", po::bool_switch(&c.plain_loop),
+      "run each step as a plain autograd loop over the unsplit model instead of the plan (one "
+      "process, sync mode): the reference to compare pipelined runs with")(
       "steps", po::value(&c.steps)->default_value(c.steps)->notifier(at_least(1, "--steps")),
       "training steps")("micro-batches",
                         po::value(&c.micro_batches)

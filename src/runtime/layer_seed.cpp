@@ -26,8 +26,7 @@ std::uint64_t madpipe::runtime::micro_batch_random_key(std::uint64_t seed, std::
              static_cast<std::uint64_t>(micro_batch));
 }
 
-void madpipe::runtime::seed_layer_forward(std::uint64_t key, int layer,
-                                          const c10::Device& device) {
+void madpipe::runtime::seed_layer_forward(std::uint64_t key, int layer, const c10::Device& device) {
   const std::uint64_t value = mix(key ^ static_cast<std::uint64_t>(layer));
   seed(at::globalContext().defaultGenerator(c10::DeviceType::CPU), value);
   if (!device.is_cpu()) seed(at::globalContext().defaultGenerator(device), value);

@@ -165,20 +165,29 @@ constexpr const char* kChainRule =
     " (madpipe trains a module's forward as a chain: each child called once, on what the "
     "statements after the previous child computed from its output alone)";
 
-// "'h + x' (model.py:18)": a statement of the module's forward as its source wrote it.
+// "'h = h + self.mlp(h)' (model.py:18)": the source line of a statement of the module's forward.
 std::string statement(const Node* node) {
   // A loaded module's code is TorchScript's serialized form; where the file kept the debug
   // records, the range it was generated from is the author's own source.
   torch::jit::SourceRange range = node->sourceRange();
   if (const auto original = range.findSourceRangeThatGenerated()) range = *original;
   std::string text;
-  if (range.source()) text = range.text().str();
+  if (const std::shared_ptr<torch::jit::Source>& source = range.source()) {
+    text = source->get_line(source->lineno_for_offset(range.start())).str();
+    text = text.substr(0, text.find('\n'));
+    const std::size_t comment = text.find('#');
+    if (comment != std::string::npos) text = text.substr(0, comment);
+    const std::size_t first = text.find_first_not_of(" \t");
+    text = first == std::string::npos
+               ? ""
+               : text.substr(first, text.find_last_not_of(" \t") + 1 - first);
+  }
   if (text.empty()) {
     std::ostringstream out;
     out << *node;
     text = out.str();
+    text = text.substr(0, text.find('\n'));
   }
-  text = text.substr(0, text.find('\n'));
   std::string where;
   if (const auto place = range.file_line_col()) {
     std::string file = std::get<0>(*place);

@@ -32,6 +32,10 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
     invalid("on-nan",
             "--on-nan skip needs --mode sync (2bw applies each update within the pipeline, so it "
             "cannot skip one; it stops at a non-finite loss)");
+  if (c.plain_loop && (c.platform.gpus != 1 || c.mode != TrainingMode::Sync || c.replan_after > 0))
+    invalid("plain-loop",
+            "the plain loop is one process training synchronously (--gpus 1, --mode sync, no "
+            "--replan-after)");
   if (c.replan_after > 0 && c.replan_after >= c.steps)
     invalid("replan-after", "--replan-after " + std::to_string(c.replan_after) +
                                 " leaves no step to run with a new plan (--steps " +

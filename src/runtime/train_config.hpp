@@ -84,6 +84,9 @@ struct TrainingSettings {
   std::uint64_t seed = 1;
   int eval_every = 10;  // steps between validation losses; 0: never
   int eval_micro_batches = 8;
+  // Each step as a plain autograd loop over the unsplit model (run_unsplit), not the plan's
+  // program: one process, the reference that pipelined runs are compared with.
+  bool plain_loop = false;
 };
 
 // The platform defaults of `madpipe train`: one CPU rank with 16 GiB, 12 GB/s

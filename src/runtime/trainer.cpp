@@ -546,6 +546,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     std::unique_ptr<SyncPipeline> pipeline =
         build_sync_pipeline(c, first_plan, model, outputs, groups, nullptr);
     if (model.release_source) model.release_source();  // this rank's layers are built
+    if (c.plain_loop)
+      say("plain loop: each step runs the unsplit model in one autograd loop, not the plan");
     auto checkpoint = [&](int step) {
       std::vector<std::pair<int, StageState>> states;
       for (const auto& [s, optimizer] : pipeline->stage_optimizers)
@@ -581,7 +583,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
                    first_step > 1 ? std::ios::app : std::ios::trunc);
     // With re-planning, the trace records the steps after it: the plan the run continues with.
     const int first_traced = replanning ? c.replan_after + 1 : first_step;
-    const int last_traced = std::min(c.steps, first_traced + c.trace_steps - 1);
+    // The plain loop runs no program: nothing to trace.
+    const int last_traced = c.plain_loop ? 0 : std::min(c.steps, first_traced + c.trace_steps - 1);
     MemoryMeter meter(device);
     std::unique_ptr<TraceRecorder> recorder;
     const auto started = Clock::now();
@@ -605,12 +608,17 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
       pipeline->executor->seed_layers_by([&c, step, first_micro_batch](int i) {
         return micro_batch_random_key(c.seed, step, first_micro_batch + i);
       });
-      const StepLoss local = pipeline->executor->run(pipeline->program, [&](int i) {
+      auto batch_of = [&](int i) {
         return on_device(data->micro_batch(step, first_micro_batch + i, false), device);
-      });
+      };
+      const StepLoss local =
+          c.plain_loop
+              ? run_unsplit(model, c.micro_batches, batch_of,
+                            [&c, step](int i) { return micro_batch_random_key(c.seed, step, i); })
+              : pipeline->executor->run(pipeline->program, batch_of);
       if (pipeline->averager) pipeline->averager->finish();
       if (pipeline->tied) pipeline->tied->sum();
-      if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena)
+      if (step == first_step && c.receive_buffers == ReceiveBuffers::Arena && !c.plain_loop)
         report_receive_arena(*pipeline->executor, groups.layout(), say);
       if (step == first_step)
         note_program_memory(c, pipeline->plan, pipeline->program, micro_batch_bytes(*data), say);

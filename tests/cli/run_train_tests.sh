@@ -395,17 +395,19 @@ PY
     lm=(--model script --script lm.pt --data train.bin --validation-data val.bin
       --data-format tokens-u16 --context 16 --micro-batches 4 --micro-batch-size 4
       --learning-rate 0.01 --eval-every 10 --steps 20)
+    mpi 1 "${mlp[@]}" --gpus 1 --plain-loop --output-dir mlp-plain
+    [[ $status -eq 0 ]] || fail "the MLP's plain loop failed: $(tail -3 err)"
+    mpi 1 "${lm[@]}" --gpus 1 --plain-loop --output-dir lm-plain
+    [[ $status -eq 0 ]] || fail "the language model's plain loop failed: $(tail -3 err)"
     for ranks in 1 2 4; do
       mpi "$ranks" "${mlp[@]}" --gpus "$ranks" --output-dir "mlp-$ranks"
       [[ $status -eq 0 ]] || fail "the MLP on $ranks ranks failed: $(tail -3 err)"
       mpi "$ranks" "${lm[@]}" --gpus "$ranks" --output-dir "lm-$ranks"
       [[ $status -eq 0 ]] || fail "the language model on $ranks ranks failed: $(tail -3 err)"
-    done
-    for ranks in 2 4; do
-      same_losses "mlp-$ranks/metrics.jsonl" mlp-1/metrics.jsonl ||
-        fail "the MLP's losses on $ranks ranks differ from 1 rank's"
-      same_losses "lm-$ranks/metrics.jsonl" lm-1/metrics.jsonl ||
-        fail "the language model's losses on $ranks ranks differ from 1 rank's"
+      same_losses "mlp-$ranks/metrics.jsonl" mlp-plain/metrics.jsonl ||
+        fail "the MLP's losses on $ranks ranks differ from the plain loop's"
+      same_losses "lm-$ranks/metrics.jsonl" lm-plain/metrics.jsonl ||
+        fail "the language model's losses on $ranks ranks differ from the plain loop's"
     done
     first=$(loss_of lm-4/metrics.jsonl 1)
     last=$(loss_of lm-4/metrics.jsonl 20)
@@ -576,7 +578,7 @@ if "backward_weight_ms" in out:  # the measured split, in its proportions
 json.dump(profile, open(sys.argv[2], "w"), indent=1)
 PY
     wide+=(--micro-batches 4 --eval-every 0)
-    mpi 1 "${wide[@]}" --gpus 1 --steps 5 --output-dir unsplit
+    mpi 1 "${wide[@]}" --gpus 1 --steps 5 --plain-loop --output-dir unsplit
     [[ $status -eq 0 ]] || fail "unsplit run failed"
     for optimizer in adamw sgd; do
       mpi 2 "${wide[@]}" --optimizer "$optimizer" --gpus 2 --steps 5 --profile skewed.json \
@@ -676,7 +678,7 @@ PY
     # micro-batches of every step (up to rounding: gradients are summed in another order).
     dp=(--model mlp --layers 3 --width 16 --inputs 6 --outputs 3 --micro-batch-size 2
       --eval-every 0 --optimizer adamw --steps 4)
-    mpi 1 "${dp[@]}" --gpus 1 --micro-batches 4 --output-dir unsplit
+    mpi 1 "${dp[@]}" --gpus 1 --micro-batches 4 --plain-loop --output-dir unsplit
     [[ $status -eq 0 ]] || fail "unsplit run failed"
     mpi 4 "${dp[@]}" --gpus 4 --replicas 2 --micro-batches 2 --checkpoint-every 2 --output-dir dp
     [[ $status -eq 0 ]] || fail "2 x 2 run: exit status $status"
@@ -831,7 +833,7 @@ PY
       [[ $(grep -cF "$2" err) -eq 2 ]] || fail "$1: every rank should say: $2; got: $(cat err)"
       [[ ! -e bad/metrics.jsonl ]] || fail "$1: trained all the same"
     }
-    refusal skip.pt "skip.pt: forward: 'h + x' (make.py:17) uses a value from before the previous layer's output"
+    refusal skip.pt "skip.pt: forward: 'return self.fc2(h + x)' (make.py:17) uses a value from before the previous layer's output"
     refusal branch.pt "branch.pt: forward: 'if bool(h.sum() > 0):' (make.py:25) is control flow"
     refusal unused.pt "unused.pt: layer spare: forward never calls this child"
     ;;
@@ -867,9 +869,11 @@ PY
       "$madpipe" export-weights --run "tied-$ranks" --output "tied-$ranks.pt" >/dev/null 2>err ||
         fail "export-weights of tied-$ranks failed: $(cat err)"
     done
-    for ranks in 2 3; do
-      same_losses "tied-$ranks/metrics.jsonl" tied-1/metrics.jsonl ||
-        fail "the tied model's losses on $ranks ranks differ from 1 rank's"
+    mpi 1 "${lm[@]}" --gpus 1 --plain-loop --output-dir tied-plain
+    [[ $status -eq 0 ]] || fail "the tied model's plain loop failed: $(tail -3 err)"
+    for ranks in 1 2 3; do
+      same_losses "tied-$ranks/metrics.jsonl" tied-plain/metrics.jsonl ||
+        fail "the tied model's losses on $ranks ranks differ from the plain loop's"
     done
     "$python" - <<'PY' 2>/dev/null || fail "the tied weights came apart, or differ between 1 and 3 ranks"
 import sys, torch
@@ -903,12 +907,43 @@ PY
     "$python" make.py 2>/dev/null || fail "could not write the TorchScript module"
     run=(--model script --script drop.pt --loss mse --data data.pt --data-format tensors
       --micro-batches 4 --micro-batch-size 5 --eval-every 4 --steps 8)
+    mpi 1 "${run[@]}" --gpus 1 --plain-loop --output-dir drop-plain
+    [[ $status -eq 0 ]] || fail "the dropout model's plain loop failed: $(tail -3 err)"
     for ranks in 1 3; do
       mpi "$ranks" "${run[@]}" --gpus "$ranks" --output-dir "drop-$ranks"
       [[ $status -eq 0 ]] || fail "the dropout model on $ranks ranks failed: $(tail -3 err)"
+      same_losses "drop-$ranks/metrics.jsonl" drop-plain/metrics.jsonl ||
+        fail "with dropout, $ranks ranks' losses differ from the plain loop's"
     done
-    same_losses drop-3/metrics.jsonl drop-1/metrics.jsonl ||
-      fail "with dropout, 3 ranks' losses differ from 1 rank's"
+    ;;
+  train_equals_plain_loop)
+    # madpipe train's loop (AdamW with weight decay) over plans with whole stages, with
+    # recomputation (--remat rotor) and with offloading (--offload host) gives the losses of the
+    # plain autograd loop over the unsplit model (--plain-loop: no program, no executor).
+    gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
+      --micro-batch-size 8 --steps 3 --trace-steps 0 --eval-every 0 --bandwidth 1GB/s
+      --optimizer adamw --weight-decay 0.1 --learning-rate 0.003)
+    mpi 1 "${gpt[@]}" --gpus 1 --plain-loop --output-dir plain
+    [[ $status -eq 0 ]] || fail "the plain loop failed: $(tail -3 err)"
+    grep -q "^plain loop: each step runs the unsplit model in one autograd loop, not the plan" out ||
+      fail "the plain loop should say so: $(head -12 out)"
+    mpi 2 "${gpt[@]}" --gpus 2 --plain-loop --output-dir bad
+    [[ $status -eq 2 ]] || fail "a plain loop on 2 ranks should be refused"
+    for variant in sync3 remat offload; do
+      case $variant in
+        sync3) ranks=3 extra=() ;;
+        remat) ranks=2 extra=(--memory 9MiB --remat rotor) ;;
+        offload) ranks=2 extra=(--memory 11.3MiB --offload host --host-bandwidth 1GB/s) ;;  # below any plan without offloading
+      esac
+      mpi $ranks "${gpt[@]}" --gpus $ranks "${extra[@]}" --output-dir $variant
+      [[ $status -eq 0 ]] || fail "$variant failed: $(tail -3 err)"
+      case $variant in
+        remat) grep -q '"strategy": "rotor"' $variant/plan.json || fail "$variant: the plan should recompute" ;;
+        offload) grep -q '"strategy": "host"' $variant/plan.json || fail "$variant: the plan should offload" ;;
+      esac
+      same_losses $variant/metrics.jsonl plain/metrics.jsonl ||
+        fail "$variant: losses differ from the plain loop's"
+    done
     ;;
   bad_model)
     mpi 1 --model transformer --gpus 1 --steps 1 --output-dir run

@@ -33,7 +33,9 @@ constexpr int kVocab = 11;
 torch::jit::Module child(const std::string& type, const std::string& forward,
                          const std::vector<std::pair<std::string, torch::Tensor>>& parameters) {
   torch::jit::Module module(type);
-  for (const auto& [name, value] : parameters) module.register_parameter(name, value, false);
+  module.register_attribute("training", c10::BoolType::get(), true);
+  for (const auto& [name, value] : parameters)
+    module.register_parameter(name, value.requires_grad_(true), false);
   module.define(forward);
   return module;
 }
@@ -44,24 +46,22 @@ std::string write_tied_model() {
   torch::manual_seed(3);
   const torch::Tensor shared = torch::randn({kVocab, 8}) * 0.5;
   torch::jit::Module top("TiedLM");
-  top.register_module("embed",
-                      child("Embed",
+  top.register_module("embed", child("Embed",
+                                     "def forward(self, x):\n"
+                                     "    return torch.embedding(self.weight, x)\n",
+                                     {{"weight", shared}}));
+  top.register_module("body",
+                      child("Body",
                             "def forward(self, x):\n"
-                            "    return torch.embedding(self.weight, x)\n",
-                            {{"weight", shared}}));
-  top.register_module("body", child("Body",
+                            "    return torch.tanh(torch.matmul(x, self.weight) + self.bias)\n",
+                            {{"weight", torch::randn({8, 8}) * 0.5}, {"bias", torch::zeros({8})}}));
+  top.register_module("head", child("Head",
                                     "def forward(self, x):\n"
-                                    "    return torch.tanh(torch.matmul(x, self.weight) + self.bias)\n",
-                                    {{"weight", torch::randn({8, 8}) * 0.5},
-                                     {"bias", torch::zeros({8})}}));
-  top.register_module("head",
-                      child("Head",
-                            "def forward(self, x):\n"
-                            "    return torch.matmul(x, self.weight.t())\n",
-                            {{"weight", shared}}));
+                                    "    return torch.matmul(x, self.weight.t())\n",
+                                    {{"weight", shared}}));
   top.define(
       "def forward(self, x):\n"
-      "    return self.head(self.body(self.embed(x)))\n");
+      "    return self.head.forward(self.body.forward(self.embed.forward(x)))\n");
   const std::string path = scratch_file("tied.pt");
   top.save(path);
   return path;
@@ -80,7 +80,7 @@ std::string write_dropout_model() {
                                     {{"weight", torch::randn({6, 6}) * 0.5}}));
   top.define(
       "def forward(self, x):\n"
-      "    return self.c(self.b(self.a(x) * 0.5))\n");
+      "    return self.c.forward(self.b.forward(self.a.forward(x) * 0.5))\n");
   const std::string path = scratch_file("dropout.pt");
   top.save(path);
   return path;
@@ -100,12 +100,12 @@ mr::Batch rows_of(int step, int i) {
 // The largest and smallest value of each element over the ranks that pass `tensor` (the others
 // pass none): equal when every copy holds the same bits.
 bool equal_on_every_rank(const torch::Tensor* tensor, std::int64_t numel) {
-  torch::Tensor high = tensor ? tensor->detach().to(torch::kDouble).contiguous()
-                              : torch::full({numel}, -std::numeric_limits<double>::infinity(),
-                                            torch::kDouble);
-  torch::Tensor low = tensor ? high.clone()
-                             : torch::full({numel}, std::numeric_limits<double>::infinity(),
-                                           torch::kDouble);
+  torch::Tensor high =
+      tensor ? tensor->detach().to(torch::kDouble).contiguous()
+             : torch::full({numel}, -std::numeric_limits<double>::infinity(), torch::kDouble);
+  torch::Tensor low =
+      tensor ? high.clone()
+             : torch::full({numel}, std::numeric_limits<double>::infinity(), torch::kDouble);
   MPI_Allreduce(MPI_IN_PLACE, high.data_ptr(), static_cast<int>(numel), MPI_DOUBLE, MPI_MAX,
                 MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, low.data_ptr(), static_cast<int>(numel), MPI_DOUBLE, MPI_MIN,
@@ -204,8 +204,9 @@ TEST(ScriptChain, TiedParametersTrainAsInTheUnsplitModel) {
       reference_optimizer.zero_grad();
       const mr::StepLoss expected = mr::run_unsplit(reference, micro_batches, batch_of);
       reference_optimizer.step();
-      if (loss.count > 0)
+      if (loss.count > 0) {
         EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum)) << "step " << step;
+      }
       // The copies of the tied weight: embed's on its rank, head's on its.
       const torch::Tensor* copy = nullptr;
       torch::Tensor mine;
@@ -261,8 +262,9 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
       reference_optimizer.zero_grad();
       const mr::StepLoss expected = mr::run_unsplit(reference, micro_batches, batch_of, key_of);
       reference_optimizer.step();
-      if (loss.count > 0)
+      if (loss.count > 0) {
         EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum)) << "step " << step;
+      }
     }
     EXPECT_LT(worst_stage_difference(executor, reference, plan), 1e-5);
   }
