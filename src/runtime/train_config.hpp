@@ -123,9 +123,7 @@ struct OutputSettings {
   bool resume = false;            // continue from the newest whole checkpoint in <output_dir>
   double transfer_timeout = 600;  // seconds a rank waits for a transfer (0: for ever)
   ReceiveBuffers receive_buffers = ReceiveBuffers::Arena;
-  // arena: compute instructions between a receive's post and its use; 1 keeps the receive buffers
-  // live at once to those the plan's memory counts (2 holds one message more on a receiving rank)
-  int receive_lookahead = 1;
+  int receive_lookahead = 2;  // arena: compute instructions between a receive's post and its use
   OnNonFinite on_nan = OnNonFinite::Stop;
   bool quiet = false;
   // Profile and plan, write profile.json and plan.json, train nothing; needs one process only,

@@ -261,8 +261,7 @@ PY
     # The bytes each rank's tensors hold stay within what the run's program holds by the memory
     # model, instruction by instruction (trace.json: memory[r].peak_bytes against
     # predicted.memory_bytes[r]), in sync training, with rematerialization, with two weight
-    # versions and with split backwards, on 2 and 4 ranks; in sync training and with two weight
-    # versions, within the plan's own prediction too (plan.json: predicted.memory_bytes[r]).
+    # versions and with split backwards, on 2 and 4 ranks.
     gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
       --micro-batch-size 8 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
     for ranks in 2 4; do
@@ -279,7 +278,7 @@ PY
         if [[ $variant == remat ]]; then
           grep -q '"strategy": "rotor"' $run/plan.json || fail "$run: the plan should recompute"
         fi
-        python3 - $run/trace.json $run/plan.json $variant <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
+        python3 - $run/trace.json <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
 import json, sys
 trace = json.load(open(sys.argv[1]))
 bounds = trace["predicted"]["memory_bytes"]
@@ -287,10 +286,6 @@ assert len(trace["memory"]) == len(bounds) == trace["ranks"]
 for memory, bound in zip(trace["memory"], bounds):
     assert memory["peak_at"], memory
     assert 0 < memory["peak_bytes"] <= bound, (memory, bound)
-if sys.argv[3] in ("sync", "2bw"):
-    planned = json.load(open(sys.argv[2]))["predicted"]["memory_bytes"]
-    for rank, (memory, plan) in enumerate(zip(trace["memory"], planned)):
-        assert memory["peak_bytes"] <= plan, ("rank", rank, memory, "plan", plan)
 PY
       done
     done
