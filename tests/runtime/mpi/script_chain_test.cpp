@@ -125,6 +125,29 @@ std::vector<std::pair<std::vector<int>, std::vector<int>>> layouts() {
   return out;
 }
 
+// A script chain pipelined by `plan` (this rank's layers), next to the same chain unsplit.
+struct SideBySide {
+  SideBySide(const std::string& path, const std::string& loss, const std::vector<int>& first,
+             const std::vector<int>& gpus, int micro_batches, const mr::Batch& sample)
+      : pipelined(mr::script_chain_model(path, loss)),
+        reference(mr::script_chain_model(path, loss)),
+        plan(make_plan(3, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr)),
+        program(mplan::lower(plan, micro_batches)),
+        transport(mr::make_mpi_transport(static_cast<int>(plan.stages.size()))) {
+    for (const auto& stage : plan.stages)
+      for (int l = stage.first_layer; l <= stage.last_layer; ++l)
+        if (stage.gpu == world_rank()) pipelined.materialize(l, torch::kCPU);
+    for (int l = 0; l < reference.size(); ++l) reference.materialize(l, torch::kCPU);
+    executor =
+        std::make_unique<mr::PipelineExecutor>(pipelined, plan, world_rank(), *transport, sample);
+  }
+  mr::ChainModel pipelined, reference;
+  mplan::Plan plan;
+  mplan::Program program;
+  std::unique_ptr<mr::Transport> transport;
+  std::unique_ptr<mr::PipelineExecutor> executor;
+};
+
 // SGD optimizers over this rank's stages, each tensor in one optimizer only.
 std::vector<std::unique_ptr<torch::optim::SGD>> optimizers_of(
     const mr::PipelineExecutor& executor) {
@@ -175,18 +198,10 @@ TEST(ScriptChain, TiedParametersTrainAsInTheUnsplitModel) {
   const std::string path = write_tied_model();
   const int micro_batches = 3, steps = 4;
   for (const auto& [first, gpus] : layouts()) {
-    mr::ChainModel pipelined = mr::script_chain_model(path, "cross-entropy");
-    mr::ChainModel reference = mr::script_chain_model(path, "cross-entropy");
-    const mplan::Plan plan =
-        make_plan(3, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr);
-    for (const auto& stage : plan.stages)
-      for (int l = stage.first_layer; l <= stage.last_layer; ++l)
-        if (stage.gpu == world_rank()) pipelined.materialize(l, torch::kCPU);
-    for (int l = 0; l < reference.size(); ++l) reference.materialize(l, torch::kCPU);
-    const mplan::Program program = mplan::lower(plan, micro_batches);
-    auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
-    mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport, tokens_of(0, 0));
-    mr::TiedGradients tied(pipelined, plan, world_rank(), MPI_COMM_WORLD);
+    SideBySide run(path, "cross-entropy", first, gpus, micro_batches, tokens_of(0, 0));
+    mr::ChainModel &pipelined = run.pipelined, &reference = run.reference;
+    mr::PipelineExecutor& executor = *run.executor;
+    mr::TiedGradients tied(pipelined, run.plan, world_rank(), MPI_COMM_WORLD);
     const bool split = std::set<int>{gpus.front(), gpus.back()}.size() > 1;
     EXPECT_EQ(tied.groups_across_ranks(), split ? 1 : 0);
     auto optimizers = optimizers_of(executor);
@@ -198,7 +213,7 @@ TEST(ScriptChain, TiedParametersTrainAsInTheUnsplitModel) {
     for (int step = 0; step < steps; ++step) {
       auto batch_of = [step](int i) { return tokens_of(step, i); };
       for (auto& o : optimizers) o->zero_grad();
-      const mr::StepLoss loss = executor.run(program, batch_of);
+      const mr::StepLoss loss = executor.run(run.program, batch_of);
       tied.sum();
       for (auto& o : optimizers) o->step();
       reference_optimizer.zero_grad();
@@ -217,7 +232,7 @@ TEST(ScriptChain, TiedParametersTrainAsInTheUnsplitModel) {
         }
       EXPECT_TRUE(equal_on_every_rank(copy, kVocab * 8)) << "step " << step;
     }
-    EXPECT_LT(worst_stage_difference(executor, reference, plan), 1e-5);
+    EXPECT_LT(worst_stage_difference(executor, reference, run.plan), 1e-5);
   }
   std::remove(path.c_str());
 }
@@ -229,17 +244,9 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
   const std::string path = write_dropout_model();
   const int micro_batches = 3, steps = 3;
   for (const auto& [first, gpus] : layouts()) {
-    mr::ChainModel pipelined = mr::script_chain_model(path, "mse");
-    mr::ChainModel reference = mr::script_chain_model(path, "mse");
-    const mplan::Plan plan =
-        make_plan(3, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr);
-    for (const auto& stage : plan.stages)
-      for (int l = stage.first_layer; l <= stage.last_layer; ++l)
-        if (stage.gpu == world_rank()) pipelined.materialize(l, torch::kCPU);
-    for (int l = 0; l < reference.size(); ++l) reference.materialize(l, torch::kCPU);
-    const mplan::Program program = mplan::lower(plan, micro_batches);
-    auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
-    mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport, rows_of(0, 0));
+    SideBySide run(path, "mse", first, gpus, micro_batches, rows_of(0, 0));
+    mr::ChainModel& reference = run.reference;
+    mr::PipelineExecutor& executor = *run.executor;
     auto optimizers = optimizers_of(executor);
     torch::optim::SGD reference_optimizer(reference.parameters(0, 2),
                                           torch::optim::SGDOptions(0.2).momentum(0.9));
@@ -257,7 +264,7 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
       auto key_of = [step](int i) { return mr::micro_batch_random_key(7, step, i); };
       executor.seed_layers_by(key_of);
       for (auto& o : optimizers) o->zero_grad();
-      const mr::StepLoss loss = executor.run(program, batch_of);
+      const mr::StepLoss loss = executor.run(run.program, batch_of);
       for (auto& o : optimizers) o->step();
       reference_optimizer.zero_grad();
       const mr::StepLoss expected = mr::run_unsplit(reference, micro_batches, batch_of, key_of);
@@ -266,7 +273,7 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
         EXPECT_NEAR(loss.sum, expected.sum, 1e-5 * std::abs(expected.sum)) << "step " << step;
       }
     }
-    EXPECT_LT(worst_stage_difference(executor, reference, plan), 1e-5);
+    EXPECT_LT(worst_stage_difference(executor, reference, run.plan), 1e-5);
   }
   std::remove(path.c_str());
 }
