@@ -40,6 +40,13 @@ torch::jit::Module child(const std::string& type, const std::string& forward,
   return module;
 }
 
+// `module` saved to a file of this process (torch.jit.save's format); returns its path.
+std::string saved(const torch::jit::Module& module, const std::string& name) {
+  const std::string path = scratch_file(name);
+  module.save(path);
+  return path;
+}
+
 // embed -> body -> head, where head's weight is embed's (one tensor): a language model with tied
 // input and output embeddings. Written by every rank alike (same seed).
 std::string write_tied_model() {
@@ -62,9 +69,7 @@ std::string write_tied_model() {
   top.define(
       "def forward(self, x):\n"
       "    return self.head.forward(self.body.forward(self.embed.forward(x)))\n");
-  const std::string path = scratch_file("tied.pt");
-  top.save(path);
-  return path;
+  return saved(top, "tied.pt");
 }
 
 // Three layers with dropout between matrix products, and a scaling between two children that
@@ -81,9 +86,7 @@ std::string write_dropout_model() {
   top.define(
       "def forward(self, x):\n"
       "    return self.c.forward(self.b.forward(self.a.forward(x) * 0.5))\n");
-  const std::string path = scratch_file("dropout.pt");
-  top.save(path);
-  return path;
+  return saved(top, "dropout.pt");
 }
 
 mr::Batch tokens_of(int step, int i) {
