@@ -120,16 +120,22 @@ TEST(PipelineEquivalence, RandomAllocationsRunToCompletion) {
 
 // 2BW: the pipelined run follows W(g+1) = W(g) - step(gradient of generation g on W(g-1)),
 // computed here in one process for comparison.
+// Models of 5 layers: the mlp (4 hidden layers), the gpt (3 blocks) and the cnn (3 residual
+// blocks, with batch norm).
 static double two_bw_against_rule(Schedule schedule, const std::vector<int>& first,
-                                  const std::vector<int>& gpus, bool split_backward = false) {
-  mr::ModelConfig config;
-  config.name = "mlp";
-  config.layers = 4;
-  config.width = 12;
-  config.inputs = 6;
-  config.outputs = 3;
-  config.seed = 5;
-  mr::SyntheticData data(config.inputs, config.outputs, 3, 11);
+                                  const std::vector<int>& gpus, bool split_backward = false,
+                                  const std::string& model = "mlp") {
+  mr::ModelConfig config = small_config(model, 3);
+  std::unique_ptr<mr::DataSource> data_source;
+  if (model == "mlp") {
+    config.layers = 4;
+    config.width = 12;
+    config.seed = 5;
+    data_source = std::make_unique<mr::SyntheticData>(config.inputs, config.outputs, 3, 11);
+  } else {
+    data_source = data_for(config);
+  }
+  const mr::DataSource& data = *data_source;
   const int generations = 4;
   mr::ChainModel first_copy = mr::build_model(config);
   mr::ChainModel second_copy = mr::build_model(config);
@@ -215,6 +221,12 @@ TEST(TwoWeightVersions, FollowsThe2BWUpdateRule) {
   // Split backwards: a micro-batch's gradient is complete, and its weight copy free, after W.
   EXPECT_LT(two_bw_against_rule(Schedule::OneFOneB, first, gpus, true), 1e-5);
   EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus, true), 1e-5);
+  // A transformer, and a CNN whose two weight copies share their batch-norm statistics.
+  for (const char* model : {"gpt", "cnn"}) {
+    EXPECT_LT(two_bw_against_rule(Schedule::OneFOneB, first, gpus, false, model), 1e-5) << model;
+    EXPECT_LT(two_bw_against_rule(Schedule::Modulo, all_first, all_gpus, false, model), 1e-5)
+        << model;
+  }
 }
 
 namespace {
