@@ -149,6 +149,9 @@ class PipelineExecutor {
   void reset_stage_times();
 
  private:
+  // One run of a program: the state its instructions share, a handler per instruction kind
+  // (program_run.cpp).
+  class Run;
   StepLoss execute(const plan::Program& program, const std::function<Batch(int)>& batch_of,
                    bool train);
   // The stage's layers on `input` with weight copy `copy`; with `defer_into`, the layers that can
