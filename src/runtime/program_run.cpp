@@ -2,9 +2,8 @@
 // over its instructions. The state the instructions share lives in a Run; what a stage holds
 // between its instructions (activation slots, inputs and gradients delivered to it, what its
 // backwards left to W) in the Run's Stage objects; each instruction kind has one handler.
-#include "runtime/executor.hpp"
-
 #include "core/error.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/weight_gradients.hpp"
 
@@ -241,17 +240,35 @@ void madpipe::runtime::PipelineExecutor::Run::execute(std::size_t k) {
   const Instr& instr = list_[k];
   switch (instr.kind) {
     case InstrKind::PostRecvAct:
-    case InstrKind::PostRecvGrad: post_receive(instr); break;
+    case InstrKind::PostRecvGrad:
+      post_receive(instr);
+      break;
     case InstrKind::RecvAct:
-    case InstrKind::RecvGrad: receive(instr); break;
-    case InstrKind::Forward: forward(instr); break;
+    case InstrKind::RecvGrad:
+      receive(instr);
+      break;
+    case InstrKind::Forward:
+      forward(instr);
+      break;
     case InstrKind::HandAct:
-    case InstrKind::SendAct: pass_activation(instr); break;
-    case InstrKind::Backward: backward(instr); break;
-    case InstrKind::BackwardWeight: backward_weight(instr); break;
-    case InstrKind::HandGrad: hand_gradient(instr); break;
-    case InstrKind::SendGrad: send_gradient(instr); break;
-    case InstrKind::OptimizerStep: optimizer_step(instr); break;
+    case InstrKind::SendAct:
+      pass_activation(instr);
+      break;
+    case InstrKind::Backward:
+      backward(instr);
+      break;
+    case InstrKind::BackwardWeight:
+      backward_weight(instr);
+      break;
+    case InstrKind::HandGrad:
+      hand_gradient(instr);
+      break;
+    case InstrKind::SendGrad:
+      send_gradient(instr);
+      break;
+    case InstrKind::OptimizerStep:
+      optimizer_step(instr);
+      break;
   }
   for (int b : free_after_[k]) {
     live_bytes_ -= buffers_[b].bytes;
