@@ -580,120 +580,148 @@ torch::Tensor madpipe::runtime::StageSequence::forward_layer(SequenceRun& run, i
 void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t index,
                                                  const LossFn& loss,
                                                  const GradientFn& gradient) const {
+  switch (ops_[index].kind) {
+    case RematOpKind::ForwardAll:
+      forward_all(run, index, loss);
+      break;
+    case RematOpKind::ForwardCheckpoint:
+    case RematOpKind::ForwardNone:
+      forward_without_graph(run, index);
+      break;
+    case RematOpKind::Backward:
+      backward_op(run, index, gradient);
+      break;
+    case RematOpKind::Offload:
+      offload(run, index);
+      break;
+    case RematOpKind::Prefetch:
+      prefetch(run, index);
+      break;
+  }
+}
+
+// F_all k: layer k with its graph recorded (and, for an offloading stage, what it saves
+// collected); F_all n+1 is the loss, or hands the output on when the stage has none.
+void madpipe::runtime::StageSequence::forward_all(SequenceRun& run, std::size_t index,
+                                                  const LossFn& loss) const {
+  const int k = ops_[index].stage;
+  const int n = n_;
+  const torch::Tensor x = input_of(run, index, k - 1);
+  if (k == n + 1) {            // Loss
+    if (!run.computes_loss) {  // the output goes to the next stage
+      run.output = x;
+      return;
+    }
+    torch::Tensor leaf = x.detach();
+    if (leaf.is_floating_point()) leaf.requires_grad_(true);
+    torch::AutoGradMode grad_mode(true);
+    run.recorded[k] = loss(leaf);
+    run.leaf[k] = leaf;
+    run.output = run.recorded[k].detach();
+    return;
+  }
+  torch::Tensor leaf = x.detach();
+  if (leaf.is_floating_point() && (k > 1 || run.needs_input_gradient)) leaf.requires_grad_(true);
+  torch::AutoGradMode grad_mode(true);
+  run.saved[k].clear();
+  if (collects_[k]) {
+    SavedTensorCollector collect(run.saved[k]);
+    run.recorded[k] = forward_layer(run, k, leaf);
+  } else {
+    run.recorded[k] = forward_layer(run, k, leaf);
+  }
+  run.leaf[k] = leaf;
+  run.plain[k] = torch::Tensor();
+  run.host[k] = torch::Tensor();
+  run.ready[k].reset();
+}
+
+// F_ck and F_no: layer k without a graph; F_no also drops its input.
+void madpipe::runtime::StageSequence::forward_without_graph(SequenceRun& run,
+                                                            std::size_t index) const {
   const RematOp& op = ops_[index];
   const int k = op.stage;
-  const int n = n_;
-  switch (op.kind) {
-    case RematOpKind::ForwardAll: {
-      const torch::Tensor x = input_of(run, index, k - 1);
-      if (k == n + 1) {            // Loss
-        if (!run.computes_loss) {  // the output goes to the next stage
-          run.output = x;
-          break;
-        }
-        torch::Tensor leaf = x.detach();
-        if (leaf.is_floating_point()) leaf.requires_grad_(true);
-        torch::AutoGradMode grad_mode(true);
-        run.recorded[k] = loss(leaf);
-        run.leaf[k] = leaf;
-        run.output = run.recorded[k].detach();
-        break;
-      }
-      torch::Tensor leaf = x.detach();
-      if (leaf.is_floating_point() && (k > 1 || run.needs_input_gradient))
-        leaf.requires_grad_(true);
-      torch::AutoGradMode grad_mode(true);
-      run.saved[k].clear();
-      if (collects_[k]) {
-        SavedTensorCollector collect(run.saved[k]);
-        run.recorded[k] = forward_layer(run, k, leaf);
-      } else {
-        run.recorded[k] = forward_layer(run, k, leaf);
-      }
-      run.leaf[k] = leaf;
-      run.plain[k] = torch::Tensor();
-      run.host[k] = torch::Tensor();
-      run.ready[k].reset();
-      break;
-    }
-    case RematOpKind::ForwardCheckpoint:
-    case RematOpKind::ForwardNone: {
-      const torch::Tensor x = input_of(run, index, k - 1);
-      torch::Tensor out;
-      {
-        torch::NoGradGuard no_grad;
-        out = forward_layer(run, k, x);
-      }
-      run.plain[k] = out;
-      run.host[k] = torch::Tensor();
-      run.ready[k].reset();
-      if (op.kind == RematOpKind::ForwardNone) {
-        run.plain[k - 1] = torch::Tensor();
-        run.ready[k - 1].reset();
-      }
-      break;
-    }
-    case RematOpKind::Backward: {
-      if (k == n + 1) {  // dLoss
-        if (run.computes_loss) {
-          if (run.ready[n]) {  // the loss saved a_n, prefetched into its storage
-            c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-            run.ready[n]->block(impl.getStream(run.leaf[k].device()));
-            run.ready[n].reset();
-          }
-          run.recorded[k].backward();
-          torch::Tensor delta = run.leaf[k].grad();
-          run.gradient[n] = delta.defined() ? delta : torch::zeros_like(run.leaf[k]);
-        } else {
-          if (!gradient)
-            fail(index, "internal: no gradient of the stage output to wait for",
-                 ErrorKind::Internal);
-          run.gradient[n] = gradient();
-        }
-      } else {
-        input_of(run, index, k - 1);  // B_k needs a_{k-1}: waits for its prefetch
-        const torch::Tensor& out = run.recorded[k];
-        const torch::Tensor& leaf = run.leaf[k];
-        if (out.requires_grad()) out.backward(run.gradient[k]);
-        torch::Tensor delta;
-        if (leaf.requires_grad()) {
-          delta = leaf.grad();
-          if (!delta.defined()) delta = torch::zeros_like(leaf);
-        }
-        run.gradient[k] = torch::Tensor();
-        run.gradient[k - 1] = delta;
-      }
-      run.recorded[k] = torch::Tensor();
-      run.leaf[k] = torch::Tensor();
-      if (k <= n) {
-        run.saved[k].clear();
-        run.parked[k].clear();
-      }
-      run.plain[k - 1] = torch::Tensor();
-      run.ready[k - 1].reset();
-      break;
-    }
-    case RematOpKind::Offload: {
-      torch::Tensor x = input_of(run, index, k - 1);
-      run.home[k - 1] = x.device();
-      if (frees_storage_[index] && park(run, k - 1, x, first_layer_, first_layer_ + n - 1))
-        run.evicted[k - 1] = x;
-      else
-        run.host[k - 1] = to_host(x);
-      run.plain[k - 1] = torch::Tensor();
-      break;
-    }
-    case RematOpKind::Prefetch: {
-      for (auto& [tensor, host] : run.parked[k - 1]) refill_storage(tensor, host, run.ready[k - 1]);
-      run.parked[k - 1].clear();
-      if (run.evicted[k - 1].defined()) {  // refilled with the parked storages
-        run.plain[k - 1] = std::move(run.evicted[k - 1]);
-        run.evicted[k - 1] = torch::Tensor();
-      } else {
-        run.plain[k - 1] = to_device(std::move(run.host[k - 1]), run.home[k - 1], run.ready[k - 1]);
-      }
-      run.host[k - 1] = torch::Tensor();
-      break;
-    }
+  const torch::Tensor x = input_of(run, index, k - 1);
+  torch::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = forward_layer(run, k, x);
   }
+  run.plain[k] = out;
+  run.host[k] = torch::Tensor();
+  run.ready[k].reset();
+  if (op.kind == RematOpKind::ForwardNone) {
+    run.plain[k - 1] = torch::Tensor();
+    run.ready[k - 1].reset();
+  }
+}
+
+// B k: the gradient of layer k's input from its output's; B n+1 starts from the loss, or from
+// the gradient of the stage output that the next stage sends.
+void madpipe::runtime::StageSequence::backward_op(SequenceRun& run, std::size_t index,
+                                                  const GradientFn& gradient) const {
+  const int k = ops_[index].stage;
+  const int n = n_;
+  if (k == n + 1) {  // dLoss
+    if (run.computes_loss) {
+      if (run.ready[n]) {  // the loss saved a_n, prefetched into its storage
+        c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+        run.ready[n]->block(impl.getStream(run.leaf[k].device()));
+        run.ready[n].reset();
+      }
+      run.recorded[k].backward();
+      torch::Tensor delta = run.leaf[k].grad();
+      run.gradient[n] = delta.defined() ? delta : torch::zeros_like(run.leaf[k]);
+    } else {
+      if (!gradient)
+        fail(index, "internal: no gradient of the stage output to wait for", ErrorKind::Internal);
+      run.gradient[n] = gradient();
+    }
+  } else {
+    input_of(run, index, k - 1);  // B_k needs a_{k-1}: waits for its prefetch
+    const torch::Tensor& out = run.recorded[k];
+    const torch::Tensor& leaf = run.leaf[k];
+    if (out.requires_grad()) out.backward(run.gradient[k]);
+    torch::Tensor delta;
+    if (leaf.requires_grad()) {
+      delta = leaf.grad();
+      if (!delta.defined()) delta = torch::zeros_like(leaf);
+    }
+    run.gradient[k] = torch::Tensor();
+    run.gradient[k - 1] = delta;
+  }
+  run.recorded[k] = torch::Tensor();
+  run.leaf[k] = torch::Tensor();
+  if (k <= n) {
+    run.saved[k].clear();
+    run.parked[k].clear();
+  }
+  run.plain[k - 1] = torch::Tensor();
+  run.ready[k - 1].reset();
+}
+
+// O k: layer k's input to host memory (its storages freed in place where they can be).
+void madpipe::runtime::StageSequence::offload(SequenceRun& run, std::size_t index) const {
+  const int k = ops_[index].stage;
+  torch::Tensor x = input_of(run, index, k - 1);
+  run.home[k - 1] = x.device();
+  if (frees_storage_[index] && park(run, k - 1, x, first_layer_, first_layer_ + n_ - 1))
+    run.evicted[k - 1] = x;
+  else
+    run.host[k - 1] = to_host(x);
+  run.plain[k - 1] = torch::Tensor();
+}
+
+// P k: brings layer k's input back (into the storages it was parked from, or a new tensor).
+void madpipe::runtime::StageSequence::prefetch(SequenceRun& run, std::size_t index) const {
+  const int k = ops_[index].stage;
+  for (auto& [tensor, host] : run.parked[k - 1]) refill_storage(tensor, host, run.ready[k - 1]);
+  run.parked[k - 1].clear();
+  if (run.evicted[k - 1].defined()) {  // refilled with the parked storages
+    run.plain[k - 1] = std::move(run.evicted[k - 1]);
+    run.evicted[k - 1] = torch::Tensor();
+  } else {
+    run.plain[k - 1] = to_device(std::move(run.host[k - 1]), run.home[k - 1], run.ready[k - 1]);
+  }
+  run.host[k - 1] = torch::Tensor();
 }

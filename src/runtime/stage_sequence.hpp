@@ -106,6 +106,12 @@ class StageSequence {
               const GradientFn& gradient) const;
   void execute_op(SequenceRun& run, std::size_t index, const LossFn& loss,
                   const GradientFn& gradient) const;
+  // One handler per kind of op.
+  void forward_all(SequenceRun& run, std::size_t index, const LossFn& loss) const;
+  void forward_without_graph(SequenceRun& run, std::size_t index) const;
+  void backward_op(SequenceRun& run, std::size_t index, const GradientFn& gradient) const;
+  void offload(SequenceRun& run, std::size_t index) const;
+  void prefetch(SequenceRun& run, std::size_t index) const;
   torch::Tensor input_of(SequenceRun& run, std::size_t index, int j) const;
   torch::Tensor forward_layer(SequenceRun& run, int k, const torch::Tensor& x) const;
   void delay_prefetches();

@@ -23,15 +23,13 @@ namespace {
 // state (AdamW: two moments; SGD: its momentum, if any), and 2BW's three extra copies.
 int held_weight_copies(const TrainConfig& c) {
   int copies = 2 + (c.optimizer == "adamw" ? 2 : (c.momentum != 0 ? 1 : 0));
-  if (c.mode == TrainingMode::TwoWeightVersions)
-    copies += kTwoWeightVersionsExtraCopies;
+  if (c.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
   return copies;
 }
 
 // The plan as this run holds it: its weight copies those of the run's optimizer and mode (a plan
 // read with --plan may count fewer).
-plan::Plan as_held(const TrainConfig& c,
-                            const plan::Plan& plan) {
+plan::Plan as_held(const TrainConfig& c, const plan::Plan& plan) {
   plan::Plan held = plan;
   held.platform.weight_copies = held_weight_copies(c);
   return held;
@@ -48,11 +46,13 @@ int madpipe::runtime::TrainingRun::start(const ResumePoint& resume,
                                          const torch::Device& device) {
   first_step_ = 1;
   if (resume.step > 0) {
-    for (const auto& [s, state] : states()) load_stage(c_.output_dir, resume.step, s, state, device);
+    for (const auto& [s, state] : states())
+      load_stage(c_.output_dir, resume.step, s, state, device);
     first_step_ = resume.step + 1;
     // By the rank that appends to it: the truncation replaces the file, which another rank could
     // already have opened.
-    if (reports_) truncate_metrics((fs::path(c_.output_dir) / "metrics.jsonl").string(), resume.step);
+    if (reports_)
+      truncate_metrics((fs::path(c_.output_dir) / "metrics.jsonl").string(), resume.step);
     say("resumed from the checkpoint of step " + std::to_string(resume.step));
   } else if (c_.resume) {
     say("no checkpoint in " + c_.output_dir + "; starting from step 1");
@@ -164,14 +164,10 @@ void madpipe::runtime::note_program_memory(const TrainConfig& c, const plan::Pla
         over);
 }
 
-
-void madpipe::runtime::TrainingRun::write_trace(const plan::Plan& plan,
-                                                const plan::Program& program,
-                                                std::int64_t data_bytes,
-                                                const TraceRecorder& recorder,
-                                                const MemoryMeter& meter,
-                                                const PipelineExecutor& executor, int steps,
-                                                MPI_Comm pipeline) const {
+void madpipe::runtime::TrainingRun::write_trace(
+    const plan::Plan& plan, const plan::Program& program, std::int64_t data_bytes,
+    const TraceRecorder& recorder, const MemoryMeter& meter, const PipelineExecutor& executor,
+    int steps, MPI_Comm pipeline) const {
   const TrainConfig& c = c_;
   const int rank = rank_;
   const torch::Device& device = executor.device();
@@ -224,4 +220,3 @@ void madpipe::runtime::write_validation_set(const TrainConfig& c, const DataSour
   madpipe::runtime::write_torch_file((fs::path(c.output_dir) / "validation.pt").string(),
                                      c10::IValue(samples));
 }
-

@@ -7,8 +7,8 @@
 #include "runtime/executor.hpp"
 #include "runtime/memory_meter.hpp"
 #include "runtime/resume.hpp"
-#include "runtime/train_config.hpp"
 #include "runtime/trace_recorder.hpp"
+#include "runtime/train_config.hpp"
 
 #include <chrono>
 #include <fstream>
@@ -89,9 +89,8 @@ std::string duration_text(double seconds);
 std::int64_t micro_batch_bytes(const DataSource& data);
 // The lowered program's bound against --memory, said as a note where it is exceeded, and a note
 // when the plan counts fewer weight copies than the run holds.
-void note_program_memory(const TrainConfig& c, const plan::Plan& plan,
-                         const plan::Program& program, std::int64_t data_bytes,
-                         const TrainingRun::Say& say);
+void note_program_memory(const TrainConfig& c, const plan::Plan& plan, const plan::Program& program,
+                         std::int64_t data_bytes, const TrainingRun::Say& say);
 // <output-dir>/validation.pt: the samples every validation loss is the mean loss of, as
 // torch.save({"inputs": X, "targets": Y}) would write them, to check a loss outside madpipe.
 void write_validation_set(const TrainConfig& c, const DataSource& data);

@@ -52,8 +52,7 @@ std::unique_ptr<ChainModel> second_version(const ChainModel& model, const plan::
 class TwoWeightWindows {
  public:
   TwoWeightWindows(TrainingRun& run, const plan::Plan& plan, ChainModel& model,
-                   const LayerOutputs& outputs, PipelineExecutor& executor,
-                   const DataSource& data);
+                   const LayerOutputs& outputs, PipelineExecutor& executor, const DataSource& data);
   int train(const ResumePoint& resume);
 
  private:
@@ -196,9 +195,8 @@ int TwoWeightWindows::run_window(int first, int last) {
 
 void TwoWeightWindows::validate(int last) {
   evaluating_ = true;
-  const StepLoss v = executor_.evaluate(eval_program_, [&](int i) {
-    return on_device(data_.micro_batch(0, i, true), device_);
-  });
+  const StepLoss v = executor_.evaluate(
+      eval_program_, [&](int i) { return on_device(data_.micro_batch(0, i, true), device_); });
   evaluating_ = false;
   const double val = mean_over_ranks(v);
   if (!window_lines_.empty()) window_lines_.back()["val_loss"] = val;
@@ -220,7 +218,8 @@ void TwoWeightWindows::report_memory() const {
 }
 
 int TwoWeightWindows::train(const ResumePoint& resume) {
-  run_.start(resume, [this] { return stage_states(); }, device_);
+  run_.start(
+      resume, [this] { return stage_states(); }, device_);
   if (resume.step > 0) versions_->synchronize_copies();
   run_.say("2bw: " + std::to_string(c_.steps) + " updates of " + std::to_string(m_) +
            " micro-batches; two weight versions per stage, no flush within a window of steps "
