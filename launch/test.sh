@@ -7,7 +7,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
 # Layering: the planner layers build without LibTorch, MPI, NCCL or CUDA (docs/architecture.md), and
-# CBC/GLPK headers appear only in src/solver/backends/ (STYLE.md).
+# CBC/GLPK headers appear only in src/solver/backends/.
 planner_dirs=()
 for dir in src/core src/solver src/schedule src/remat src/arena src/plan src/partition; do
   [[ -d $dir ]] && planner_dirs+=("$dir")

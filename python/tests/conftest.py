@@ -15,13 +15,19 @@ def resnet50():
     return PROFILES / "resnet50.json"
 
 
-@pytest.fixture
-def madpipe_bin():
-    """The madpipe command (MADPIPE_BIN, else build/madpipe); the test is skipped without it."""
+def find_madpipe():
+    """The madpipe command (MADPIPE_BIN, else build/madpipe); skips the test without it. For
+    fixtures of a wider scope than madpipe_bin's."""
     path = os.environ.get("MADPIPE_BIN") or str(REPO / "build" / "madpipe")
     if not (os.path.isfile(path) and os.access(path, os.X_OK)) and not shutil.which(path):
         pytest.skip(f"no madpipe command at {path} (set MADPIPE_BIN)")
     return path
+
+
+@pytest.fixture
+def madpipe_bin():
+    """The madpipe command (MADPIPE_BIN, else build/madpipe); the test is skipped without it."""
+    return find_madpipe()
 
 
 def chain_profile(forward_ms, backward_ms, output_bytes=1024, weight_bytes=4096, name="chain"):

@@ -10,9 +10,10 @@
 
 namespace madpipe::arena {
 
-// Static memory planning with a fixed operator order (OLLA's address problem, seeds digest §2.2
-// and §2.5 T4): every buffer gets an offset in one arena so that buffers live at the same time
-// never overlap; the arena is the highest end. Frees become no-ops.
+// Static memory planning with a fixed operator order (OLLA's address problem, solved on its own
+// after the order is chosen, as in OLLA's split of ordering and addressing): every buffer gets an
+// offset in one arena so that buffers live at the same time never overlap; the arena is the
+// highest end. Frees become no-ops.
 
 // A buffer live during timesteps first..last, both included. On a circular timeline (the steady
 // state of a periodic schedule, modulo_memory.hpp) a buffer with first > last wraps around the
@@ -42,11 +43,11 @@ inline bool live_together(const Buffer& a, const Buffer& b) noexcept {
 // Max over timesteps of the sum of live sizes: no placement needs less (the resident-set peak).
 std::int64_t live_bytes_lower_bound(const std::vector<Buffer>& buffers);
 
-// OLLA's pyramid (digest §2.5 T5, Function 5): repeatedly the longest-lived buffer whose lifetime
-// lies inside the previous pick's (ties: the larger, then the first), stacked bottom-up from
-// offset 0. Activations of a training step are freed in reverse order of creation, so their
-// lifetimes nest. Returns the picks in stacking order: picks[i] sits at the sum of the sizes of
-// picks[0..i). Empty and wrapping buffers are never picked.
+// OLLA's pyramid heuristic: repeatedly the longest-lived buffer whose lifetime lies inside the
+// previous pick's (ties: the larger, then the first), stacked bottom-up from offset 0. Activations
+// of a training step are freed in reverse order of creation, so their lifetimes nest. Returns the
+// picks in stacking order: picks[i] sits at the sum of the sizes of picks[0..i). Empty and wrapping
+// buffers are never picked.
 std::vector<int> pyramid_stack(const std::vector<Buffer>& buffers);
 
 enum class PlanMethod {
@@ -102,11 +103,11 @@ struct AddressIlpOptions {
   bool pyramid = false;
 };
 
-// The address ILP (digest eq. 15): minimize the arena over offsets A_e, with one binary per pair
-// of buffers live together (pairs that never coexist get no constraint), big-M = the greedy arena
-// (also the upper bound of every A_e + S_e), sizes divided by their GCD, the greedy plan as MIP
-// start. The solved order of each pair is turned into integral offsets by a longest-path pass, and
-// the plan is checked with overlapping_live_buffers. On timeout without a better incumbent, a
+// The address ILP: minimize the arena over offsets A_e, with one binary per pair of buffers live
+// together (pairs that never coexist get no constraint), big-M = the greedy arena (also the upper
+// bound of every A_e + S_e), sizes divided by their GCD, the greedy plan as MIP start. The solved
+// order of each pair is turned into integral offsets by a longest-path pass, and the plan is
+// checked with overlapping_live_buffers. On timeout without a better incumbent, a
 // solver error, no built backend or an invalid decode, returns the best greedy plan with a note.
 // With options.pyramid, the MIP start is first-fit around the pyramid; a result worse than the
 // plain best greedy plan gives that plan, with a note saying so. Wrapping buffers (circular

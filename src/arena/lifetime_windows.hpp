@@ -7,10 +7,11 @@
 
 namespace madpipe::arena {
 
-// Where ops may run and tensors may live when a TensorGraph's order is free (OLLA's scaling
-// techniques, seeds digest §2.5 T1 and T2): the time-indexed order ILP creates variables only
-// inside these windows. Timesteps are 0-based (the digest counts from 1); a node's dependencies
-// are the tensors it consumes and the order edges into it.
+// Where ops may run and tensors may live when a TensorGraph's order is free (two of OLLA's
+// scaling techniques: time windows per node and tensor, and pruning the pairs of tensors that
+// never coexist): the time-indexed order ILP creates variables only inside these windows.
+// Timesteps are 0-based; a node's dependencies are the tensors it consumes and the order edges
+// into it.
 
 // Timesteps first..last, both included; empty when last < first.
 struct TimeWindow {
@@ -25,15 +26,15 @@ struct TimeWindow {
 
 struct LifetimeWindows {
   int horizon = 0;  // timesteps 0..horizon-1
-  // Per node: SPAN = [ASAP, ALAP], the timesteps where it may run (digest eq. 10). ASAP is the
-  // longest path (in edges) from a node without dependencies, ALAP = horizon - 1 - the longest
-  // path to a node nothing depends on.
+  // Per node: SPAN = [ASAP, ALAP], the timesteps where it may run. ASAP is the longest path (in
+  // edges) from a node without dependencies, ALAP = horizon - 1 - the longest path to a node
+  // nothing depends on.
   std::vector<TimeWindow> span;
-  // Per tensor: MUL, the maximum useful lifetime, where it may be resident (eq. 11):
+  // Per tensor: MUL, the maximum useful lifetime, where it may be resident:
   // [ASAP(producer), max ALAP(consumers)]; a stage input (no producer) starts at 0; a tensor
   // without consumers lives only while its producer may run.
   std::vector<TimeWindow> mul;
-  // Per tensor: PRES, where it must be resident whatever the order (eq. 12):
+  // Per tensor: PRES, where it must be resident whatever the order:
   // [ALAP(producer) + 1, max ASAP(consumers)]; from 0 for a stage input; empty without consumers.
   std::vector<TimeWindow> pres;
 };
@@ -43,10 +44,10 @@ struct LifetimeWindows {
 // than the longest dependency path.
 LifetimeWindows lifetime_windows(const TensorGraph& graph, int horizon = 0);
 
-// The pairs of tensors (i < j) that may be live together in some order (digest §2.5 T2): their
-// MUL windows intersect and neither precedes the other. Tensor a precedes b when every last user
-// of a (its consumers, or its producer when it has none) is a strict ancestor of b's producer: a
-// is dead before b is made. An input and an output of the same node always may coexist.
+// The pairs of tensors (i < j) that may be live together in some order: their MUL windows
+// intersect and neither precedes the other. Tensor a precedes b when every last user of a (its
+// consumers, or its producer when it has none) is a strict ancestor of b's producer: a is dead
+// before b is made. An input and an output of the same node always may coexist.
 std::vector<std::pair<int, int>> may_coexist_pairs(const TensorGraph& graph,
                                                    const LifetimeWindows& windows);
 

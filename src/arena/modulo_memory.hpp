@@ -10,8 +10,8 @@
 
 namespace madpipe::arena {
 
-// Static memory of a stage in the steady state of a periodic schedule (modulo allocation, seeds
-// digest §4.1): the same offsets serve every period.
+// Static memory of a stage in the steady state of a periodic schedule (modulo allocation): the
+// same offsets serve every period.
 //
 // In a period a stage runs its F and B ops of the pattern in the order of their start times. Each
 // op expands into the nodes of one micro-batch's part of the stage's sequence

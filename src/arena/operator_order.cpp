@@ -91,7 +91,7 @@ using madpipe::arena::TensorGraph;
 using madpipe::arena::TimeWindow;
 namespace solver = madpipe::solver;
 
-// The time-indexed lifetime ILP (digest eq. 14) on the windows, sizes divided by `unit_`.
+// OLLA's time-indexed lifetime ILP (ilp_operator_order) on the windows, sizes divided by `unit_`.
 class OrderIlp {
  public:
   OrderIlp(const TensorGraph& graph, const LifetimeWindows& windows, std::int64_t lower_bound,
@@ -193,7 +193,7 @@ class OrderIlp {
     }
   }
 
-  // Inputs resident when a node runs (eq. 4), and order edges.
+  // Inputs resident when a node runs, and order edges.
   void add_dependency_rows() {
     for (std::size_t e = 0; e < graph_.tensors.size(); ++e) {
       for (int consumer : graph_.tensors[e].consumers) {
@@ -220,7 +220,7 @@ class OrderIlp {
     }
   }
 
-  // Created or preserved, never both (eq. 1); preserved only if it existed before (eq. 2).
+  // Created or preserved, never both; preserved only if it existed before.
   void add_lifetime_rows(int e) {
     if (preserve_[static_cast<std::size_t>(e)].empty()) return;
     const int producer = graph_.tensors[static_cast<std::size_t>(e)].producer;
@@ -241,7 +241,7 @@ class OrderIlp {
     }
   }
 
-  // Everything made or kept at t fits under the peak (eq. 13).
+  // Everything made or kept at t fits under the peak.
   void add_memory_row(int t) {
     double constant = 0;
     for (const Tensor& tensor : graph_.tensors)

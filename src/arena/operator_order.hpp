@@ -9,8 +9,8 @@
 
 namespace madpipe::arena {
 
-// OLLA's operator-order problem (seeds digest §2.2 and §2.5 T4, the lifetime ILP (14)): the node
-// order of a TensorGraph is only one valid topological order; choose the one with the smallest
+// OLLA's operator-order problem, solved with OLLA's time-indexed lifetime ILP: the node order
+// of a TensorGraph is only one valid topological order; choose the one with the smallest
 // resident peak. Addresses are planned afterwards on the resulting lifetimes (address_plan.hpp):
 // the split of ordering and addressing.
 
@@ -28,7 +28,7 @@ std::string order_problem(const TensorGraph& graph, const std::vector<int>& orde
 // Error{InvalidInput} with order_problem's reason.
 TensorGraph reorder(const TensorGraph& graph, const std::vector<int>& order);
 
-// max over nodes of the bytes of its inputs and outputs: no order does better (digest §2.6).
+// max over nodes of the bytes of its inputs and outputs: no order does better.
 std::int64_t op_lower_bound_bytes(const TensorGraph& graph);
 
 struct OrderIlpOptions {
@@ -36,7 +36,8 @@ struct OrderIlpOptions {
   solver::SolveOptions solve{10.0, 5e-3, 1, false};
   // Timesteps of the time-indexed model; 0: one per node, and parts in sequence solved one by
   // one. Given, the whole graph is one model; fewer than the nodes is faster but may miss the
-  // optimum (the diamond of digest §5.1 T2: 150 at 6 timesteps, 130 at 7).
+  // optimum (the diamond graph of tests/arena/operator_order_test.cpp: 150 bytes at 6
+  // timesteps, 130 at 7).
   int horizon = 0;
   // Skip the solve when the given order meets op_lower_bound_bytes or is the only order.
   bool skip_when_given_optimal = true;
@@ -63,9 +64,9 @@ struct OperatorOrder {
   solver::Status solver_status = solver::Status::Error;
   double solver_seconds = 0;
   // Size of the model built (0 without one): execution variables X_{v,t} (one per node and
-  // timestep of its SPAN; the digest's C_{e,t} are X of the producer) and preserve variables
-  // P_{e,t} (one per tensor and timestep of its MUL), and the pairs that may coexist (OLLA's
-  // joint model would need an order binary for each; the split one needs none).
+  // timestep of its SPAN; OLLA's C_{e,t}, e created at t, are X of e's producer) and preserve
+  // variables P_{e,t} (one per tensor and timestep of its MUL), and the pairs that may coexist
+  // (OLLA's joint model would need an order binary for each; the split one needs none).
   int execute_vars = 0;
   int preserve_vars = 0;
   int coexisting_pairs = 0;

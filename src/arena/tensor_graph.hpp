@@ -9,8 +9,8 @@
 
 namespace madpipe::arena {
 
-// A dataflow graph for static memory planning (OLLA, seeds digest §2.1), with its operator order
-// fixed: nodes run in the order of `nodes`, one per timestep (timestep = index in `nodes`).
+// A dataflow graph for static memory planning (as in OLLA), with its operator order fixed: nodes
+// run in the order of `nodes`, one per timestep (timestep = index in `nodes`).
 //
 // A tensor is a hyperedge: one producer, any number of consumers. It is resident from the
 // timestep of its producer to the timestep of its last consumer, both included (the producer's

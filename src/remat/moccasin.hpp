@@ -9,16 +9,16 @@
 
 namespace madpipe::remat {
 
-// Rematerialization on general graphs (Moccasin, seeds digest §3): the fastest sequence that
-// computes every node of a RematGraph at least once, each node at most C times, with at most
-// `budget_bytes` resident at every computation (inputs, retained outputs and the new output).
+// Rematerialization on general graphs (Moccasin): the fastest sequence that computes every node
+// of a RematGraph at least once, each node at most C times, with at most `budget_bytes` resident at
+// every computation (inputs, retained outputs and the new output).
 //
 // Each computation of v opens a retention interval of its output; the model bounds the intervals
 // of v by C_v (1 for a node that is not recomputable), charges the budget for every output over
-// its interval and requires every input of a computation to be retained at that event
-// (constraints (2)-(9)). CP-SAT's cumulative and reservoir constraints are not available in a
-// MILP, so both variants index retention by event with binaries (docs/planner.md):
-//   Staged     the paper's stage variant (§3.3) for the graph's input order: stage k has k events,
+// its interval and requires every input of a computation to be retained at that event. CP-SAT's
+// cumulative and reservoir constraints are not available in a MILP, so both variants index
+// retention by event with binaries (docs/planner.md):
+//   Staged     the paper's stage variant for the graph's input order: stage k has k events,
 //              event j of stage k belongs to the node of rank j, the last one computes node k
 //              for the first time; retained-into-stage and free-after-use binaries, O(n^2 + n m).
 //   OrderFree  no input order: Σ C_v events, any node at any event (one per event), a retained

@@ -26,7 +26,7 @@ class RematMilp {
   solver::Model model_;
 };
 
-// The stage variant for the graph's input order (digest §3.3), per stage k and rank j <= k:
+// Moccasin's stage variant for the graph's input order, per stage k and rank j <= k:
 //   R[k][j]  node j computed at event j of stage k (R[k][k] = 1: its first computation)
 //   S[k][j]  j's output retained from an earlier stage into stage k (j < k)
 //   F[k][j][i]  i's output (an input of j, or j itself) freed right after event j of stage k

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-// The pofo dynamic program (thesis ch. 4, digest notes/seeds-remat-offload.md §4).
+// The pofo dynamic program (thesis ch. 4).
 //
 // Units: memory in slots of ceil(budget / steps) bytes, N = budget / slot slots in all; sizes
 // round up. The link moves b = beta / slot slots per ms and waiting for it to move e slots costs

@@ -6,7 +6,7 @@
 
 namespace madpipe::remat {
 
-// A compute graph for rematerialization on general DAGs (Moccasin, seeds digest §3.1). Every node
+// A compute graph for rematerialization on general DAGs (Moccasin's graph model). Every node
 // is an op with one output tensor; v reads the outputs of `inputs`, which must all be resident
 // when v runs. Nodes are listed in a topological "input order": every input of a node comes
 // before it. Execution is sequential.
@@ -65,9 +65,9 @@ struct GraphReplay {
   std::vector<int> computations;  // per node
 };
 
-// Replays `sequence` (Moccasin's memory model, digest §3.1). A step is valid when its node's
-// inputs are resident, its own output is not (retention intervals of a node never overlap), it is
-// not a second computation of a node that is not recomputable, and it frees only resident outputs.
+// Replays `sequence` (Moccasin's memory model). A step is valid when its node's inputs are
+// resident, its own output is not (retention intervals of a node never overlap), it is not a
+// second computation of a node that is not recomputable, and it frees only resident outputs.
 // The sequence is valid when every step is and every node is computed at least once. Nothing needs
 // to be freed at the end.
 GraphReplay simulate_remat(const RematGraph& graph, const GraphSequence& sequence);

@@ -14,9 +14,9 @@ namespace madpipe::remat {
 // fallback. Every sequence here is "staged" (moccasin.hpp): the nodes run for the first time in
 // the input order, and what runs between two first computations is increasing in that order.
 
-// A training chain (digest §4.1, the shape ROTOR solves): a source f0 -> f1 -> ... -> fL where
-// each f_k reads only f_{k-1}, backward nodes b_L .. b_1 where b_k reads b_{k+1} (b_L: the
-// optional source g) and nothing but f_{k-1} and f_k besides. Node indices in the graph.
+// A training chain (the shape ROTOR solves): a source f0 -> f1 -> ... -> fL where each f_k reads
+// only f_{k-1}, backward nodes b_L .. b_1 where b_k reads b_{k+1} (b_L: the optional source g)
+// and nothing but f_{k-1} and f_k besides. Node indices in the graph.
 struct TrainingChain {
   std::vector<int> forward;   // f0 .. fL
   std::vector<int> backward;  // b1 .. bL (backward[k - 1] is b_k)

@@ -17,15 +17,15 @@
 namespace madpipe::arena {
 namespace {
 
-// OLLA fixtures of the seeds digest, §5.1.
-std::vector<Buffer> simple_graph() {  // T1
+// Small example graphs, as the buffers of their nodes in the order given.
+std::vector<Buffer> simple_graph() {
   return buffers_of(make_tensor_graph({"A", "B", "C", "D", "E"}, {{"AB", 10, "A", {"B"}},
                                                                   {"BC", 20, "B", {"C"}},
                                                                   {"BD", 30, "B", {"D"}},
                                                                   {"DE", 40, "D", {"E"}}}));
 }
 
-std::vector<Buffer> diamond_graph(const std::vector<std::string>& order) {  // T2
+std::vector<Buffer> diamond_graph(const std::vector<std::string>& order) {
   return buffers_of(make_tensor_graph(order, {{"AB", 10, "A", {"B"}},
                                               {"BC", 20, "B", {"C"}},
                                               {"BD", 30, "B", {"D"}},
@@ -35,7 +35,8 @@ std::vector<Buffer> diamond_graph(const std::vector<std::string>& order) {  // T
                                               {"FG", 10, "F", {"G"}}}));
 }
 
-std::vector<Buffer> fragmentation_graph() {  // T5, Figure 4
+// A chain of tensors of 1, 2, 2 and 1: first fit in allocation order fragments the arena.
+std::vector<Buffer> fragmentation_graph() {
   return buffers_of(
       make_tensor_graph({"In", "Op1", "Op2", "Op3", "Out"}, {{"A", 1, "In", {"Op1"}},
                                                              {"B", 2, "Op1", {"Op2"}},
@@ -96,11 +97,11 @@ TEST(AddressPlanGreedy, FragmentationCaseNeedsFiveInAllocationOrder) {
   const AddressPlan plan = greedy_address_plan(fragmentation_graph(), PlanMethod::GreedyByStart);
   expect_valid(plan);
   EXPECT_EQ(plan.lower_bound_bytes, 4);
-  EXPECT_EQ(plan.arena_bytes, 5);  // A@0, B@1, C@3: "Fails to Fit!" in 4
+  EXPECT_EQ(plan.arena_bytes, 5);  // A@0, B@1, C@3: A's freed byte is too small for C
   EXPECT_EQ(plan.offsets, (std::vector<std::int64_t>{0, 1, 3, 0}));
 }
 
-TEST(AddressPlanGreedy, PyramidOfNestedLifetimes) {  // T6
+TEST(AddressPlanGreedy, PyramidOfNestedLifetimes) {
   const std::vector<Buffer> buffers = {
       {"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8}, {"short", 1, 4, 5}};
   const AddressPlan plan = greedy_address_plan(buffers, PlanMethod::GreedyByStart);
@@ -136,7 +137,7 @@ TEST(AddressPlanIlp, FragmentationCaseReachesTheLowerBound) {
   const AddressPlan plan = ilp_address_plan(fragmentation_graph(), ilp_options(2));
   expect_valid(plan);
   EXPECT_EQ(plan.method, PlanMethod::Ilp) << plan.note;
-  EXPECT_EQ(plan.arena_bytes, 4);  // zero fragmentation: the certificate of digest §2.5 T4
+  EXPECT_EQ(plan.arena_bytes, 4);  // zero fragmentation: the arena meets the lower bound
   EXPECT_EQ(plan.solver_status, solver::Status::Optimal);
 }
 
@@ -186,7 +187,7 @@ TEST(AddressPlanIlp, ShippedStagesUnrolledOverTheirInFlightMicroBatches) {
   }
 }
 
-TEST(AddressPlanPyramid, NestedLifetimesStackBottomUp) {  // T6
+TEST(AddressPlanPyramid, NestedLifetimesStackBottomUp) {
   const std::vector<Buffer> buffers = {
       {"l1", 1, 1, 10}, {"l2", 1, 2, 9}, {"l3", 1, 3, 8}, {"short", 1, 4, 5}};
   EXPECT_EQ(pyramid_stack(buffers), (std::vector<int>{0, 1, 2, 3}));

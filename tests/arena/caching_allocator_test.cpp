@@ -14,7 +14,8 @@ namespace marena = madpipe::arena;
 constexpr std::int64_t MiB = 1 << 20;
 
 TEST(CachingAllocator, ChainOfLargeTensorsFragmentsWhereAnArenaDoesNot) {
-  // Digest §5.1 T5 at 12 MiB per unit: A (1) -> B (2) -> C (2) -> D (1).
+  // The fragmentation chain of address_plan_test.cpp, at 12 MiB per unit:
+  // A (1) -> B (2) -> C (2) -> D (1).
   const std::vector<marena::Buffer> chain = {
       {"A", 12 * MiB, 0, 1}, {"B", 24 * MiB, 1, 2}, {"C", 24 * MiB, 2, 3}, {"D", 12 * MiB, 3, 4}};
   const marena::CachingAllocatorPeak peak = marena::simulate_caching_allocator(chain);

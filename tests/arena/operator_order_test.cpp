@@ -20,8 +20,8 @@
 namespace madpipe::arena {
 namespace {
 
-// OLLA fixtures of the seeds digest, §5.1, in their definition order.
-TensorGraph simple_graph() {  // T1
+// Small example graphs, their nodes listed in the given operator order.
+TensorGraph simple_graph() {  // peak 70 in the given order, which is optimal
   return make_tensor_graph({"A", "B", "C", "D", "E"}, {{"AB", 10, "A", {"B"}},
                                                        {"BC", 20, "B", {"C"}},
                                                        {"BD", 30, "B", {"D"}},
@@ -34,7 +34,7 @@ std::vector<TensorSpec> diamond_graph_specs() {
           {"FG", 10, "F", {"G"}}};
 }
 
-TensorGraph diamond_graph() {  // T2
+TensorGraph diamond_graph() {  // peak 150 in the given order, 130 in the best (ABDECFG)
   return make_tensor_graph({"A", "B", "C", "D", "E", "F", "G"}, diamond_graph_specs());
 }
 
@@ -44,7 +44,7 @@ std::string names(const TensorGraph& graph, const std::vector<int>& order) {
   return out;
 }
 
-// The digest's windows are 1-based.
+// The expected windows below are written counting timesteps from 1.
 TimeWindow one_based(int first, int last) { return {first - 1, last - 1}; }
 
 OrderIlpOptions solve_always(double seconds) {
@@ -57,7 +57,7 @@ OrderIlpOptions solve_always(double seconds) {
 #define MADPIPE_SKIP_WITHOUT_BACKEND() \
   if (solver::built_backends().empty()) GTEST_SKIP() << "no MILP backend built"
 
-TEST(LifetimeWindows, DiamondAtSevenTimestepsMatchesTheDigest) {  // T3
+TEST(LifetimeWindows, DiamondWindowsAtSevenTimesteps) {
   const LifetimeWindows windows = lifetime_windows(diamond_graph());
   EXPECT_EQ(windows.horizon, 7);
   const std::vector<TimeWindow> span = {one_based(1, 2), one_based(2, 3), one_based(3, 5),
@@ -90,7 +90,7 @@ TEST(LifetimeWindows, ChainIsFixedAndShortHorizonsAreRejected) {
   EXPECT_EQ(lifetime_windows(chain, 5).span[0], (TimeWindow{0, 2}));
 }
 
-TEST(MayCoexistPairs, DiamondKeepsThirteenOfTwentyOnePairs) {  // T4
+TEST(MayCoexistPairs, DiamondKeepsThirteenOfTwentyOnePairs) {
   const TensorGraph graph = diamond_graph();
   const auto pairs = may_coexist_pairs(graph, lifetime_windows(graph));
   EXPECT_EQ(pairs.size(), 13u);
@@ -137,7 +137,7 @@ TensorGraph random_graph(std::mt19937& rng, int nodes) {
   return make_tensor_graph(node_names, tensors);
 }
 
-// Calls `visit` with every execution order of the graph (the oracle of digest §5.0).
+// Calls `visit` with every execution order of the graph: the exhaustive oracle of the tests.
 void for_each_order(const TensorGraph& graph,
                     const std::function<void(const std::vector<int>&)>& visit) {
   const int n = static_cast<int>(graph.nodes.size());
@@ -206,7 +206,7 @@ TEST(OperatorOrder, ReorderRejectsOrdersAgainstADependency) {
   EXPECT_EQ(live_bytes_lower_bound(buffers_of(moved)), 130);
 }
 
-TEST(OperatorOrderIlp, SimpleGraphKeepsItsOptimalOrder) {  // T1
+TEST(OperatorOrderIlp, SimpleGraphKeepsItsOptimalOrder) {
   const OperatorOrder skipped = ilp_operator_order(simple_graph(), OrderIlpOptions{});
   EXPECT_EQ(skipped.outcome, OrderOutcome::AtLowerBound);
   EXPECT_EQ(skipped.peak_bytes, 70);
@@ -218,7 +218,7 @@ TEST(OperatorOrderIlp, SimpleGraphKeepsItsOptimalOrder) {  // T1
   EXPECT_EQ(solved.solver_status, solver::Status::Optimal);
 }
 
-TEST(OperatorOrderIlp, DiamondFindsTheOrderOf130) {  // T2
+TEST(OperatorOrderIlp, DiamondFindsTheOrderOf130) {
   MADPIPE_SKIP_WITHOUT_BACKEND();
   const TensorGraph graph = diamond_graph();
   const OperatorOrder split = ilp_operator_order(graph, OrderIlpOptions{});
@@ -240,7 +240,8 @@ TEST(OperatorOrderIlp, DiamondFindsTheOrderOf130) {  // T2
   EXPECT_EQ(order.solver_status, solver::Status::Optimal);
 }
 
-TEST(OperatorOrderIlp, DiamondOnSixTimestepsMissesTheOptimum) {  // the horizon caveat of T2
+// Horizon shrinking: on 6 timesteps for 7 nodes the ILP finds 150, not the optimum of 130.
+TEST(OperatorOrderIlp, DiamondOnSixTimestepsMissesTheOptimum) {
   MADPIPE_SKIP_WITHOUT_BACKEND();
   OrderIlpOptions options = solve_always(2);
   options.horizon = 6;

@@ -16,7 +16,7 @@ namespace madpipe::arena {
 namespace {
 
 TEST(TensorGraph, ExplicitListGivesLifetimesInNodeOrder) {
-  // OLLA simple_graph (digest §5.1 T1): A->B (10), B->C (20), B->D (30), D->E (40).
+  // The simple example graph of the arena tests: A->B (10), B->C (20), B->D (30), D->E (40).
   const TensorGraph graph = make_tensor_graph({"A", "B", "C", "D", "E"}, {{"AB", 10, "A", {"B"}},
                                                                           {"BC", 20, "B", {"C"}},
                                                                           {"BD", 30, "B", {"D"}},

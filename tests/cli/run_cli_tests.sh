@@ -167,7 +167,7 @@ case_plan_and_simulate() {
   run simulate --plan plan.json --profile "$resnet"
   expect_status 0
   expect_match out "^step time +[0-9.]+ ms"
-  # The timetable replay must reach the planned period exactly (STYLE.md, Testing).
+  # The timetable replay must reach the planned period exactly.
   expect_match out "^steady period .* ratio 1\.000$"
   expect_match out "^  0 +[0-9.]+ [KMG]iB +[0-9.]+ [KMG]iB +[0-9]+%$"
   expect_not_in err "warning"

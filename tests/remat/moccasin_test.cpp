@@ -37,8 +37,8 @@ RematGraph make_graph(const std::vector<double>& durations, const std::vector<st
   return graph;
 }
 
-// Moccasin fixtures of the seeds digest, §5.2: sizes 1, durations 3 unless stated.
-RematGraph unet(int k) {  // T8 (k = 2), T9 (k = 3): a chain of 2k + 1 nodes, skips i -> 2k - i
+// Small example graphs: sizes 1, durations 3 unless stated.
+RematGraph unet(int k) {  // a U-Net: a chain of 2k + 1 nodes with skips i -> 2k - i
   const int n = 2 * k + 1;
   std::vector<std::pair<int, int>> edges;
   for (int v = 1; v < n; ++v) edges.emplace_back(v - 1, v);
@@ -47,7 +47,9 @@ RematGraph unet(int k) {  // T8 (k = 2), T9 (k = 3): a chain of 2k + 1 nodes, sk
                     std::vector<std::int64_t>(static_cast<std::size_t>(n), 1), edges);
 }
 
-RematGraph order_matters(std::vector<double> durations) {  // T10
+// Where the input order matters: with durations {1, 10, 5, 5, 5} at budget 4, the best order
+// takes 26 ms and the stage variant for the input order 27.
+RematGraph order_matters(std::vector<double> durations) {
   return make_graph(durations, {1, 1, 2, 1, 1}, {{0, 4}, {1, 4}, {2, 3}, {3, 4}});
 }
 
@@ -84,7 +86,7 @@ constexpr MoccasinVariant kVariants[] = {MoccasinVariant::Staged, MoccasinVarian
 
 // --- simulator -----------------------------------------------------------------------------
 
-TEST(RematGraphSimulator, ReplaysTheDigestSequenceOfT8) {
+TEST(RematGraphSimulator, ReplaysAOneRecomputationSequenceOfUnetK2) {
   const RematGraph graph = unet(2);
   // 0, 1, (free 0), 2, 3, 0, 4 with memory 1, 2, 2, 3, 2, 3 during the computations.
   const GraphSequence sequence = {{0, {}}, {1, {0}}, {2, {}}, {3, {1, 2}}, {0, {}}, {4, {0, 3, 4}}};
@@ -309,7 +311,7 @@ TEST(MoccasinSolve, NoRecomputationWhenTheInputOrderFits) {
   EXPECT_DOUBLE_EQ(result.overhead(), 0);
 }
 
-TEST(MoccasinSolve, UnetK2NeedsOneRecomputationAtBudget3) {  // T8
+TEST(MoccasinSolve, UnetK2NeedsOneRecomputationAtBudget3) {
   MADPIPE_SKIP_WITHOUT_BACKEND();
   for (MoccasinVariant variant : kVariants) {
     const MoccasinResult result = solve(unet(2), 3, variant);
@@ -320,7 +322,7 @@ TEST(MoccasinSolve, UnetK2NeedsOneRecomputationAtBudget3) {  // T8
   }
 }
 
-TEST(MoccasinSolve, UnetK3AtBudgets4And3AndTheCap) {  // T9
+TEST(MoccasinSolve, UnetK3AtBudgets4And3AndTheCap) {
   MADPIPE_SKIP_WITHOUT_BACKEND();
   const RematGraph graph = unet(3);
   EXPECT_DOUBLE_EQ(solve(graph, 5, MoccasinVariant::Auto).total_ms, 21);
@@ -343,7 +345,7 @@ TEST(MoccasinSolve, UnetK3AtBudgets4And3AndTheCap) {  // T9
   }
 }
 
-TEST(MoccasinSolve, InputOrderCostsTheStageVariantOneMs) {  // T10
+TEST(MoccasinSolve, InputOrderCostsTheStageVariantOneMs) {
   MADPIPE_SKIP_WITHOUT_BACKEND();
   const MoccasinResult free_order =
       solve(order_matters({1, 10, 5, 5, 5}), 4, MoccasinVariant::OrderFree);
@@ -472,8 +474,8 @@ TEST(MoccasinSolve, RejectsBadOptions) {
   EXPECT_THROW(moccasin_remat(unet(2), 3, options), Error);
 }
 
-// Exhaustive reference (digest §5.0): Dijkstra over (resident set, computations per node) with
-// "compute v" (inputs resident, under the cap, within the budget) and free "free x" moves.
+// Exhaustive reference: Dijkstra over (resident set, computations per node) with "compute v"
+// (inputs resident, under the cap, within the budget) and free "free x" moves.
 double oracle_time(const RematGraph& graph, std::int64_t budget, int cap) {
   const int n = graph.size();
   using State = std::pair<unsigned, std::vector<int>>;

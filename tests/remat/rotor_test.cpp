@@ -95,7 +95,7 @@ RematChain random_chain(unsigned seed, int stages, int max_size) {
   return chain;
 }
 
-// Fixture of the digest (7.3): 4 stages + loss, u_F = 1, u_B = 2, a = 1, abar = 2.
+// A small regression chain: 4 stages + loss, u_F = 1, u_B = 2, a = 1, abar = 2.
 RematChain regression_chain() {
   return chain_of({1, 1, 1, 1, 0}, {2, 2, 2, 2, 0}, {1, 1, 1, 1, 1, 0}, {1, 2, 2, 2, 2, 0});
 }
@@ -146,7 +146,7 @@ TEST(RematSequence, ReplayRejectsMissingInputsAndUnfinishedSequences) {
   EXPECT_NE(r.problem.find("not recorded"), std::string::npos);
 }
 
-TEST(Rotor, RegressionTableOfTheDigest) {
+TEST(Rotor, RegressionTableOfTimesPerBudget) {
   const RematChain chain = regression_chain();
   const std::map<int, double> expected{
       {5, RotorTable::kInfinity}, {6, 18}, {7, 15}, {8, 14}, {9, 14}, {10, 13}, {11, 12}, {14, 12}};

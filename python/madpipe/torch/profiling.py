@@ -244,7 +244,7 @@ def _move(modules, sample, target, device, dtype):
     return sample, None if target is None else target.to(device)
 
 
-def profile(chain, sample, device="cpu", *, name=None, warmup=2, repeats=5, dtype=None,
+def profile(chain, sample, device="cpu", *, name=None, warmup=2, repeats=10, dtype=None,
             loss_fn=None, target=None):
     """Measures every layer of ``chain`` on the micro-batch ``sample``; returns a profile dict.
 
@@ -256,6 +256,7 @@ def profile(chain, sample, device="cpu", *, name=None, warmup=2, repeats=5, dtyp
         device: where to measure (``"cpu"``, ``"cuda"``, ``"cuda:1"``...).
         name: the profile's name (default: the chain's class name, in lower case).
         warmup, repeats: untimed and timed runs per layer; times are medians of the timed runs.
+            The defaults (2 and 10) are those of ``madpipe profile`` (``--warmup``, ``--repeats``).
         dtype: floating-point dtype to cast the chain and a floating-point sample to.
         loss_fn, target: the loss the last layer computes, ``loss_fn(output, target)``
             (see the module's documentation).
