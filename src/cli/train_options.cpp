@@ -66,10 +66,11 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
       po::value(&c.micro_batch_size)
           ->default_value(c.micro_batch_size)
           ->notifier(at_least(1, "--micro-batch-size")),
-      "samples per micro-batch")("optimizer", po::value(&c.optimizer)->default_value(c.optimizer),
-                                 "adamw or sgd")(
-      "learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate), "step size")(
-      "momentum", po::value(&c.momentum)->default_value(c.momentum), "sgd momentum")(
+      "samples per micro-batch")(
+      "optimizer", enum_value(c.optimizer, runtime::kOptimizerNames, "optimizer", "--optimizer"),
+      "adamw or sgd")("learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate),
+                      "step size")("momentum", po::value(&c.momentum)->default_value(c.momentum),
+                                   "sgd momentum")(
       "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
       "decoupled weight decay")("seed", po::value(&c.seed)->default_value(c.seed),
                                 "initial weights and data order")(

@@ -26,15 +26,17 @@ torch::Tensor copy_of(const torch::Tensor& t) { return t.defined() ? t.detach().
 
 std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
     const TrainingSettings& c, std::vector<torch::Tensor> parameters) {
-  if (c.optimizer == "adamw")
-    return std::make_unique<torch::optim::AdamW>(
-        parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
-  if (c.optimizer == "sgd")
-    return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(c.learning_rate)
-                                                               .momentum(c.momentum)
-                                                               .weight_decay(c.weight_decay));
-  throw Error(ErrorKind::InvalidInput, "", "optimizer",
-              "unknown optimizer '" + c.optimizer + "' (valid: adamw, sgd)");
+  switch (c.optimizer) {
+    case OptimizerKind::AdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
+    case OptimizerKind::Sgd:
+      return std::make_unique<torch::optim::SGD>(parameters,
+                                                 torch::optim::SGDOptions(c.learning_rate)
+                                                     .momentum(c.momentum)
+                                                     .weight_decay(c.weight_decay));
+  }
+  throw Error(ErrorKind::Internal, "", "optimizer", "an optimizer kind without its optimizer");
 }
 
 std::vector<torch::Tensor> madpipe::runtime::export_param_state(

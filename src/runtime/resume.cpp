@@ -110,7 +110,7 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                    {"steps", c.steps},
                    {"micro_batches", c.micro_batches},
                    {"micro_batch_size", c.micro_batch_size},
-                   {"optimizer", c.optimizer},
+                   {"optimizer", name_of(kOptimizerNames, c.optimizer)},
                    {"learning_rate", c.learning_rate},
                    {"momentum", c.momentum},
                    {"weight_decay", c.weight_decay},

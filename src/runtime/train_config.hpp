@@ -22,6 +22,11 @@ inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
 // gradients, optimizer state): the second weight version, its gradient and the newest version.
 inline constexpr int kTwoWeightVersionsExtraCopies = 3;
 
+// The optimizer of every stage (--optimizer).
+enum class OptimizerKind { AdamW, Sgd };
+inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW, "adamw"},
+                                                           {OptimizerKind::Sgd, "sgd"}};
+
 enum class OnNonFinite { Stop, Skip };
 inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "stop"},
                                                            {OnNonFinite::Skip, "skip"}};
@@ -77,7 +82,7 @@ struct TrainingSettings {
   int steps = 100;
   int micro_batches = 8;  // per step
   int micro_batch_size = 8;
-  std::string optimizer = "adamw";  // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   double learning_rate = 1e-3;
   double momentum = 0.9;  // sgd
   double weight_decay = 0.0;
@@ -98,6 +103,14 @@ inline Platform default_train_platform() {
   platform.bandwidth_bytes_per_ms = 12e6;  // 12 GB/s
   platform.weight_copies = 4;
   return platform;
+}
+
+// Weight-sized copies a run holds per weight: the weights and their gradients, the optimizer's
+// state (AdamW: two moments; SGD: its momentum, if any), and 2BW's extra copies.
+inline int held_weight_copies(const TrainingSettings& t) {
+  int copies = 2 + (t.optimizer == OptimizerKind::AdamW ? 2 : (t.momentum != 0 ? 1 : 0));
+  if (t.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
+  return copies;
 }
 
 // [platform] and [planner]: the ranks, what the planner assumes of them and how it plans.

@@ -19,14 +19,6 @@ namespace fs = std::filesystem;
 
 namespace madpipe::runtime {
 namespace {
-// Weight-sized copies the run holds per weight: the weights and their gradients, the optimizer's
-// state (AdamW: two moments; SGD: its momentum, if any), and 2BW's three extra copies.
-int held_weight_copies(const TrainConfig& c) {
-  int copies = 2 + (c.optimizer == "adamw" ? 2 : (c.momentum != 0 ? 1 : 0));
-  if (c.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
-  return copies;
-}
-
 // The plan as this run holds it: its weight copies those of the run's optimizer and mode (a plan
 // read with --plan may count fewer).
 plan::Plan as_held(const TrainConfig& c, const plan::Plan& plan) {
@@ -143,7 +135,8 @@ void madpipe::runtime::note_program_memory(const TrainConfig& c, const plan::Pla
   if (plan.platform.weight_copies < held)
     say("note: the plan counts " + std::to_string(plan.platform.weight_copies) +
         " weight-sized copies per weight, this run holds " + std::to_string(held) + " (" +
-        c.optimizer + (c.mode == runtime::TrainingMode::TwoWeightVersions ? ", 2bw" : "") +
+        name_of(kOptimizerNames, c.optimizer) +
+        (c.mode == TrainingMode::TwoWeightVersions ? ", 2bw" : "") +
         "): plan with --weight-copies " + std::to_string(held) + " to count them");
   const std::vector<plan::ProgramMemory> bounds =
       plan::program_memory(as_held(c, plan), program, data_bytes);

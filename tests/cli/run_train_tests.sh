@@ -720,6 +720,7 @@ PY
     }
     check_refused "--mode: unknown mode 'fast' (valid: sync, 2bw)" --mode fast
     check_refused "--on-nan: unknown action 'ignore' (valid: stop, skip)" --on-nan ignore
+    check_refused "--optimizer: unknown optimizer 'adam' (valid: adamw, sgd)" --optimizer adam
     check_refused "--receive-buffers: unknown value 'pinned' (valid: arena, upfront)" \
       --receive-buffers pinned
     check_refused "--remat: unknown strategy 'all' (valid: none, rotor)" --remat all

@@ -67,14 +67,14 @@ void expect_state_survives_rebuild(mr::TrainConfig config) {
 
 TEST(OptimizerState, AdamWStateSurvivesARebuild) {
   mr::TrainConfig config;
-  config.optimizer = "adamw";
+  config.optimizer = madpipe::runtime::OptimizerKind::AdamW;
   config.weight_decay = 0.01;
   expect_state_survives_rebuild(config);
 }
 
 TEST(OptimizerState, SgdMomentumSurvivesARebuild) {
   mr::TrainConfig config;
-  config.optimizer = "sgd";
+  config.optimizer = madpipe::runtime::OptimizerKind::Sgd;
   expect_state_survives_rebuild(config);
 }
 
