@@ -119,13 +119,35 @@ std::string dry_run(const Program& program) {
     }
     return problem.empty();
   };
+  // Sends the runtime completes after each instruction (Program::send_completions): a GPU goes
+  // on once each has been received or its receive posted.
+  std::vector<std::vector<std::vector<std::size_t>>> complete_after(gpus);
+  for (int g = 0; g < gpus && g < static_cast<int>(program.send_completions.size()); ++g) {
+    const std::vector<int>& completions = program.send_completions[g];
+    complete_after[g].resize(program.per_gpu[g].size());
+    for (std::size_t x = 0; x < completions.size(); ++x)
+      if (completions[x] >= 0 && completions[x] < static_cast<int>(complete_after[g].size()))
+        complete_after[g][completions[x]].push_back(x);
+  }
+  auto sends_taken = [&](int g) {
+    if (pc[g] == 0 || complete_after[g].empty()) return true;
+    for (std::size_t x : complete_after[g][pc[g] - 1]) {
+      const Instr& send = program.per_gpu[g][x];
+      const bool gradient = carries_gradient(send.kind);
+      const Data data{gradient, send.stage, send.micro_batch};
+      if (in_flight.count({gradient, send.stage, send.micro_batch, g, send.peer}) &&
+          !posted[send.peer].count(data))
+        return false;
+    }
+    return true;
+  };
   bool progress = true;
   while (progress) {
     progress = false;
     for (int g = 0; g < gpus; ++g) {
       const std::vector<Instr>& list = program.per_gpu[g];
       std::string problem;
-      while (pc[g] < list.size() && run(g, list[pc[g]], problem)) {
+      while (pc[g] < list.size() && sends_taken(g) && run(g, list[pc[g]], problem)) {
         ++pc[g];
         progress = true;
       }

@@ -31,7 +31,7 @@ constexpr std::array<InstrName, 12> kInstrNames{{
     {InstrKind::BackwardWeight, "W", 0},
 }};
 
-const InstrName& name_of(madpipe::plan::InstrKind kind) {
+const InstrName& instr_name(madpipe::plan::InstrKind kind) {
   for (const InstrName& entry : kInstrNames)
     if (entry.kind == kind) return entry;
   MADPIPE_UNREACHABLE("unknown instruction kind");
@@ -45,7 +45,7 @@ bool madpipe::plan::operator==(const Instr& a, const Instr& b) {
 }
 
 std::string madpipe::plan::to_string(const Instr& instr) {
-  const InstrName& entry = name_of(instr.kind);
+  const InstrName& entry = instr_name(instr.kind);
   std::string token =
       entry.name + std::to_string(instr.stage) + "." + std::to_string(instr.micro_batch);
   if (entry.peer_mark) token += entry.peer_mark + std::to_string(instr.peer);

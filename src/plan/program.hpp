@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/names.hpp"
 #include "plan/plan.hpp"
 
 #include <cstdint>
@@ -92,10 +93,13 @@ inline bool carries_gradient(InstrKind kind) {
 std::string to_string(const Instr& instr);
 Instr instr_from_string(const std::string& token);  // throws Error{InvalidInput}
 
+// Where received activations and gradients land (the runtime's --receive-buffers).
 enum class ReceivePosting {
   Arena,    // each receive posted `lookahead` compute ops before its use, at a planned offset
   Upfront,  // every receive posted at the start, each into its own allocation
 };
+inline constexpr Named<ReceivePosting> kReceivePostingNames[] = {
+    {ReceivePosting::Arena, "arena"}, {ReceivePosting::Upfront, "upfront"}};
 
 struct LowerOptions {
   int micro_batches = 1;
@@ -124,7 +128,9 @@ Program lower(const Plan& plan, int micro_batches);  // training, default option
 // every rank (a transport that needs one channel per pair, as NCCL's, creates them from it).
 std::vector<std::pair<int, int>> message_channels(const Plan& plan);
 
-// Runs the program symbolically with non-blocking sends and blocking receives. Returns an empty
+// Runs the program symbolically with non-blocking sends, blocking receives, and after each
+// instruction a blocking wait for the sends `send_completions` completes there, which returns
+// once the peer has posted their receives (or received them). Returns an empty
 // string when every GPU reaches its end with every message received, the k-th message from one
 // GPU to another posted and received as the k-th, and every op finding its data delivered; else
 // a report: for a deadlock, each GPU's position, the instruction it waits at (marked

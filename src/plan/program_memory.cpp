@@ -43,9 +43,9 @@ class Occupancy {
   int n_;
 };
 
-}  // namespace
-
-std::vector<std::vector<int>> send_completions(const Program& program) {
+// Where each send is complete without waiting: after the sender receives a message its peer sent
+// once it had received this one.
+std::vector<std::vector<int>> completions_without_waiting(const Program& program) {
   const int gpus = static_cast<int>(program.per_gpu.size());
   std::vector<std::map<std::pair<int, int>, int>> waits;
   for (const auto& list : program.per_gpu) waits.push_back(waits_of(list));
@@ -73,6 +73,45 @@ std::vector<std::vector<int>> send_completions(const Program& program) {
     }
   }
   return out;
+}
+
+// The index of the next instruction after the send at x that makes a message of the same kind on
+// the same cut (the next forward of the stage for an activation, the next backward of the stage
+// above for a gradient); -1 when there is none.
+int next_message_maker(const std::vector<Instr>& list, int x) {
+  const Instr& send = list[x];
+  const bool gradient = send.kind == InstrKind::SendGrad;
+  const InstrKind maker = gradient ? InstrKind::Backward : InstrKind::Forward;
+  const int stage = gradient ? send.stage + 1 : send.stage;
+  for (int k = x + 1; k < static_cast<int>(list.size()); ++k)
+    if (list[k].kind == maker && list[k].stage == stage) return k;
+  return -1;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> send_completions(const Program& program) {
+  std::vector<std::vector<int>> settled = completions_without_waiting(program);
+  std::vector<std::vector<int>> tight = settled;
+  bool earlier = false;
+  for (const std::vector<Instr>& list : program.per_gpu)
+    for (const Instr& instr : list)
+      if (is_send(instr.kind) && instr.sequence < 0) return settled;  // messages not numbered
+  for (std::size_t g = 0; g < program.per_gpu.size(); ++g) {
+    const std::vector<Instr>& list = program.per_gpu[g];
+    for (int x = 0; x < static_cast<int>(list.size()); ++x) {
+      if (!is_send(list[x].kind)) continue;
+      const int next = next_message_maker(list, x);
+      if (next >= 0 && next - 1 < tight[g][x]) {
+        tight[g][x] = next - 1;
+        earlier = true;
+      }
+    }
+  }
+  if (!earlier) return settled;
+  Program waiting = program;
+  waiting.send_completions = tight;
+  return dry_run(waiting).empty() ? tight : settled;
 }
 
 std::vector<ProgramMemory> program_memory(const Plan& plan, const Program& program,

@@ -8,11 +8,15 @@
 
 namespace madpipe::plan {
 
-// Where a runtime may complete each send of a program without waiting on anybody: right after
-// the first instruction of the sender that receives a message its peer sent once it had received
-// this one (the peer's receipt happened before). Per GPU, per instruction of its list: for a
-// send, that instruction's index, or the list's size (the program's end, where every send
-// completes); -1 for other instructions.
+// Where a runtime completes each send of a program (waits until the peer has taken it). By the
+// memory model a cut holds one sent message of each kind at a time, so each send completes
+// before the sender makes the next message of its kind on that cut (the stage's next forward for
+// an activation, the next backward for a gradient), when the whole program still runs with those
+// waits (a symbolic run, receives posted as the program posts them). Else every send completes
+// where it no longer waits on anybody: right after the first instruction of the sender that
+// receives a message its peer sent once it had received this one (the peer's receipt happened
+// before). Per GPU, per instruction of its list: for a send, the index of the instruction after
+// which it completes, or the list's size (the program's end); -1 for other instructions.
 std::vector<std::vector<int>> send_completions(const Program& program);
 
 // What one GPU holds while it runs a lowered training program, by the memory model's terms

@@ -3,9 +3,11 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace madpipe::plan {
 namespace {
@@ -32,6 +34,8 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     auto it = compute_at.find({kind == InstrKind::Backward, stage, micro_batch});
     return it != compute_at.end() && it->second >= from ? it->second : -1;
   };
+  // (activation, stage) -> where the previous such message received was first used.
+  std::map<std::pair<bool, int>, int> previous_use;
   for (int k = 0; k < static_cast<int>(list.size()); ++k) {
     const Instr& r = list[k];
     const bool act = r.kind == InstrKind::RecvAct;
@@ -50,6 +54,12 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
     int post = first_use;
     for (int seen = 0; post > 0 && seen < lookahead;)
       if (is_compute(list[--post].kind)) ++seen;
+    // One message of each kind in transit per cut, as the memory model counts its buffers: not
+    // posted before the previous one has been used.
+    const auto previous = previous_use.find({act, r.stage});
+    if (train && lookahead < std::numeric_limits<int>::max() && previous != previous_use.end())
+      post = std::max(post, previous->second + 1);
+    previous_use[{act, r.stage}] = first_use;
     post = std::min(post, k);  // posted before it is waited for
     const std::int64_t size = message_bytes.at(static_cast<std::size_t>(r.stage));
     ReceiveSlot slot;

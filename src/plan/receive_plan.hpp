@@ -12,11 +12,14 @@ namespace madpipe::plan {
 // lowering (program.hpp) that places receives: every activation and gradient the rank receives
 // gets a planned offset in one arena (OLLA's address plan on the rank's instruction list,
 // address_plan.hpp). A receive is posted `lookahead` compute instructions (forwards and
-// backwards) before the instruction that first needs it, so that the transfer overlaps them, and
-// no later than any receive from the same peer that comes after it in the peer's sending order
-// (Instr::sequence; list order when unset): one order per GPU pair. Its buffer is live until its
-// last use: the backward of its micro-batch in training (autograd keeps a stage's input), the
-// forward in validation, the backward for a gradient.
+// backwards) before the instruction that first needs it, so that the transfer overlaps them, but
+// in training not before the previous message of its kind and stage has been used (one message
+// in transit per cut and direction, as the memory model counts buffers), and no later than any
+// receive from the same peer that comes after it in the peer's sending order (Instr::sequence; list
+// order when unset): one order per GPU pair, which may post earlier than the rule above. An
+// unbounded lookahead (std::numeric_limits<int>::max()) posts every receive at the start. Its
+// buffer is live until its last use: the backward of its micro-batch in training (autograd keeps a
+// stage's input), the forward in validation, the backward for a gradient.
 struct ReceiveSlot {
   int instr = -1;       // index of the RecvAct / RecvGrad instruction in the rank's list
   int post_before = 0;  // posted just before the instruction of this index runs

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/memory_meter.hpp"
+#include "runtime/saved_tensors.hpp"
 #include "runtime/weight_gradients.hpp"
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <torch/csrc/autograd/engine.h>
 
 using madpipe::plan::Instr;
 using madpipe::plan::InstrKind;
@@ -69,25 +69,6 @@ class LossReader {
 
 std::int64_t bytes_of(const torch::Tensor& t) {
   return static_cast<std::int64_t>(t.numel()) * t.element_size();
-}
-
-// Frees the values of a stage output that has been sent or handed over, keeping its autograd
-// node for the backward (an output without one keeps its values: nothing would run from it).
-void release_values(torch::Tensor& output) {
-  if (output.grad_fn() == nullptr) return;
-  output.set_data(torch::empty({0}, output.options().requires_grad(false)));
-}
-
-// output.backward(grad), also for an output whose values were released: the engine checks the
-// gradient against the shape its node recorded, not against the tensor's current one.
-void backward_from(const torch::Tensor& output, const torch::Tensor& grad) {
-  if (output.grad_fn() == nullptr) {
-    output.backward(grad);  // fails as a plain backward would
-    return;
-  }
-  torch::autograd::Engine::get_default_engine().execute(
-      {torch::autograd::impl::gradient_edge(output)}, {grad}, /*keep_graph=*/false,
-      /*create_graph=*/false, /*accumulate_grad=*/true);
 }
 
 // The tensor of micro-batch i waiting in `place` for `instr`, taken out of it.
@@ -357,10 +338,15 @@ void madpipe::runtime::PipelineExecutor::Run::forward(const Instr& instr) {
   const bool last = s == num_stages_ - 1;
   Stage& stage = stages_[s];
   const torch::Tensor input = s == 0 ? batch(i).input : take(stage.inputs, i, instr, "its input");
+  // The first stage uses the micro-batch's input only, the last its target only: neither holds
+  // the other part while it computes.
+  if (s == 0 && !last) batches_.erase(i);
   timed(TraceOpKind::Forward, instr, [&] {
     // The loss of the last stage, divided so that accumulated gradients are the update's.
     auto scaled_loss = [&](const torch::Tensor& output) {
-      torch::Tensor value = x_.model_.loss(output, batch(i).target);
+      const torch::Tensor target = batch(i).target;
+      if (s > 0) batches_.erase(i);
+      torch::Tensor value = x_.model_.loss(output, target);
       losses_.add(i, value);
       return value / loss_divisor_;
     };
@@ -419,6 +405,7 @@ void madpipe::runtime::PipelineExecutor::Run::pass_activation(const Instr& instr
     // The backward needs the output's autograd node, not its values: they live on in the
     // transport until the send completes, and no longer here (the memory model keeps one
     // send buffer per cut, not one output per micro-batch in flight).
+    if (train_ && slot.run) x_.sequences_[s]->release_output(*slot.run);
     if (train_ && !slot.run) release_values(slot.output);
   }
   if (!train_) slot = Slot{};  // validation: the output has gone

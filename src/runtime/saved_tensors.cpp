@@ -61,3 +61,18 @@ madpipe::runtime::SavedTensorCollector::SavedTensorCollector(std::vector<torch::
 madpipe::runtime::SavedTensorCollector::~SavedTensorCollector() { collecting = previous_; }
 
 bool madpipe::runtime::SavedTensorCollector::supported() { return install(); }
+
+void madpipe::runtime::release_values(torch::Tensor& output) {
+  if (output.grad_fn() == nullptr) return;
+  output.set_data(torch::empty({0}, output.options().requires_grad(false)));
+}
+
+void madpipe::runtime::backward_from(const torch::Tensor& output, const torch::Tensor& grad) {
+  if (output.grad_fn() == nullptr) {
+    output.backward(grad);  // fails as a plain backward would
+    return;
+  }
+  torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::impl::gradient_edge(output)}, {grad}, /*keep_graph=*/false,
+      /*create_graph=*/false, /*accumulate_grad=*/true);
+}

@@ -14,6 +14,15 @@
 
 namespace madpipe::runtime {
 
+// Frees the values of a stage output that has been sent or handed over, keeping its autograd
+// node for the backward (an output without one keeps its values: nothing would run from it).
+// What the node saved holds its own reference to the storage.
+void release_values(torch::Tensor& output);
+
+// output.backward(grad), also for an output whose values were released: the engine checks the
+// gradient against the shape its node recorded, not against the tensor's current one.
+void backward_from(const torch::Tensor& output, const torch::Tensor& grad);
+
 class SavedTensorCollector {
  public:
   // Appends to `into` an alias (sharing storage) of every tensor autograd saves on this thread

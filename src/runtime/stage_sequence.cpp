@@ -600,6 +600,33 @@ void madpipe::runtime::StageSequence::execute_op(SequenceRun& run, std::size_t i
   }
 }
 
+void madpipe::runtime::StageSequence::release_output(SequenceRun& run) const {
+  torch::Tensor& output = run.output;
+  if (run.computes_loss || !output.defined() || !output.has_storage()) return;
+  const std::size_t n = static_cast<std::size_t>(n_);
+  const c10::StorageImpl* storage = output.storage().unsafeGetStorageImpl();
+  auto shares = [&](const torch::Tensor& t) {
+    return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage;
+  };
+  // a_n (plain or recorded, of which the output is a detached alias) may go; nothing else of
+  // the run may share its storage (a layer that returns its input).
+  auto others_share = [&](const std::vector<torch::Tensor>& tensors, bool skip_n) {
+    for (std::size_t j = 0; j < tensors.size(); ++j)
+      if (!(skip_n && j == n) && shares(tensors[j])) return true;
+    return false;
+  };
+  if (others_share(run.plain, true) || others_share(run.recorded, true) ||
+      others_share(run.leaf, false) || others_share(run.gradient, false) ||
+      others_share(run.evicted, false))
+    return;
+  for (const std::vector<torch::Tensor>& saved : run.saved)
+    if (others_share(saved, false)) return;
+  run.plain[n] = torch::Tensor();
+  // A recorded a_n keeps its graph for B_n, which needs no values of it.
+  if (run.recorded[n].defined()) release_values(run.recorded[n]);
+  output.set_data(torch::empty({0}, output.options().requires_grad(false)));
+}
+
 // F_all k: layer k with its graph recorded (and, for an offloading stage, what it saves
 // collected); F_all n+1 is the loss, or hands the output on when the stage has none.
 void madpipe::runtime::StageSequence::forward_all(SequenceRun& run, std::size_t index,
@@ -681,7 +708,7 @@ void madpipe::runtime::StageSequence::backward_op(SequenceRun& run, std::size_t 
     input_of(run, index, k - 1);  // B_k needs a_{k-1}: waits for its prefetch
     const torch::Tensor& out = run.recorded[k];
     const torch::Tensor& leaf = run.leaf[k];
-    if (out.requires_grad()) out.backward(run.gradient[k]);
+    if (out.requires_grad()) backward_from(out, run.gradient[k]);  // a_n may be released
     torch::Tensor delta;
     if (leaf.requires_grad()) {
       delta = leaf.grad();

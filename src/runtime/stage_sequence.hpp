@@ -100,6 +100,10 @@ class StageSequence {
                                        std::function<void(int layer)> seed_layer = {}) const;
   // Runs the backward part; returns delta_0 (undefined when !needs_input_gradient).
   torch::Tensor backward(SequenceRun& run, const GradientFn& gradient) const;
+  // Once the output (a_n) has been sent: the backward needs its graph, never its values, which
+  // are dropped (their storage lives on in the transport until the send completes, and in what
+  // the graph saved). Kept when another tensor of the run shares the storage.
+  void release_output(SequenceRun& run) const;
 
  private:
   void run_op(SequenceRun& run, std::size_t index, const LossFn& loss,

@@ -261,10 +261,11 @@ PY
     done
     ;;
   memory_within_prediction)
-    # The bytes each rank's tensors hold stay within what the run's program holds by the memory
-    # model, instruction by instruction (trace.json: memory[r].peak_bytes against
-    # predicted.memory_bytes[r]), in sync training, with rematerialization, with two weight
-    # versions and with split backwards, on 2 and 4 ranks.
+    # The bytes each rank's tensors hold stay within the plan's prediction (plan.json:
+    # predicted.memory_bytes, what the planner held within --memory) and within what the run's
+    # program holds by the memory model, instruction by instruction (trace.json:
+    # predicted.memory_bytes), in sync training, with rematerialization, with two weight versions
+    # and with split backwards, on 2 and 4 ranks.
     gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
       --micro-batch-size 8 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
     for ranks in 2 4; do
@@ -281,14 +282,16 @@ PY
         if [[ $variant == remat ]]; then
           grep -q '"strategy": "rotor"' $run/plan.json || fail "$run: the plan should recompute"
         fi
-        python3 - $run/trace.json <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
+        python3 - $run <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
 import json, sys
-trace = json.load(open(sys.argv[1]))
+trace = json.load(open(sys.argv[1] + "/trace.json"))
+planned = json.load(open(sys.argv[1] + "/plan.json"))["predicted"]["memory_bytes"]
 bounds = trace["predicted"]["memory_bytes"]
-assert len(trace["memory"]) == len(bounds) == trace["ranks"]
-for memory, bound in zip(trace["memory"], bounds):
+assert len(trace["memory"]) == len(bounds) == len(planned) == trace["ranks"]
+for memory, bound, plan in zip(trace["memory"], bounds, planned):
     assert memory["peak_at"], memory
-    assert 0 < memory["peak_bytes"] <= bound, (memory, bound)
+    assert 0 < memory["peak_bytes"] <= bound, ("program bound", memory, bound)
+    assert memory["peak_bytes"] <= plan, ("plan", memory, plan)
 PY
       done
     done

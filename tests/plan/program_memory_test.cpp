@@ -65,13 +65,45 @@ mplan::Plan two_stage_plan(std::int64_t last_stage_weights) {
 
 }  // namespace
 
-TEST(SendCompletions, FollowThePeersFirstMessageBackAfterItsReceipt) {
+TEST(SendCompletions, BeforeTheNextMessageOfTheirKindOrAfterThePeersAnswer) {
   const mplan::Program program = two_gpu_gpipe();
   const std::vector<std::vector<int>> done = mplan::send_completions(program);
-  // GPU 1 received both activations before it sent the gradient of micro-batch 0, which GPU 0
-  // waits for at instruction 6; nothing comes back after GPU 0 received the gradients.
-  EXPECT_EQ(done[0], (std::vector<int>{-1, 6, -1, 6, -1, -1, -1, -1, -1, -1}));
-  EXPECT_EQ(done[1], (std::vector<int>{-1, -1, -1, -1, -1, -1, -1, 10, -1, 10}));
+  // SEND_ACT0.0 completes before F0.1 makes the next activation (GPU 1 posted its receives at
+  // the start). F0.1 is the last forward: SEND_ACT0.1 completes where GPU 0 has the gradient of
+  // micro-batch 0, which GPU 1 sent after it had received both. SEND_GRAD0.0 completes before
+  // B1.1 makes the next gradient, SEND_GRAD0.1 at the end.
+  EXPECT_EQ(done[0], (std::vector<int>{-1, 1, -1, 6, -1, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(done[1], (std::vector<int>{-1, -1, -1, -1, -1, -1, -1, 7, -1, 10}));
+}
+
+// Three GPUs; GPU 1 posts the receive of GPU 0's first activation only once GPU 2 has passed on
+// GPU 0's second message. Completing the first send before F0.1 would deadlock (the dry run
+// says so), so it completes where it no longer waits on anybody: at the end.
+TEST(SendCompletions, WaitOnlyWhereTheProgramStillRuns) {
+  mplan::Program program;
+  const std::vector<std::vector<std::string>> tokens = {
+      {"SEND_ACT0.0>1", "F0.1", "SEND_ACT1.0>2"},
+      {"POST_RECV_ACT2.0<2", "RECV_ACT2.0<2", "POST_RECV_ACT0.0<0", "RECV_ACT0.0<0"},
+      {"POST_RECV_ACT1.0<0", "RECV_ACT1.0<0", "SEND_ACT2.0>1"},
+  };
+  const std::vector<std::vector<int>> peers = {{1, -1, 2}, {2, 2, 0, 0}, {0, 0, 1}};
+  program.per_gpu.resize(3);
+  for (int g = 0; g < 3; ++g)
+    for (std::size_t k = 0; k < tokens[g].size(); ++k) {
+      mplan::Instr instr = mplan::instr_from_string(tokens[g][k]);
+      instr.peer = peers[g][k];
+      if (instr.peer >= 0) instr.sequence = 0;
+      program.per_gpu[g].push_back(instr);
+    }
+  EXPECT_EQ(mplan::dry_run(program), "");
+  mplan::Program waiting = program;
+  waiting.send_completions = {{0, -1, -1}, {-1, -1, -1, -1}, {-1, -1, 3}};
+  EXPECT_NE(mplan::dry_run(waiting).find("program deadlocks"), std::string::npos)
+      << mplan::dry_run(waiting);
+  const std::vector<std::vector<int>> done = mplan::send_completions(program);
+  EXPECT_EQ(done[0], (std::vector<int>{3, -1, 3}));
+  program.send_completions = done;
+  EXPECT_EQ(mplan::dry_run(program), "");
 }
 
 TEST(ProgramMemory, AddsUpWhatEachInstructionHolds) {
@@ -79,15 +111,15 @@ TEST(ProgramMemory, AddsUpWhatEachInstructionHolds) {
   const std::vector<mplan::ProgramMemory> memory =
       mplan::program_memory(two_stage_plan(200), program);
   ASSERT_EQ(memory.size(), 2u);
-  // GPU 0 at F0.1: two micro-batches stored, two outputs in flight (until RECV_GRAD0.0, where
-  // their sends complete), stage 0's workspace.
+  // GPU 0 at F0.1: two micro-batches stored, one output in flight (the first one's send
+  // completed before F0.1), stage 0's workspace.
   EXPECT_EQ(memory[0].weights, 300);
   EXPECT_EQ(memory[0].receives, 128);
   EXPECT_EQ(memory[0].peak_at, 2);
-  EXPECT_EQ(memory[0].in_flight, 2 * 1000 + 2 * 50);
+  EXPECT_EQ(memory[0].in_flight, 2 * 1000 + 50);
   EXPECT_EQ(memory[0].transient, 7);
-  EXPECT_EQ(memory[0].peak_bytes, 300 + 128 + 2100 + 7);
-  // GPU 1 at B1.0: two micro-batches stored and the gradient it sends (until the end).
+  EXPECT_EQ(memory[0].peak_bytes, 300 + 128 + 2050 + 7);
+  // GPU 1 at B1.0: two micro-batches stored and the gradient it sends (until B1.1).
   EXPECT_EQ(memory[1].peak_at, 6);
   EXPECT_EQ(memory[1].in_flight, 2 * 3000 + 50);
   EXPECT_EQ(memory[1].peak_bytes, 600 + 256 + 6050 + 11);
@@ -115,5 +147,5 @@ TEST(ProgramMemory, TheOptimizerStepBetweenProgramsCanBeThePeak) {
       mplan::program_memory(two_stage_plan(10000), program);
   EXPECT_EQ(in_program[1].peak_at, 10);
   EXPECT_EQ(in_program[1].transient, 20000);
-  EXPECT_EQ(in_program[1].in_flight, 100);  // both gradients: sent, not known to be received
+  EXPECT_EQ(in_program[1].in_flight, 50);  // the last gradient: sent, not known to be received
 }

@@ -45,8 +45,13 @@ TEST(ReceivePlan, LookaheadPostsEarlierAndNeedsMoreSlots) {
   const mplan::ReceivePlan plan = mplan::plan_receives(list_of(kLastStage), {1000, 1000}, true, 2);
   ASSERT_EQ(plan.slots.size(), 3u);
   EXPECT_EQ(plan.slots[0].post_before, 0);  // nothing to run before the first forward
-  EXPECT_EQ(plan.slots[1].post_before, 1);  // two compute instructions ahead: F1.0, B1.0
-  EXPECT_EQ(plan.arena_bytes(), 2048);      // micro-batch 1 lands while 0 is still in use
+  // Two compute instructions ahead would be before F1.0, which uses the activation of
+  // micro-batch 0: one message in transit per cut, so right after it, while B1.0 runs.
+  EXPECT_EQ(plan.slots[1].post_before, 2);
+  EXPECT_EQ(plan.arena_bytes(), 2048);  // micro-batch 1 lands while 0 is still in use
+  // Validation keeps no activation: the lookahead alone decides.
+  EXPECT_EQ(mplan::plan_receives(list_of(kLastStage), {1000, 1000}, false, 2).slots[1].post_before,
+            1);
   EXPECT_TRUE(marena::overlapping_live_buffers(plan.addresses).empty());
 }
 
@@ -67,8 +72,10 @@ TEST(ReceivePlan, GradientsLiveUntilTheirBackward) {
   ASSERT_EQ(plan.slots.size(), 2u);
   EXPECT_EQ(plan.slots[0].post_before, 2);  // F0.1 runs while the gradient of 0 arrives
   EXPECT_EQ(plan.slots[0].last_use, 5);
-  EXPECT_EQ(plan.slots[1].post_before, 5);
-  EXPECT_EQ(plan.arena_bytes(), 1024);
+  // One compute instruction ahead would be before B0.0, which still uses the gradient of 0:
+  // posted right after it, one buffer serves both.
+  EXPECT_EQ(plan.slots[1].post_before, 6);
+  EXPECT_EQ(plan.arena_bytes(), 512);
   // Validation programs receive no gradient.
   EXPECT_TRUE(mplan::plan_receives(list_of(first_stage), {512, 512}, false, 1).slots.empty());
 }
