@@ -153,7 +153,7 @@ madpipe::cli::po::options_description madpipe::cli::output_group(
       "seconds a rank waits for an activation or gradient before stopping the run with an error "
       "naming the ranks (0: wait for ever)")(
       "receive-buffers",
-      enum_value(c.receive_buffers, runtime::kReceiveBuffersNames, "value", "--receive-buffers"),
+      enum_value(c.receive_buffers, plan::kReceivePostingNames, "value", "--receive-buffers"),
       "arena: each receive posted --receive-lookahead compute steps before its use, into one "
       "arena per rank at a planned offset; upfront: every receive of a step posted at its start, "
       "each its own allocation")(

@@ -132,7 +132,8 @@ static std::vector<std::vector<int>> op_table(const madpipe::plan::Plan& plan,
   fail("/pattern", "pattern deadlocks: " + stuck);
 }
 
-madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOptions& options) {
+static void check_simulated(const madpipe::plan::Plan& plan,
+                            const madpipe::plan::SimOptions& options) {
   const madpipe::schedule::Pattern& pattern = plan.pattern;
   const int gpus = plan.platform.gpus;
   const int num_stages = static_cast<int>(plan.stages.size());
@@ -148,141 +149,170 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
     fail("/pattern/period_ms", "must be a finite number > 0");
   if (options.micro_batches < 0)
     fail("micro_batches", "must be >= 0, got " + std::to_string(options.micro_batches));
+}
 
-  const int k = pattern.k;
-  const double period = pattern.period_ms;
-  // The ops of one micro-batch: its chain, each op after the one before it, then the W ops of
-  // split stages, each after B of its stage.
-  std::vector<madpipe::schedule::Op> chain = micro_batch_chain(plan.stages, plan.platform);
-  std::vector<int> before(chain.size());
-  for (std::size_t c = 0; c < chain.size(); ++c) before[c] = static_cast<int>(c) - 1;
+namespace {
+// The ops of one micro-batch: its chain, each op after the one before it, then the W ops of
+// split stages, each after B of its stage.
+struct MicroBatchOps {
+  std::vector<madpipe::schedule::Op> ops;
+  std::vector<int> before;              // per op: the op it follows (-1: none)
+  std::vector<std::vector<int>> after;  // per op: the ops that follow it
+};
+
+// The pattern's ops for N micro-batches: instance id = micro_batch * length + position.
+struct Unrolled {
+  int micro_batches = 0;
+  int length = 0;
+  std::vector<Instance> instances;
+  double origin = 0;  // the earliest planned time
+  // Each resource's instances in the order of their planned times; only the resources the
+  // pattern uses (there are gpus + gpus * gpus in all).
+  std::map<int, std::vector<int>> by_resource;
+};
+}  // namespace
+
+static MicroBatchOps micro_batch_ops(const madpipe::plan::Plan& plan) {
+  MicroBatchOps m;
+  m.ops = micro_batch_chain(plan.stages, plan.platform);
+  m.before.resize(m.ops.size());
+  for (std::size_t c = 0; c < m.ops.size(); ++c) m.before[c] = static_cast<int>(c) - 1;
+  const std::size_t chain_length = m.ops.size();
   for (const madpipe::schedule::Op& w : weight_ops(plan.stages)) {
-    for (std::size_t c = 0; c < chain.size(); ++c)
-      if (chain[c].kind == madpipe::schedule::OpKind::B && chain[c].stage == w.stage)
-        before.push_back(static_cast<int>(c));
-    chain.push_back(w);
+    for (std::size_t c = 0; c < chain_length; ++c)
+      if (m.ops[c].kind == madpipe::schedule::OpKind::B && m.ops[c].stage == w.stage)
+        m.before.push_back(static_cast<int>(c));
+    m.ops.push_back(w);
   }
-  std::vector<std::vector<int>> after(chain.size());
-  for (std::size_t c = 0; c < chain.size(); ++c)
-    if (before[c] >= 0) after[before[c]].push_back(static_cast<int>(c));
-  const auto table = op_table(plan, chain);
-  const std::vector<int> nca = concurrent_activations(pattern, num_stages);
-  const int max_in_flight = nca.empty() ? 1 : *std::max_element(nca.begin(), nca.end());
-  const int n = options.micro_batches > 0 ? options.micro_batches
-                                          : default_micro_batches(num_stages, max_in_flight, k);
-  const int length = static_cast<int>(chain.size());
+  m.after.resize(m.ops.size());
+  for (std::size_t c = 0; c < m.ops.size(); ++c)
+    if (m.before[c] >= 0) m.after[m.before[c]].push_back(static_cast<int>(c));
+  return m;
+}
 
-  // Unroll: instance id = micro_batch * length + position.
-  std::vector<Instance> instances(static_cast<std::size_t>(n) * length);
-  double origin = std::numeric_limits<double>::infinity();
+static Unrolled unroll(const madpipe::plan::Plan& plan, const MicroBatchOps& m,
+                       const std::vector<std::vector<int>>& table, int n) {
+  const madpipe::schedule::Pattern& pattern = plan.pattern;
+  const int k = pattern.k;
+  Unrolled u;
+  u.micro_batches = n;
+  u.length = static_cast<int>(m.ops.size());
+  u.instances.resize(static_cast<std::size_t>(n) * u.length);
+  u.origin = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
-    for (int c = 0; c < length; ++c) {
-      Instance& x = instances[static_cast<std::size_t>(i) * length + c];
+    for (int c = 0; c < u.length; ++c) {
+      Instance& x = u.instances[static_cast<std::size_t>(i) * u.length + c];
       const int op_index = table[c][i % k];
       const madpipe::schedule::Op& op = pattern.ops[op_index];
       const long long j = (static_cast<long long>(i) - op.shift) / k;  // exact: same residue
       x.position = c;
       x.micro_batch = i;
       x.op = op_index;
-      x.resource = resource_of(op, gpus);
-      x.planned = static_cast<double>(j) * period + op.start_ms;
+      x.resource = resource_of(op, plan.platform.gpus);
+      x.planned = static_cast<double>(j) * pattern.period_ms + op.start_ms;
       x.duration = op.duration_ms;
-      origin = std::min(origin, x.planned);
+      u.origin = std::min(u.origin, x.planned);
     }
   }
-
-  // Each resource runs its instances in the order of their planned times. Only the resources the
-  // pattern uses are listed: there are gpus + gpus * gpus in all.
-  std::map<int, std::vector<int>> by_resource;
-  for (int id = 0; id < static_cast<int>(instances.size()); ++id)
-    by_resource[instances[id].resource].push_back(id);
-  for (auto& [resource, list] : by_resource) {
+  for (int id = 0; id < static_cast<int>(u.instances.size()); ++id)
+    u.by_resource[u.instances[id].resource].push_back(id);
+  for (auto& [resource, list] : u.by_resource) {
     std::sort(list.begin(), list.end(), [&](int a, int b) {
-      const Instance& x = instances[a];
-      const Instance& y = instances[b];
+      const Instance& x = u.instances[a];
+      const Instance& y = u.instances[b];
       return std::tie(x.planned, x.position, x.micro_batch) <
              std::tie(y.planned, y.position, y.micro_batch);
     });
     for (std::size_t q = 0; q + 1 < list.size(); ++q) {
-      instances[list[q]].resource_next = list[q + 1];
-      instances[list[q + 1]].resource_prev = list[q];
+      u.instances[list[q]].resource_next = list[q + 1];
+      u.instances[list[q + 1]].resource_prev = list[q];
     }
   }
+  return u;
+}
 
-  // Event-driven pass: an instance runs once its chain predecessor and the previous instance on
-  // its resource are done; its start is the latest of their ends (and of its planned time).
+// Event-driven pass: an instance runs once its chain predecessor and the previous instance on
+// its resource are done; its start is the latest of their ends (and, with the timetable policy,
+// of its planned time). Throws when some never can.
+static void run_instances(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
+                          madpipe::plan::StartPolicy policy) {
+  std::vector<Instance>& instances = u.instances;
   std::vector<int> ready;
   for (int id = 0; id < static_cast<int>(instances.size()); ++id) {
     Instance& x = instances[id];
-    x.waiting = (before[x.position] >= 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
+    x.waiting = (m.before[x.position] >= 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
     if (x.waiting == 0) ready.push_back(id);
   }
-  const bool timetable = options.policy == StartPolicy::Timetable;
+  const bool timetable = policy == madpipe::plan::StartPolicy::Timetable;
   std::size_t finished = 0;
   while (!ready.empty()) {
     const int id = ready.back();
     ready.pop_back();
     Instance& x = instances[id];
-    double start = timetable ? x.planned - origin : 0.0;
+    double start = timetable ? x.planned - u.origin : 0.0;
     const int first_of_micro_batch = id - x.position;
-    if (before[x.position] >= 0)
-      start = std::max(start, instances[first_of_micro_batch + before[x.position]].end);
+    if (m.before[x.position] >= 0)
+      start = std::max(start, instances[first_of_micro_batch + m.before[x.position]].end);
     if (x.resource_prev >= 0) start = std::max(start, instances[x.resource_prev].end);
     x.start = start;
     x.end = start + x.duration;
     x.done = true;
     ++finished;
-    for (int next : after[x.position])
+    for (int next : m.after[x.position])
       if (--instances[first_of_micro_batch + next].waiting == 0)
         ready.push_back(first_of_micro_batch + next);
     if (x.resource_next >= 0 && --instances[x.resource_next].waiting == 0)
       ready.push_back(x.resource_next);
   }
   if (finished != instances.size())
-    report_deadlock(instances, by_resource, pattern.ops, before, gpus);
+    report_deadlock(instances, u.by_resource, plan.pattern.ops, m.before, plan.platform.gpus);
+}
 
-  SimResult result;
-  result.micro_batches = n;
-  double first = std::numeric_limits<double>::infinity();
-  double last = -std::numeric_limits<double>::infinity();
-  for (const Instance& x : instances) {
-    first = std::min(first, x.start);
-    last = std::max(last, x.end);
-  }
-  result.step_ms = last - first;
-
-  result.ops.reserve(instances.size());
-  for (const Instance& x : instances) {
-    SimOp op;
-    op.kind = chain[x.position].kind;
-    op.stage = chain[x.position].stage;
+// The simulated ops, times from the first start, sorted by start.
+static std::vector<madpipe::plan::SimOp> simulated_ops(const Unrolled& u, const MicroBatchOps& m,
+                                                       double first) {
+  std::vector<madpipe::plan::SimOp> ops;
+  ops.reserve(u.instances.size());
+  for (const Instance& x : u.instances) {
+    madpipe::plan::SimOp op;
+    op.kind = m.ops[x.position].kind;
+    op.stage = m.ops[x.position].stage;
     op.micro_batch = x.micro_batch;
     op.resource = x.resource;
     op.start_ms = x.start - first;
     op.end_ms = x.end - first;
-    result.ops.push_back(op);
+    ops.push_back(op);
   }
-  std::stable_sort(result.ops.begin(), result.ops.end(), [&](const SimOp& a, const SimOp& b) {
-    return std::make_tuple(a.start_ms, a.resource, a.micro_batch, a.stage,
-                           static_cast<int>(a.kind)) < std::make_tuple(b.start_ms, b.resource,
-                                                                       b.micro_batch, b.stage,
-                                                                       static_cast<int>(b.kind));
-  });
+  std::stable_sort(ops.begin(), ops.end(),
+                   [&](const madpipe::plan::SimOp& a, const madpipe::plan::SimOp& b) {
+                     return std::make_tuple(a.start_ms, a.resource, a.micro_batch, a.stage,
+                                            static_cast<int>(a.kind)) <
+                            std::make_tuple(b.start_ms, b.resource, b.micro_batch, b.stage,
+                                            static_cast<int>(b.kind));
+                   });
+  return ops;
+}
 
-  // Steady state: F of stage 0 for two micro-batches a multiple of k apart, around N/4 and 3N/4.
+// Steady state: F of stage 0 for two micro-batches a multiple of k apart, around N/4 and 3N/4.
+static void measure_steady_period(const Unrolled& u, int k, madpipe::plan::SimResult& result) {
+  const int n = u.micro_batches;
   int m1 = n / 4;
-  int distance = std::max(k, (3 * n / 4 - m1) / k * k);
+  const int distance = std::max(k, (3 * n / 4 - m1) / k * k);
   while (m1 > 0 && m1 + distance > n - 1) --m1;
-  if (m1 + distance <= n - 1) {
-    const double t1 = instances[static_cast<std::size_t>(m1) * length].start;
-    const double t2 = instances[static_cast<std::size_t>(m1 + distance) * length].start;
-    result.steady_period_ms = (t2 - t1) * k / distance;
-    result.steady_normalized_ms = result.steady_period_ms / k;
-  }
+  if (m1 + distance > n - 1) return;
+  const double t1 = u.instances[static_cast<std::size_t>(m1) * u.length].start;
+  const double t2 = u.instances[static_cast<std::size_t>(m1 + distance) * u.length].start;
+  result.steady_period_ms = (t2 - t1) * k / distance;
+  result.steady_normalized_ms = result.steady_period_ms / k;
+}
 
-  // Memory timeline: static memory, plus stored bytes from the start of F to the end of B and,
-  // on split stages, weight_kept_bytes from the end of B to the end of W.
-  const double eps = 1e-9 * period;
+// Memory timeline: static memory, plus stored bytes from the start of F to the end of B and,
+// on split stages, weight_kept_bytes from the end of B to the end of W.
+static void memory_timeline(const madpipe::plan::Plan& plan, const Unrolled& u,
+                            const MicroBatchOps& m, double first,
+                            madpipe::plan::SimResult& result) {
+  const int gpus = plan.platform.gpus;
+  const double eps = 1e-9 * plan.pattern.period_ms;
   std::vector<std::vector<MemoryEvent>> events(gpus);
   auto add_event = [&](int gpu, double time, std::int64_t delta) {
     if (delta == 0) return;
@@ -293,8 +323,8 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
     e.delta = delta;
     events[gpu].push_back(e);
   };
-  for (const Instance& x : instances) {
-    const madpipe::schedule::Op& op = chain[x.position];
+  for (const Instance& x : u.instances) {
+    const madpipe::schedule::Op& op = m.ops[x.position];
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
     const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
     if (op.kind == madpipe::schedule::OpKind::F) {
@@ -316,7 +346,7 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
     std::int64_t bytes = static_memory(plan.stages, g, plan.platform).total();
     std::int64_t peak = bytes;
     auto& timeline = result.memory[g];
-    timeline.push_back(MemoryPoint{0.0, bytes});
+    timeline.push_back(madpipe::plan::MemoryPoint{0.0, bytes});
     for (const MemoryEvent& e : list) {
       bytes += e.delta;
       peak = std::max(peak, bytes);
@@ -324,9 +354,36 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
       if (time == timeline.back().time_ms)
         timeline.back().bytes = bytes;
       else
-        timeline.push_back(MemoryPoint{time, bytes});
+        timeline.push_back(madpipe::plan::MemoryPoint{time, bytes});
     }
     result.peak_memory_bytes[g] = peak;
   }
+}
+
+madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOptions& options) {
+  check_simulated(plan, options);
+  const int k = plan.pattern.k;
+  const int num_stages = static_cast<int>(plan.stages.size());
+  const MicroBatchOps m = micro_batch_ops(plan);
+  const std::vector<std::vector<int>> table = op_table(plan, m.ops);
+  const std::vector<int> nca = concurrent_activations(plan.pattern, num_stages);
+  const int max_in_flight = nca.empty() ? 1 : *std::max_element(nca.begin(), nca.end());
+  const int n = options.micro_batches > 0 ? options.micro_batches
+                                          : default_micro_batches(num_stages, max_in_flight, k);
+  Unrolled u = unroll(plan, m, table, n);
+  run_instances(u, m, plan, options.policy);
+
+  SimResult result;
+  result.micro_batches = n;
+  double first = std::numeric_limits<double>::infinity();
+  double last = -std::numeric_limits<double>::infinity();
+  for (const Instance& x : u.instances) {
+    first = std::min(first, x.start);
+    last = std::max(last, x.end);
+  }
+  result.step_ms = last - first;
+  result.ops = simulated_ops(u, m, first);
+  measure_steady_period(u, k, result);
+  memory_timeline(plan, u, m, first, result);
   return result;
 }

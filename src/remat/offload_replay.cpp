@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -146,6 +147,24 @@ class Replayer {
   }
   bool finished() const;
 
+  // The three passes of run(); each returns the failed replay, or nothing when it went through.
+  // Forward phase, in forward time: compute as early as memory allows, offloads as early as the
+  // link allows. Ends after the loss forward (next_op_ the op after it).
+  std::optional<OffloadReplay> forward_phase(OffloadReplay& replay);
+  // Backward phase, first pass: inputs, memory needs and the reader of each prefetch.
+  std::optional<OffloadReplay> list_backward(std::vector<BackwardOp>& ops,
+                                             std::vector<Transfer>& prefetches);
+  // Backward phase in reverse time from its end (reverse_time_ its length); returns through
+  // `before_backward` what the link must prefetch before the loss backward.
+  std::optional<OffloadReplay> schedule_backward(const std::vector<BackwardOp>& ops,
+                                                 std::vector<Transfer> prefetches,
+                                                 double& before_backward);
+  // Counts the memory of an op that holds `fixed` bytes from `start`, beside the transfers.
+  void hold(double fixed, const std::vector<Transfer>& transfers, double start) {
+    peak_ = std::max(peak_, fixed + pending_bytes(transfers, start));
+    peak_at_completion_ = std::max(peak_at_completion_, fixed + unfinished_bytes(transfers, start));
+  }
+
   const RematChain& chain_;
   const RematSequence& sequence_;
   double budget_;
@@ -155,6 +174,12 @@ class Replayer {
   std::vector<bool> gradient_;
   std::vector<double> produced_ms_;  // end of the op that made a_k / abar_k (forward phase)
   std::int64_t gpu_bytes_ = 0;       // tensors on the GPU for good, gradients included
+  double peak_ = 0, peak_at_completion_ = 0;
+  double compute_ms_ = 0;        // compute of every op, in both phases
+  double offloads_end_ = 0;      // the forward phase's compute and offloads done
+  double reverse_time_ = 0;      // length of the backward phase's compute
+  std::size_t next_op_ = 0;      // the first op of the backward phase
+  std::vector<TensorId> reads_;  // scratch: what an op reads
 };
 
 std::string Replayer::check_inputs(const RematOp& op, std::vector<TensorId>& reads) {
@@ -239,19 +264,7 @@ bool Replayer::finished() const {
   return gradient_[0];
 }
 
-OffloadReplay Replayer::run() {
-  OffloadReplay replay;
-  double peak = static_cast<double>(gpu_bytes_);
-  double peak_at_completion = peak;
-  if (!fits(peak, budget_)) {
-    replay.problem = "the chain input and the loss gradient alone exceed the budget";
-    return replay;
-  }
-  double compute_ms = 0;
-  std::vector<TensorId> reads;
-
-  // Forward phase, in forward time: compute as early as memory allows, offloads as early as
-  // the link allows.
+std::optional<OffloadReplay> Replayer::forward_phase(OffloadReplay& replay) {
   std::vector<Transfer> offloads;
   double compute_end = 0, previous_start = 0, link_free = 0;
   std::size_t i = 0;
@@ -279,23 +292,20 @@ OffloadReplay Replayer::run() {
       offloads.push_back(transfer);
       continue;
     }
-    const std::string problem = check_inputs(op, reads);
+    const std::string problem = check_inputs(op, reads_);
     if (!problem.empty()) return fail(i, problem);
     const double fixed = static_cast<double>(gpu_bytes_ + output_bytes(op));
     const double start = earliest_fit(offloads, fixed, budget_, compute_end);
     if (start == kNever)
       return fail(i, "needs " + std::to_string(whole_bytes(fixed)) +
                          " bytes, more than the budget even once every offload is done");
-    peak = std::max(peak, fixed + pending_bytes(offloads, start));
-    peak_at_completion = std::max(peak_at_completion, fixed + unfinished_bytes(offloads, start));
+    hold(fixed, offloads, start);
     const double d = duration(op);
-    compute_ms += d;
+    compute_ms_ += d;
     previous_start = start;
     compute_end = start + d;
     apply(op);
-    if (op.kind != RematOpKind::Backward) {
-      produced_ms_[k] = compute_end;
-    }
+    if (op.kind != RematOpKind::Backward) produced_ms_[k] = compute_end;
     loss_done = op.kind == RematOpKind::ForwardAll && k == n_;
   }
   if (!loss_done) {
@@ -304,12 +314,14 @@ OffloadReplay Replayer::run() {
   }
   replay.forward_ms = compute_end;
   replay.stored_bytes = gpu_bytes_;
-  const double offloads_end = std::max(compute_end, link_free);
+  offloads_end_ = std::max(compute_end, link_free);
+  next_op_ = i;
+  return std::nullopt;
+}
 
-  // Backward phase, first pass: inputs, memory needs and the reader of each prefetch.
-  std::vector<BackwardOp> ops;
-  std::vector<Transfer> prefetches;
-  for (; i < sequence_.size(); ++i) {
+std::optional<OffloadReplay> Replayer::list_backward(std::vector<BackwardOp>& ops,
+                                                     std::vector<Transfer>& prefetches) {
+  for (std::size_t i = next_op_; i < sequence_.size(); ++i) {
     const RematOp& op = sequence_[i];
     const int k = op.stage;
     if (k < 1 || k > n_) return fail(i, "stage out of range");
@@ -326,9 +338,9 @@ OffloadReplay Replayer::run() {
       prefetches.push_back(transfer);
       continue;
     }
-    const std::string problem = check_inputs(op, reads);
+    const std::string problem = check_inputs(op, reads_);
     if (!problem.empty()) return fail(i, problem);
-    for (const TensorId& id : reads) {
+    for (const TensorId& id : reads_) {
       if (where(id) != Where::Incoming) continue;
       move(id, Where::Gpu);
       for (Transfer& p : prefetches)
@@ -336,19 +348,25 @@ OffloadReplay Replayer::run() {
           p.consumer = static_cast<int>(ops.size());
     }
     ops.push_back({i, duration(op), static_cast<double>(gpu_bytes_ + output_bytes(op))});
-    compute_ms += duration(op);
+    compute_ms_ += duration(op);
     apply(op);
   }
   for (const Transfer& p : prefetches)
     if (p.consumer < 0) return fail(p.op_index, "no op after it reads the prefetched tensor");
   if (!finished()) {
+    OffloadReplay replay;
     replay.problem = "the sequence does not end with only the input gradient stored";
     return replay;
   }
+  return std::nullopt;
+}
 
-  // Backward phase in reverse time from its end: compute as late as memory allows, prefetches
-  // as late as their readers and the link allow. `scheduled` holds the prefetches placed so far,
-  // last in sequence order first; the others still wait behind one whose reader comes earlier.
+// Compute as late as memory allows, prefetches as late as their readers and the link allow.
+// `scheduled` holds the prefetches placed so far, last in sequence order first; the others still
+// wait behind one whose reader comes earlier.
+std::optional<OffloadReplay> Replayer::schedule_backward(const std::vector<BackwardOp>& ops,
+                                                         std::vector<Transfer> prefetches,
+                                                         double& before_backward) {
   const double inverse_beta = beta_ > 0 ? 1 / beta_ : kNever;
   std::vector<double> reverse_end(ops.size(), 0.0);
   std::vector<Transfer> scheduled;
@@ -374,22 +392,37 @@ OffloadReplay Replayer::run() {
       return fail(ops[b].op_index, "needs " + std::to_string(whole_bytes(fixed)) +
                                        " bytes, more than the budget even with its prefetches "
                                        "delayed");
-    peak = std::max(peak, fixed + pending_bytes(scheduled, start));
-    peak_at_completion = std::max(peak_at_completion, fixed + unfinished_bytes(scheduled, start));
+    hold(fixed, scheduled, start);
     reverse_end[b] = start + ops[b].duration_ms;
     reverse_time = reverse_end[b];
   }
   schedule_ready(-1);
   // What the link must prefetch before the loss backward, after the offloads (OR.3).
-  const double before_backward = std::max(0.0, link_reverse_free - reverse_time);
-  const double backward_start = offloads_end + before_backward;
+  before_backward = std::max(0.0, link_reverse_free - reverse_time);
+  reverse_time_ = reverse_time;
+  return std::nullopt;
+}
 
+OffloadReplay Replayer::run() {
+  OffloadReplay replay;
+  peak_ = peak_at_completion_ = static_cast<double>(gpu_bytes_);
+  if (!fits(peak_, budget_)) {
+    replay.problem = "the chain input and the loss gradient alone exceed the budget";
+    return replay;
+  }
+  if (auto failed = forward_phase(replay)) return *failed;
+  std::vector<BackwardOp> ops;
+  std::vector<Transfer> prefetches;
+  if (auto failed = list_backward(ops, prefetches)) return *failed;
+  double before_backward = 0;
+  if (auto failed = schedule_backward(ops, std::move(prefetches), before_backward)) return *failed;
+  const double backward_start = offloads_end_ + before_backward;
   replay.valid = true;
-  replay.total_ms = backward_start + reverse_time;
+  replay.total_ms = backward_start + reverse_time_;
   replay.backward_ms = replay.total_ms - replay.forward_ms;
-  replay.idle_ms = std::max(0.0, replay.total_ms - compute_ms);
-  replay.peak_bytes = whole_bytes(peak);
-  replay.peak_bytes_release_at_completion = whole_bytes(peak_at_completion);
+  replay.idle_ms = std::max(0.0, replay.total_ms - compute_ms_);
+  replay.peak_bytes = whole_bytes(peak_);
+  replay.peak_bytes_release_at_completion = whole_bytes(peak_at_completion_);
   return replay;
 }
 }  // namespace

@@ -33,9 +33,7 @@ madpipe::plan::LowerOptions lower_options(const madpipe::runtime::TrainConfig& c
   madpipe::plan::LowerOptions options;
   options.micro_batches = micro_batches;
   options.train = train;
-  options.posting = c.receive_buffers == madpipe::runtime::ReceiveBuffers::Arena
-                        ? madpipe::plan::ReceivePosting::Arena
-                        : madpipe::plan::ReceivePosting::Upfront;
+  options.posting = c.receive_buffers;
   options.lookahead = c.receive_lookahead;
   options.message_bytes = madpipe::runtime::stage_message_bytes(plan, outputs);
   return options;

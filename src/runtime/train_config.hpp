@@ -3,6 +3,7 @@
 #include "core/names.hpp"
 #include "core/platform.hpp"
 #include "partition/planner.hpp"
+#include "plan/program.hpp"
 
 #include <cstdint>
 #include <string>
@@ -30,14 +31,6 @@ inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW
 enum class OnNonFinite { Stop, Skip };
 inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "stop"},
                                                            {OnNonFinite::Skip, "skip"}};
-
-// Where received activations and gradients land (--receive-buffers).
-enum class ReceiveBuffers {
-  Arena,    // one arena per rank at planned offsets, each receive posted ahead of its use
-  Upfront,  // every receive of a step posted at its start, each its own allocation
-};
-inline constexpr Named<ReceiveBuffers> kReceiveBuffersNames[] = {
-    {ReceiveBuffers::Arena, "arena"}, {ReceiveBuffers::Upfront, "upfront"}};
 
 // How activations and gradients travel between ranks (--transport).
 enum class TransportKind {
@@ -135,7 +128,8 @@ struct OutputSettings {
   int trace_steps = 5;            // steps recorded in <output_dir>/trace.json (0: no trace)
   bool resume = false;            // continue from the newest whole checkpoint in <output_dir>
   double transfer_timeout = 600;  // seconds a rank waits for a transfer (0: for ever)
-  ReceiveBuffers receive_buffers = ReceiveBuffers::Arena;
+  // Where received activations and gradients land (--receive-buffers).
+  plan::ReceivePosting receive_buffers = plan::ReceivePosting::Arena;
   int receive_lookahead = 2;  // arena: compute instructions between a receive's post and its use
   OnNonFinite on_nan = OnNonFinite::Stop;
   bool quiet = false;

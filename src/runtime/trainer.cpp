@@ -257,7 +257,8 @@ StepLoss SyncSteps::run_step(int step, int* bad_micro_batch) {
           : pipeline_->executor->run(pipeline_->program, batch_of);
   if (pipeline_->averager) pipeline_->averager->finish();
   if (pipeline_->tied) pipeline_->tied->sum();
-  if (step == run_.first_step() && c_.receive_buffers == ReceiveBuffers::Arena && !c_.plain_loop)
+  if (step == run_.first_step() && c_.receive_buffers == plan::ReceivePosting::Arena &&
+      !c_.plain_loop)
     report_receive_arena(*pipeline_->executor, groups_.layout(), run_.sayer());
   if (step == run_.first_step())
     note_program_memory(c_, pipeline_->plan, pipeline_->program, micro_batch_bytes(*p_.data),
