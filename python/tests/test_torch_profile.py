@@ -69,7 +69,7 @@ def test_split_backward_as_run_plan_runs_i_and_w(mlp_chain, mlp_profile):
     assert any(op["kind"] == "W" for op in plan.to_dict()["pattern"]["ops"])
 
 
-def test_saved_bytes_count_what_autograd_keeps_besides_input_output_and_weights(mlp_profile):
+def test_saved_bytes_count_what_autograd_keeps_besides_input_and_weights(mlp_profile):
     saved = [layer["saved_bytes"] for layer in mlp_profile["layers"]]
     assert saved[0] == 0  # Linear keeps its input and weight only
     assert saved[1] == BATCH * 16 * 4  # the ReLU's output, inside the layer

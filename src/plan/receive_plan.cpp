@@ -78,6 +78,15 @@ ReceivePlan plan_receives(const std::vector<Instr>& list,
   }
   for (auto& [peer, order] : from_peer) {
     std::sort(order.begin(), order.end());
+    // In training, a receive waits for those the peer sends before it (not before its own wait):
+    // pulling those earlier instead would post two messages of one kind at once where a rank
+    // sends two stages' messages to this one (the memory model counts one).
+    if (train && lookahead < std::numeric_limits<int>::max())
+      for (std::size_t q = 1; q < order.size(); ++q) {
+        ReceiveSlot& slot = plan.slots[order[q].second];
+        slot.post_before = std::max(
+            slot.post_before, std::min(plan.slots[order[q - 1].second].post_before, slot.instr));
+      }
     for (std::size_t q = order.size() - 1; q-- > 0;) {
       int& post = plan.slots[order[q].second].post_before;
       post = std::min(post, plan.slots[order[q + 1].second].post_before);

@@ -1,6 +1,7 @@
 #include "runtime/data.hpp"
 
 #include "core/error.hpp"
+#include "runtime/memory_meter.hpp"
 #include "runtime/script_model.hpp"
 
 #include <algorithm>
@@ -500,6 +501,8 @@ madpipe::runtime::Workload madpipe::runtime::make_workload(const TrainConfig& c)
   // The one load of a script model's file on this process.
   if (c.model == "script")
     w.script = script_chain_model(c.script, c.loss.empty() ? ModelConfig().loss : c.loss);
+  // From here on only data: what it loads stays out of a CPU rank's metered memory.
+  const UncountedHostAllocations data_in_host_memory;
   // A script model's input ids must be below its embedding's rows, as a gpt's below --vocab.
   const std::int64_t id_limit = c.vocab > 0           ? c.vocab
                                 : c.model == "script" ? w.script.input_id_limit

@@ -16,6 +16,7 @@ namespace {
 std::atomic<std::int64_t> g_cpu_current{0};
 std::atomic<std::int64_t> g_cpu_peak{0};
 std::atomic<bool> g_cpu_installed{false};
+thread_local bool t_uncounted = false;
 
 void raise_peak(std::int64_t level) {
   std::int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
@@ -61,9 +62,9 @@ class CountingAllocator final : public c10::Allocator {
     char* base = static_cast<char*>(block.get());
     const c10::DeleterFnPtr deleter = block.get_deleter();
     void* context = block.release_context();
-    new (base) BlockHeader{static_cast<std::int64_t>(n), context, deleter};
-    raise_peak(g_cpu_current.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed) +
-               static_cast<std::int64_t>(n));
+    const std::int64_t counted = t_uncounted ? 0 : static_cast<std::int64_t>(n);
+    new (base) BlockHeader{counted, context, deleter};
+    raise_peak(g_cpu_current.fetch_add(counted, std::memory_order_relaxed) + counted);
     void* data = base + sizeof(BlockHeader);
     return {data, data, &counting_delete, c10::Device(c10::DeviceType::CPU)};
   }
@@ -80,6 +81,12 @@ void madpipe::runtime::install_cpu_memory_counter() {
     g_cpu_installed = true;
   });
 }
+
+madpipe::runtime::UncountedHostAllocations::UncountedHostAllocations() : previous_(t_uncounted) {
+  t_uncounted = true;
+}
+
+madpipe::runtime::UncountedHostAllocations::~UncountedHostAllocations() { t_uncounted = previous_; }
 
 std::int64_t madpipe::runtime::peak_resident_bytes() {
   rusage usage{};

@@ -34,6 +34,20 @@ class MemoryMeter {
 // Puts the counting allocator in front of the CPU allocator; idempotent, process-wide.
 void install_cpu_memory_counter();
 
+// While one lives, the CPU blocks its thread allocates are not counted (nor their release): the
+// training data a rank loads is host memory, outside the device memory a plan divides, which a
+// CUDA meter does not see either. Nests.
+class UncountedHostAllocations {
+ public:
+  UncountedHostAllocations();
+  ~UncountedHostAllocations();
+  UncountedHostAllocations(const UncountedHostAllocations&) = delete;
+  UncountedHostAllocations& operator=(const UncountedHostAllocations&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Peak resident set of this process since it started (0 when unknown).
 std::int64_t peak_resident_bytes();
 

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "runtime/train_config.hpp"
 
+#include <cmath>
 #include <sstream>
 #include <type_traits>
 
@@ -22,13 +23,67 @@ typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& p) {
 }
 
 torch::Tensor copy_of(const torch::Tensor& t) { return t.defined() ? t.detach().clone() : t; }
+
+// torch::optim::AdamW's update with one temporary of a parameter's size where LibTorch's step
+// makes two at once (the square root and its quotient), so that an optimizer step stays within
+// the workspace the memory model gives its stage (the backward's, which makes each weight
+// gradient as a temporary). The same operations on the same values: the same updates, bit for
+// bit, and the same state (checkpoints, export_param_state).
+class AdamWInPlace final : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    torch::NoGradGuard no_grad;
+    torch::Tensor loss;
+    if (closure != nullptr) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    for (auto& group : param_groups_) {
+      const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      for (auto& p : group.params())
+        if (p.grad().defined()) update(p, options);
+    }
+    return loss;
+  }
+
+ private:
+  void update(torch::Tensor& p, const torch::optim::AdamWOptions& options) {
+    const torch::Tensor& grad = p.grad();
+    if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
+    const auto key = state_key(state_, p);
+    auto it = state_.find(key);
+    if (it == state_.end()) {
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->step(0);
+      fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      if (options.amsgrad())
+        fresh->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      it = state_.emplace(key, std::move(fresh)).first;
+    }
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    state.step(state.step() + 1);
+    const auto [beta1, beta2] = options.betas();
+    const double bias_correction1 = 1 - std::pow(beta1, state.step());
+    const double bias_correction2 = 1 - std::pow(beta2, state.step());
+    state.exp_avg().mul_(beta1).add_(grad, 1 - beta1);
+    state.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+    if (options.amsgrad())
+      torch::max_out(state.max_exp_avg_sq(), state.exp_avg_sq(), state.max_exp_avg_sq());
+    torch::Tensor denom = (options.amsgrad() ? state.max_exp_avg_sq() : state.exp_avg_sq()).sqrt();
+    denom.div_(std::sqrt(bias_correction2)).add_(options.eps());
+    p.addcdiv_(state.exp_avg(), denom, -options.lr() / bias_correction1);
+  }
+};
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
     const TrainingSettings& c, std::vector<torch::Tensor> parameters) {
   switch (c.optimizer) {
     case OptimizerKind::AdamW:
-      return std::make_unique<torch::optim::AdamW>(
+      return std::make_unique<AdamWInPlace>(
           parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
     case OptimizerKind::Sgd:
       return std::make_unique<torch::optim::SGD>(parameters,

@@ -193,9 +193,12 @@ torch::Dtype floating_dtype(const torch::nn::Module& layer) {
 
 // Saved bytes and workspaces from the allocator's current and peak levels around one forward and
 // one backward. Before the forward the input exists; what the forward leaves allocated is the
-// output plus what autograd saved; what the backward adds is the input's gradient. The weight
-// gradients exist already, as from a step's second micro-batch on: the backward then makes each
-// as a temporary and adds it in, which is part of its workspace.
+// output plus what autograd saved. The output's values are then released, as the runtime does
+// once it has sent them (release_values): what stays is what the backward keeps, the output too
+// where a node saved it (a ReLU or Tanh saves its result), so a stage holds it until its backward.
+// What the backward adds is the input's gradient. The weight gradients exist already, as from a
+// step's second micro-batch on: the backward then makes each as a temporary and adds it in,
+// which is part of its workspace.
 void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter& meter,
                           madpipe::Layer& layer) {
   probe.clear_gradients();
@@ -211,12 +214,20 @@ void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter
   probe.synchronize();
   const std::int64_t after_forward = meter.current_bytes();
   layer.forward_workspace_bytes = std::max<std::int64_t>(0, meter.peak_bytes() - after_forward);
-  layer.saved_bytes = std::max<std::int64_t>(0, after_forward - before_forward - bytes_of(y));
   const torch::Tensor grad = torch::ones_like(y);
+  // The last layer's output is the loss, which nothing sends.
+  const bool sent = !probe.last() && y.grad_fn() != nullptr;
+  if (sent) madpipe::runtime::release_values(y);
+  probe.synchronize();
+  const std::int64_t kept = meter.current_bytes() - bytes_of(grad) - before_forward;
+  layer.saved_bytes = std::max<std::int64_t>(0, sent ? kept : kept - bytes_of(y));
   probe.synchronize();
   const std::int64_t before_backward = meter.current_bytes();
   meter.reset_peak();
-  if (y.requires_grad()) y.backward(grad);
+  if (sent)
+    madpipe::runtime::backward_from(y, grad);
+  else if (y.requires_grad())
+    y.backward(grad);
   probe.synchronize();
   const std::int64_t results = bytes_of(leaf.requires_grad() ? leaf.grad() : torch::Tensor());
   layer.backward_workspace_bytes =

@@ -1,6 +1,7 @@
 #include "runtime/script_model.hpp"
 
 #include "core/error.hpp"
+#include "runtime/memory_meter.hpp"
 
 #include <algorithm>
 #include <map>
@@ -332,8 +333,13 @@ struct ScriptSource {
   using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
   std::vector<std::optional<WeakTensor>> live_ties;
 
+  // Host memory that a CPU rank's meter leaves out, as a GPU's does: the module as the file holds
+  // it, with its code; the layers a rank trains are copies of its children (build_layer).
   const torch::jit::Module& loaded() {
-    if (!module) module = load_module(path, torch::kCPU);
+    if (!module) {
+      const madpipe::runtime::UncountedHostAllocations staging;
+      module = load_module(path, torch::kCPU);
+    }
     return *module;
   }
 };

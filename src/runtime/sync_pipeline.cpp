@@ -199,25 +199,37 @@ bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& prof
   return true;
 }
 
+namespace {
+bool all_finite(const std::vector<torch::Tensor>& parameters) {
+  for (const torch::Tensor& p : parameters)
+    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
+  return true;
+}
+}  // namespace
+
 StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
   // Whether each local stage's gradients are all finite, read from the device at once (a read per
-  // parameter would wait for the device as many times).
+  // parameter would wait for the device as many times). A gradient's sum is finite only if all
+  // its values are (a NaN or an infinity carries into it), and summing holds no tensor of the
+  // gradient's size, where isfinite() holds several beyond the memory the plan gives the stage;
+  // a stage with a sum that is not finite (it may only have overflowed) is checked value by value.
   int bad_stage = INT_MAX;
   std::vector<int> checked_stages;
   std::vector<torch::Tensor> stage_finite;
   for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
-    std::vector<torch::Tensor> finite;
+    std::vector<torch::Tensor> sums;
     for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
-      if (p.grad().defined()) finite.push_back(torch::isfinite(p.grad()).all());
-    if (finite.empty()) continue;
+      if (p.grad().defined()) sums.push_back(p.grad().sum().to(torch::kFloat));
+    if (sums.empty()) continue;
     checked_stages.push_back(s);
-    stage_finite.push_back(torch::stack(finite).all());
+    stage_finite.push_back(torch::isfinite(torch::stack(sums)).all());
   }
   if (!stage_finite.empty()) {
     const torch::Tensor on_host = torch::stack(stage_finite).to(torch::kCPU);
     const bool* finite = on_host.data_ptr<bool>();
     for (std::size_t k = 0; k < checked_stages.size(); ++k)
-      if (!finite[k]) bad_stage = std::min(bad_stage, checked_stages[k]);
+      if (!finite[k] && !all_finite(pipeline.executor->stage_parameters(checked_stages[k])))
+        bad_stage = std::min(bad_stage, checked_stages[k]);
   }
   int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
   int all[3];

@@ -265,7 +265,21 @@ PY
     # predicted.memory_bytes, what the planner held within --memory) and within what the run's
     # program holds by the memory model, instruction by instruction (trace.json:
     # predicted.memory_bytes), in sync training, with rematerialization, with two weight versions
-    # and with split backwards, on 2 and 4 ranks.
+    # and with split backwards, on 2 and 4 ranks; and for the CNN, whose stem and residual blocks
+    # end with a ReLU that keeps its output for the backward after the stage has sent it.
+    within_plan() {
+      python3 - $1 <<'PY' || fail "$1: $(grep 'rank [0-9]: peak' out)"
+import json, sys
+trace = json.load(open(sys.argv[1] + "/trace.json"))
+planned = json.load(open(sys.argv[1] + "/plan.json"))["predicted"]["memory_bytes"]
+bounds = trace["predicted"]["memory_bytes"]
+assert len(trace["memory"]) == len(bounds) == len(planned) == trace["ranks"]
+for memory, bound, plan in zip(trace["memory"], bounds, planned):
+    assert memory["peak_at"], memory
+    assert 0 < memory["peak_bytes"] <= bound, ("program bound", memory, bound)
+    assert memory["peak_bytes"] <= plan, ("plan", memory, plan)
+PY
+    }
     gpt=(--model gpt --layers 6 --width 64 --heads 4 --context 64 --micro-batches 8
       --micro-batch-size 8 --steps 3 --trace-steps 2 --eval-every 0 --bandwidth 1GB/s)
     for ranks in 2 4; do
@@ -282,19 +296,32 @@ PY
         if [[ $variant == remat ]]; then
           grep -q '"strategy": "rotor"' $run/plan.json || fail "$run: the plan should recompute"
         fi
-        python3 - $run <<'PY' || fail "$run: $(grep 'rank [0-9]: peak' out)"
-import json, sys
-trace = json.load(open(sys.argv[1] + "/trace.json"))
-planned = json.load(open(sys.argv[1] + "/plan.json"))["predicted"]["memory_bytes"]
-bounds = trace["predicted"]["memory_bytes"]
-assert len(trace["memory"]) == len(bounds) == len(planned) == trace["ranks"]
-for memory, bound, plan in zip(trace["memory"], bounds, planned):
-    assert memory["peak_at"], memory
-    assert 0 < memory["peak_bytes"] <= bound, ("program bound", memory, bound)
-    assert memory["peak_bytes"] <= plan, ("plan", memory, plan)
-PY
+        within_plan $run
       done
     done
+    mpi 3 --model cnn --micro-batches 6 --steps 3 --trace-steps 2 --eval-every 0 \
+      --bandwidth 1GB/s --gpus 3 --output-dir cnn3
+    [[ $status -eq 0 ]] || fail "cnn3 failed: $(tail -3 err)"
+    within_plan cnn3
+    # A TorchScript chain whose ReLU and Tanh layers keep their outputs, at a size where the
+    # data file and the module's code (host memory, not counted), the optimizer's temporaries
+    # and the gradient check would show; rank 1 runs two stages that both send to rank 2, whose
+    # receives follow rank 1's sending order without taking more arena than the plan's buffers.
+    # Its messages are whole 256-byte units of the arena, which the plan does not round up to.
+    python_with_torch
+    "$python" - <<'PY' 2>/dev/null || fail "could not write the TorchScript MLP"
+import torch, torch.nn as nn
+torch.manual_seed(0)
+mlp = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+torch.jit.save(torch.jit.script(mlp), "mlp.pt")
+x = torch.randn(200, 8)
+torch.save({"inputs": x, "targets": torch.tanh(x[:, :2])}, "mlp_data.pt")
+PY
+    mpi 4 --model script --script mlp.pt --loss mse --data mlp_data.pt --data-format tensors \
+      --micro-batches 4 --micro-batch-size 4 --steps 4 --trace-steps 2 --eval-every 0 --gpus 4 \
+      --output-dir script4
+    [[ $status -eq 0 ]] || fail "script4 failed: $(tail -3 err)"
+    within_plan script4
     # A plan made by `madpipe plan` counts 3 weight copies by default; AdamW holds 4: the run
     # says so and bounds its memory with what it holds.
     "$madpipe" plan --profile sync2/profile.json --gpus 2 --memory 1GiB --bandwidth 1GB/s \

@@ -97,6 +97,33 @@ TEST(ReceivePlan, ReceivesFromAPeerArePostedInItsSendingOrder) {
   EXPECT_EQ(mplan::plan_receives(list, {64, 64, 64, 64}, false, 0).slots[1].post_before, 3);
 }
 
+// A rank between two stages of its peer (stage 2 here, stages 1 and 3 on rank 1) receives their
+// activations and gradients from one sender, which sends the gradient of micro-batch 1 before the
+// activation of micro-batch 2. The activation waits for the gradient's post, rather than pulling
+// it before micro-batch 0's gradient is used: one gradient in transit per cut, as the memory
+// model counts.
+TEST(ReceivePlan, AReceiveWaitsForThoseItsPeerSendsBefore) {
+  std::vector<mplan::Instr> list = list_of(
+      {"RECV_ACT1.0<1", "F2.0", "SEND_ACT2.0>1", "RECV_ACT1.1<1", "F2.1", "SEND_ACT2.1>1",
+       "RECV_GRAD2.0<1", "B2.0", "SEND_GRAD1.0>1", "RECV_ACT1.2<1", "F2.2", "SEND_ACT2.2>1",
+       "RECV_GRAD2.1<1", "B2.1", "SEND_GRAD1.1>1", "RECV_GRAD2.2<1", "B2.2", "SEND_GRAD1.2>1"});
+  const std::vector<int> receive_order = {0, 1, 2, 4, 3, 5};  // act1.2 after grad2.1
+  std::vector<int> receives;
+  for (int k = 0; k < static_cast<int>(list.size()); ++k)
+    if (mplan::is_wait(list[k].kind)) receives.push_back(k);
+  for (std::size_t r = 0; r < receives.size(); ++r) list[receives[r]].sequence = receive_order[r];
+  const mplan::ReceivePlan plan = mplan::plan_receives(list, {0, 1024, 1024, 0}, true, 2);
+  ASSERT_EQ(plan.slots.size(), 6u);
+  const mplan::ReceiveSlot& gradient0 = plan.slots[2];
+  const mplan::ReceiveSlot& activation2 = plan.slots[3];
+  const mplan::ReceiveSlot& gradient1 = plan.slots[4];
+  EXPECT_EQ(gradient0.last_use, 7);       // B2.0
+  EXPECT_EQ(gradient1.post_before, 8);    // after it
+  EXPECT_EQ(activation2.post_before, 8);  // not before the gradient sent before it
+  EXPECT_LE(activation2.post_before, activation2.instr);
+  EXPECT_TRUE(marena::overlapping_live_buffers(plan.addresses).empty());
+}
+
 TEST(ReceivePlan, AReceiveNobodyUsesIsAnError) {
   try {
     mplan::plan_receives(list_of({"RECV_ACT0.3<0", "F1.2"}), {8, 8}, true);

@@ -10,8 +10,10 @@ return one; layer i of the profile is child i. For each layer, on one micro-batc
 * ``weight_bytes``: the layer's parameters and buffers.
 * ``output_bytes``: the layer's output, a_l.
 * ``saved_bytes``: what autograd keeps from the forward until the backward besides the layer's
-  input, output, parameters and buffers (and the loss's target): the distinct storages saved
-  during the forward (``torch.autograd.graph.saved_tensors_hooks``).
+  input, parameters and buffers (and the loss's target): the distinct storages saved during the
+  forward (``torch.autograd.graph.saved_tensors_hooks``). The output counts where the backward
+  keeps it (a ReLU or Tanh saves its result): a stage then holds it until its backward, after
+  it has been sent.
 * ``forward_workspace_bytes``, ``backward_workspace_bytes``: on CUDA, the allocator's peak during
   the forward (backward) above what it leaves allocated (above the input's gradient), plus the
   workspace cuBLAS keeps from its first product on; 0 on the CPU, which has no such counter.
@@ -136,11 +138,11 @@ def _time_layer(probe, stopwatch, warmup, repeats):
 
 
 def _saved_bytes(probe):
-    """What autograd saves during the forward besides input, output, target and weights."""
+    """What autograd saves during the forward besides input, target and weights."""
     leaf = probe.leaf()
     with SavedTensorCounter() as counter:
-        y = probe.forward(leaf)
-    kept = [leaf, y, probe.target, *probe.module.parameters(), *probe.module.buffers()]
+        probe.forward(leaf)
+    kept = [leaf, probe.target, *probe.module.parameters(), *probe.module.buffers()]
     return counter.saved_bytes(kept)
 
 
