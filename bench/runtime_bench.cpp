@@ -7,12 +7,12 @@
 #include "core/chain.hpp"
 #include "partition/planner.hpp"
 #include "plan/program.hpp"
-#include "runtime/data.hpp"
-#include "runtime/device.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
-#include "runtime/profiler.hpp"
-#include "runtime/transport.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/device/device.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/profile/profiler.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -25,7 +25,9 @@ if grep -rnE '#include\s*[<"](coin/|coin-or/|Cbc[A-Z]|Clp[A-Z]|Osi[A-Z]|Coin[A-Z
   exit 1
 fi
 
-# Rooms: each library includes only the libraries it links (docs/architecture.md, CMakeLists.txt).
+# Rooms: each library includes only the libraries it links (docs/architecture.md, CMakeLists.txt),
+# the runtime's rooms included.
+planner="core solver schedule remat arena plan partition"
 declare -A may_include=(
   [core]="core"
   [solver]="core solver"
@@ -33,22 +35,40 @@ declare -A may_include=(
   [remat]="core solver remat"
   [arena]="core solver schedule remat arena"
   [plan]="core solver schedule remat arena plan"
-  [partition]="core solver schedule remat arena plan partition"
+  [partition]="$planner"
+  [runtime/config]="$planner runtime/config"
+  [runtime/device]="$planner runtime/config runtime/device"
+  [runtime/comm]="$planner runtime/config runtime/device runtime/comm"
+  [runtime/model]="$planner runtime/config runtime/device runtime/model"
+  [runtime/data]="$planner runtime/config runtime/device runtime/model runtime/data"
+  [runtime/exec]="$planner runtime/config runtime/device runtime/comm runtime/model runtime/data
+    runtime/exec"
+  [runtime/profile]="$planner runtime/config runtime/device runtime/model runtime/data
+    runtime/profile"
+  [runtime/train]="$planner runtime/config runtime/device runtime/comm runtime/model runtime/data
+    runtime/exec runtime/profile runtime/train"
 )
-all_layers="core solver schedule remat arena plan partition runtime cli"
+rooms="runtime/config runtime/device runtime/comm runtime/model runtime/data runtime/exec"
+rooms+=" runtime/profile runtime/train"
+all_layers="$planner $rooms cli"
 for layer in "${!may_include[@]}"; do
   [[ -d src/$layer ]] || continue
+  allowed=" $(echo ${may_include[$layer]}) "
   forbidden=()
   for other in $all_layers; do
-    [[ " ${may_include[$layer]} " == *" $other "* ]] || forbidden+=("$other")
+    [[ $allowed == *" $other "* ]] || forbidden+=("$other")
   done
   pattern="#include\s*\"($(IFS='|'; echo "${forbidden[*]}"))/"
   if grep -rnE "$pattern" "src/$layer"; then
     echo "test.sh: error: src/$layer includes a library it does not link (listed above); it" \
-      "may include: ${may_include[$layer]}" >&2
+      "may include: $(echo ${may_include[$layer]})" >&2
     exit 1
   fi
 done
+if [[ -d src/runtime ]] && find src/runtime -maxdepth 1 -type f | grep .; then
+  echo "test.sh: error: every file of src/runtime belongs to one of its rooms ($rooms)" >&2
+  exit 1
+fi
 
 export CCACHE_DIR=${CCACHE_DIR:-$repo/.ccache}
 # The packaging test (python/tests/test_packaging.py) builds the planner again in build-python/;

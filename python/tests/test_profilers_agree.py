@@ -1,4 +1,4 @@
-"""The two profilers agree: `madpipe profile --model script` (C++, src/runtime/profiler.cpp) and
+"""The two profilers agree: `madpipe profile --model script` (C++, src/runtime/profile/profiler.cpp) and
 madpipe.torch.profile (python/madpipe/torch/profiling.py) measure one small TorchScript chain on
 the same micro-batch and write the same madpipe.profile/1 document, times aside: the same
 top-level fields, layers, names and sizes. Times are only checked to be positive and finite (the

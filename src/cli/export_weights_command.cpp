@@ -9,7 +9,7 @@
 #include <boost/program_options/value_semantic.hpp>
 
 #ifdef MADPIPE_HAS_RUNTIME
-#include "runtime/export_weights.hpp"
+#include "runtime/train/export_weights.hpp"
 #endif
 
 namespace po = boost::program_options;

@@ -3,6 +3,7 @@
 #include "core/names.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ po::typed_value<std::string>* enum_value(Enum& target, const Named<Enum> (&table
       ->value_name("NAME")
       ->default_value(name_of(table, target))
       ->notifier([&target, &table, what, option](const std::string& name) {
+        target = value_named(table, name, what, option);
+      });
+}
+
+// As enum_value, for a setting with no default: `target` stays empty unless the option is given.
+template <typename Enum, std::size_t N>
+po::typed_value<std::string>* optional_enum_value(std::optional<Enum>& target,
+                                                  const Named<Enum> (&table)[N],
+                                                  const std::string& what,
+                                                  const std::string& option) {
+  return po::value<std::string>()->value_name("NAME")->notifier(
+      [&target, &table, what, option](const std::string& name) {
         target = value_named(table, name, what, option);
       });
 }

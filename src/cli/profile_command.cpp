@@ -5,7 +5,7 @@
 #include "cli/train_options.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
-#include "runtime/profile_run.hpp"
+#include "runtime/profile/profile_run.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -133,7 +133,8 @@ int madpipe::cli::profile_command(const std::vector<std::string>& args) {
   if (config.torchscript.empty() && !config.input_shape.empty())
     throw_invalid("", "--input-shape", "only applies to --torchscript models");
 #ifdef MADPIPE_HAS_RUNTIME
-  if (config.workload.model == "script") runtime::check_train_config(config.workload);
+  if (config.workload.model == runtime::ModelKind::Script)
+    runtime::check_train_config(config.workload);
   const auto started = std::chrono::steady_clock::now();
   const runtime::ProfileMeasurement measurement = runtime::run_profile(config);
   write_profile(measurement.profile, output);

@@ -4,7 +4,7 @@
 #include "cli/platform_options.hpp"
 #include "cli/train_options.hpp"
 #include "core/error.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/train/trainer.hpp"
 
 static const madpipe::cli::CommandSyntax kSyntax{
     "train", "[--config FILE] [options]",

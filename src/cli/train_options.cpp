@@ -9,12 +9,13 @@
 madpipe::cli::po::options_description madpipe::cli::model_group(
     madpipe::runtime::ModelSettings& c) {
   po::options_description g("Model [model]", 100);
-  g.add_options()("model", po::value(&c.model)->default_value(c.model),
-                  "gpt, mlp, cnn, or script (a TorchScript chain: --script)")(
+  g.add_options()(
+      "model", enum_value(c.model, runtime::kModelKindNames, "model", "--model"),
+      (names_of(runtime::kModelKindNames) + " (script: a TorchScript chain, --script)").c_str())(
       "script", po::value(&c.script)->value_name("FILE"),
       "--model script: a module saved by torch.jit.save whose top-level children, in order, "
       "are the layers, each taking one tensor and returning one")(
-      "loss", po::value(&c.loss)->value_name("NAME"),
+      "loss", optional_enum_value(c.loss, runtime::kLossNames, "loss", "--loss"),
       "--model script: cross-entropy (logits over the last dimension against int64 targets; "
       "the default) or mse")(
       "layers", po::value(&c.layers)->default_value(c.layers)->notifier(at_least(1, "--layers")),

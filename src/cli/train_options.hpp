@@ -3,7 +3,7 @@
 #include "cli/options.hpp"
 #include "cli/planner_options.hpp"
 #include "cli/platform_options.hpp"
-#include "runtime/train_config.hpp"
+#include "runtime/config/train_config.hpp"
 
 #include <string>
 #include <vector>

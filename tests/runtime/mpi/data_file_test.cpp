@@ -1,9 +1,9 @@
 // Run under mpirun -np 1..4 (each rank alone): token files and tensor files as training data.
 
 #include "core/error.hpp"
-#include "runtime/data.hpp"
+#include "runtime/config/train_config.hpp"
+#include "runtime/data/data.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/train_config.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -142,12 +142,12 @@ TEST(TensorFileData, BadFilesNameTheFileAndTheProblem) {
   // A model that takes other rows: every rank fails before training, naming the file.
   const std::string doubles = tensor_file("doubles.pt", x.to(torch::kDouble), x);
   mr::TrainConfig config;
-  config.model = "mlp";
+  config.model = mr::ModelKind::Mlp;
   config.inputs = 4;
   config.outputs = 4;
   config.data = doubles;
   config.data_format = mr::DataFormat::Tensors;
-  EXPECT_EQ(error_of([&] { mr::make_workload(config); }),
+  EXPECT_EQ(error_of([&] { mr::make_workload(config, config, config.replicas); }),
             doubles + ": inputs: rows are [4] Double, but --model mlp (--inputs) takes [4] Float");
   for (const std::string& path : {truncated, uneven, doubles}) std::remove(path.c_str());
 }

@@ -3,12 +3,12 @@
 
 #include "core/error.hpp"
 #include "plan/program.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
+#include "runtime/comm/replicas.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/replicas.hpp"
-#include "runtime/transport.hpp"
 
 #include <memory>
 #include <string>

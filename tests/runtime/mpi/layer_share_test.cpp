@@ -1,11 +1,11 @@
 // Run under mpirun -np 1..4: each rank builds only its own layers, with the weights an unsplit
 // model has, and learns the boundary shapes without the other ranks' layers.
 
-#include "runtime/executor.hpp"
-#include "runtime/layer_migration.hpp"
-#include "runtime/memory_meter.hpp"
-#include "runtime/model.hpp"
+#include "runtime/device/memory_meter.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
+#include "runtime/train/layer_migration.hpp"
 
 #include <algorithm>
 #include <string>

@@ -11,9 +11,9 @@
 #include "remat/offload_replay.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
@@ -173,10 +173,10 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
   return plan;
 }
 
-// Small built-in models (seed 42) for `layers` blocks.
+// Small built-in models (seed 42) for `layers` blocks; `model` is a name of kModelKindNames.
 inline runtime::ModelConfig small_config(const std::string& model, int layers) {
   runtime::ModelConfig config;
-  config.name = model;
+  config.kind = value_named(runtime::kModelKindNames, model, "model", "model");
   config.layers = layers;
   config.width = model == "cnn" ? 4 : 16;
   config.image = 8;
@@ -191,7 +191,7 @@ inline runtime::ModelConfig small_config(const std::string& model, int layers) {
 
 // Deterministic data for `config` (gpt: a tiny corpus written by the test; sets the vocabulary).
 inline std::unique_ptr<runtime::DataSource> data_for(runtime::ModelConfig& config) {
-  if (config.name == "gpt") {
+  if (config.kind == runtime::ModelKind::Gpt) {
     const std::string path = scratch_file("corpus.txt");
     std::FILE* f = std::fopen(path.c_str(), "w");
     for (int i = 0; i < 400; ++i) std::fputs("abc defg hij\n" + (i % 5), f);
@@ -201,7 +201,7 @@ inline std::unique_ptr<runtime::DataSource> data_for(runtime::ModelConfig& confi
     config.vocab = text->vocab();
     return text;
   }
-  if (config.name == "cnn")
+  if (config.kind == runtime::ModelKind::Cnn)
     return std::make_unique<runtime::SyntheticImages>(config.image, config.outputs, 3, 7);
   return std::make_unique<runtime::SyntheticData>(config.inputs, config.outputs, 3, 7);
 }

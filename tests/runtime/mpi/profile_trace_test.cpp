@@ -4,10 +4,10 @@
 #include "mpi_test_support.hpp"
 
 #include "plan/trace.hpp"
-#include "runtime/memory_meter.hpp"
-#include "runtime/profiler.hpp"
-#include "runtime/script_model.hpp"
-#include "runtime/trace_recorder.hpp"
+#include "runtime/device/memory_meter.hpp"
+#include "runtime/device/trace_recorder.hpp"
+#include "runtime/model/script_model.hpp"
+#include "runtime/profile/profiler.hpp"
 
 #include <cstdio>
 #include <set>

@@ -2,11 +2,11 @@
 // receives posted up front into their own buffers, and the arena is never exceeded.
 
 #include "plan/program.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/transport.hpp"
 
 #include <memory>
 #include <vector>

@@ -3,12 +3,12 @@
 // Also the transport's watchdog: a transfer that never comes ends in an error, and how every rank
 // learns of a non-finite loss or gradient.
 
-#include "runtime/layer_migration.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/optimizer.hpp"
-#include "runtime/sync_pipeline.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/train/layer_migration.hpp"
+#include "runtime/train/optimizer.hpp"
+#include "runtime/train/sync_pipeline.hpp"
+#include "runtime/train/trainer.hpp"
 
 #include <climits>
 #include <cmath>
@@ -100,7 +100,7 @@ TEST(LayerMigration, LayersArriveWithTheirWeightsBuffersAndState) {
   if (ranks < 2) GTEST_SKIP() << "needs 2 ranks";
   const int rank = mt::world_rank();
   mr::ModelConfig config;
-  config.name = "cnn";  // batch-norm buffers move too
+  config.kind = mr::ModelKind::Cnn;  // batch-norm buffers move too
   config.layers = 2;
   config.width = 4;
   config.image = 8;

@@ -4,13 +4,13 @@
 // unsplit module.
 
 #include "plan/program.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/layer_seed.hpp"
-#include "runtime/model.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/layer_seed.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/script_model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/script_model.hpp"
-#include "runtime/tied_gradients.hpp"
-#include "runtime/transport.hpp"
+#include "runtime/train/tied_gradients.hpp"
 
 #include <cstdio>
 #include <limits>
@@ -130,7 +130,7 @@ std::vector<std::pair<std::vector<int>, std::vector<int>>> layouts() {
 
 // A script chain pipelined by `plan` (this rank's layers), next to the same chain unsplit.
 struct SideBySide {
-  SideBySide(const std::string& path, const std::string& loss, const std::vector<int>& first,
+  SideBySide(const std::string& path, mr::LossKind loss, const std::vector<int>& first,
              const std::vector<int>& gpus, int micro_batches, const mr::Batch& sample)
       : pipelined(mr::script_chain_model(path, loss)),
         reference(mr::script_chain_model(path, loss)),
@@ -172,7 +172,7 @@ std::vector<std::unique_ptr<torch::optim::SGD>> optimizers_of(
 // tensor, so the unsplit model holds one weight where the module holds one.
 TEST(ScriptChain, TiedParametersAreOneTensorWithinAProcess) {
   const std::string path = write_tied_model();
-  mr::ChainModel model = mr::script_chain_model(path, "cross-entropy");
+  mr::ChainModel model = mr::script_chain_model(path, mr::LossKind::CrossEntropy);
   std::remove(path.c_str());
   ASSERT_EQ(model.tied_parameters.size(), 1u);
   const auto& group = model.tied_parameters[0];
@@ -201,7 +201,7 @@ TEST(ScriptChain, TiedParametersTrainAsInTheUnsplitModel) {
   const std::string path = write_tied_model();
   const int micro_batches = 3, steps = 4;
   for (const auto& [first, gpus] : layouts()) {
-    SideBySide run(path, "cross-entropy", first, gpus, micro_batches, tokens_of(0, 0));
+    SideBySide run(path, mr::LossKind::CrossEntropy, first, gpus, micro_batches, tokens_of(0, 0));
     mr::ChainModel &pipelined = run.pipelined, &reference = run.reference;
     mr::PipelineExecutor& executor = *run.executor;
     mr::TiedGradients tied(pipelined, run.plan, world_rank(), MPI_COMM_WORLD);
@@ -247,7 +247,7 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
   const std::string path = write_dropout_model();
   const int micro_batches = 3, steps = 3;
   for (const auto& [first, gpus] : layouts()) {
-    SideBySide run(path, "mse", first, gpus, micro_batches, rows_of(0, 0));
+    SideBySide run(path, mr::LossKind::Mse, first, gpus, micro_batches, rows_of(0, 0));
     mr::ChainModel& reference = run.reference;
     mr::PipelineExecutor& executor = *run.executor;
     auto optimizers = optimizers_of(executor);
@@ -285,7 +285,7 @@ TEST(ScriptChain, DropoutMasksDoNotDependOnTheSplit) {
 // the forward when the chain would compute something else.
 TEST(ScriptChain, TheChainIsCheckedAgainstTheModulesForward) {
   const std::string path = write_dropout_model();
-  mr::ChainModel model = mr::script_chain_model(path, "mse");
+  mr::ChainModel model = mr::script_chain_model(path, mr::LossKind::Mse);
   const mr::Batch sample = rows_of(0, 0);
   EXPECT_EQ(error_of([&] { mr::check_script_chain(model, sample, path); }), "");
   model.reference_forward = [](const torch::Tensor& x) { return x * 0; };  // another function

@@ -2,12 +2,12 @@
 // Under mpirun -np 1..4 (the pipelines have one stage group per rank).
 
 #include "plan/program.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/model.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/weight_gradients.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/transport.hpp"
-#include "runtime/two_weight_versions.hpp"
-#include "runtime/weight_gradients.hpp"
+#include "runtime/train/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
 
 #include <algorithm>

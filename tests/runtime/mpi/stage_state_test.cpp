@@ -3,15 +3,15 @@
 // updates as LibTorch's does, within the memory the plan gives it.
 
 #include "plan/program.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/data.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/memory_meter.hpp"
-#include "runtime/model.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/config/train_config.hpp"
+#include "runtime/data/data.hpp"
+#include "runtime/device/memory_meter.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/optimizer.hpp"
-#include "runtime/train_config.hpp"
-#include "runtime/transport.hpp"
+#include "runtime/train/checkpoint.hpp"
+#include "runtime/train/optimizer.hpp"
 
 #include <cstdio>
 #include <filesystem>

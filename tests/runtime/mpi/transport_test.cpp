@@ -6,15 +6,15 @@
 //   active collective, so that the rank reaches its abort at once; what the transfer still reads
 //   or writes stays alive, so that the peer's side completes correctly.
 
-#include "runtime/transport.hpp"
+#include "runtime/comm/transport.hpp"
 
 #include "core/error.hpp"
-#include "runtime/channel_order.hpp"
-#include "runtime/device.hpp"
+#include "runtime/comm/channel_order.hpp"
+#include "runtime/comm/mpi_session.hpp"
+#include "runtime/comm/nccl.hpp"
+#include "runtime/comm/replicas.hpp"
+#include "runtime/device/device.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
-#include "runtime/mpi_session.hpp"
-#include "runtime/nccl.hpp"
-#include "runtime/replicas.hpp"
 
 #include <memory>
 #include <stdexcept>

@@ -1,0 +1,136 @@
+#include "runtime/comm/mpi_session.hpp"
+
+#include "core/error.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <mpi.h>
+
+madpipe::runtime::MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      throw Error(ErrorKind::Runtime, "", "mpi", "MPI_Init_thread failed");
+    owns_mpi_ = true;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+}
+
+madpipe::runtime::MpiSession::~MpiSession() {
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void madpipe::runtime::MpiSession::abort(const std::string& message, int code) const {
+  std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+void madpipe::runtime::MpiSession::run_on_every_rank(const std::function<void()>& work,
+                                                     int code) const {
+  std::string failure;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "failed";
+  }
+  if (all_reduce_sum(failure.empty() ? 0.0 : 1.0) == 0) return;
+  if (!failure.empty()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank_, failure.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+std::string madpipe::runtime::broadcast_string(const std::string& value, int root) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  long long length = static_cast<long long>(value.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD);
+  std::string out = rank == root ? value : std::string(static_cast<std::size_t>(length), '\0');
+  if (length > 0) MPI_Bcast(out.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
+double madpipe::runtime::all_reduce_sum(double value) {
+  double out = 0;
+  MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return out;
+}
+
+std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values) {
+  std::vector<double> out(values.size());
+  if (!values.empty())
+    MPI_Allreduce(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  return out;
+}
+
+std::string madpipe::runtime::computed_on_rank0(int rank,
+                                                const std::function<std::string()>& produce) {
+  std::string text, failure;
+  if (rank == 0) {
+    try {
+      text = produce();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  failure = madpipe::runtime::broadcast_string(failure, 0);
+  if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
+  return madpipe::runtime::broadcast_string(text, 0);
+}
+
+void madpipe::runtime::wait_with_deadline(MPI_Request& request, double timeout_s, int rank,
+                                          const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  PollPacer pacer;
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (timeout_s > 0 && polls % 64 == 63 && std::chrono::steady_clock::now() > deadline) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_s);
+      throw Error(ErrorKind::Runtime, "", "transfer-timeout",
+                  "rank " + std::to_string(rank) + " waited more than " + limit + " s " + what);
+    }
+    pacer.pause();
+  }
+}
+
+void madpipe::runtime::PollPacer::pause() {
+  if (std::chrono::steady_clock::now() - since_ < kSpinFor) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(kSleep);
+  }
+}
+
+void madpipe::runtime::keep_alive_until_exit(std::shared_ptr<void> owned) {
+  static auto* kept = new std::vector<std::shared_ptr<void>>();  // never destroyed, on purpose
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(owned));
+}

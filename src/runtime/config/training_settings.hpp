@@ -1,0 +1,64 @@
+#pragma once
+
+#include "core/names.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace madpipe::runtime {
+
+// How steps follow each other (--mode).
+enum class TrainingMode {
+  Sync,               // each step's gradients, then a flush
+  TwoWeightVersions,  // 2BW: no flush, two weight versions per stage
+};
+inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
+    {TrainingMode::Sync, "sync"}, {TrainingMode::TwoWeightVersions, "2bw"}};
+
+// Weight-sized copies per stage that 2BW holds beyond synchronous training's (weights,
+// gradients, optimizer state): the second weight version, its gradient and the newest version.
+inline constexpr int kTwoWeightVersionsExtraCopies = 3;
+
+// The optimizer of every stage (--optimizer).
+enum class OptimizerKind { AdamW, Sgd };
+inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW, "adamw"},
+                                                           {OptimizerKind::Sgd, "sgd"}};
+
+// What --data holds: text (the gpt's characters), token ids as little-endian unsigned integers
+// of 2 or 4 bytes (nanoGPT's train.bin), or the dict {"inputs": X, "targets": Y} of torch.save.
+enum class DataFormat { Text, TokensU16, TokensU32, Tensors };
+inline constexpr Named<DataFormat> kDataFormatNames[] = {{DataFormat::Text, "text"},
+                                                         {DataFormat::TokensU16, "tokens-u16"},
+                                                         {DataFormat::TokensU32, "tokens-u32"},
+                                                         {DataFormat::Tensors, "tensors"}};
+
+// [training]: data, steps and the optimizer.
+struct TrainingSettings {
+  std::string data = "/usr/share/common-licenses";  // text corpus or token file (gpt)
+  DataFormat data_format = DataFormat::Text;
+  std::string validation_data;  // token files: the validation tokens (empty: data's last tenth)
+  TrainingMode mode = TrainingMode::Sync;
+  int steps = 100;
+  int micro_batches = 8;  // per step
+  int micro_batch_size = 8;
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  double learning_rate = 1e-3;
+  double momentum = 0.9;  // sgd
+  double weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  int eval_every = 10;  // steps between validation losses; 0: never
+  int eval_micro_batches = 8;
+  // Each step as a plain autograd loop over the unsplit model (run_unsplit), not the plan's
+  // program: one process, the reference that pipelined runs are compared with.
+  bool plain_loop = false;
+};
+
+// Weight-sized copies a run holds per weight: the weights and their gradients, the optimizer's
+// state (AdamW: two moments; SGD: its momentum, if any), and 2BW's extra copies.
+inline int held_weight_copies(const TrainingSettings& t) {
+  int copies = 2 + (t.optimizer == OptimizerKind::AdamW ? 2 : (t.momentum != 0 ? 1 : 0));
+  if (t.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
+  return copies;
+}
+
+}  // namespace madpipe::runtime

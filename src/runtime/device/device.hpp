@@ -1,0 +1,33 @@
+#pragma once
+
+#include "runtime/config/planning_settings.hpp"
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace madpipe::runtime {
+
+// The device named `name`: "cpu", "cuda:N" (every process on GPU N: ranks may share it), or
+// "cuda" (one GPU per process: GPU `local_rank`, its rank among the `local_ranks` processes of its
+// node; device 0 when `local_rank` < 0). Throws Error naming the option `device` for an unknown
+// name, a missing GPU, an index out of range, or more processes on the node than GPUs.
+torch::Device device_of(const std::string& name, int local_rank = -1, int local_ranks = 1);
+
+// The GPU of the process of rank `local_rank` among `local_ranks` on a node with `gpus` GPUs:
+// its local rank. Throws Error{InvalidInput} (field "device") naming both counts when the
+// processes outnumber the GPUs (one GPU per process; "cuda:N" shares one on purpose).
+int gpu_of_local_rank(int local_rank, int local_ranks, int gpus);
+
+// Makes `device` the current device of this process (a CUDA device; nothing for the CPU), so that
+// CUDA contexts, streams and NCCL communicators are created on it and not on GPU 0.
+void make_current(const torch::Device& device);
+
+// The transport of a run (--transport, auto resolved) on `device` (--device `device_option`)
+// with `local_ranks` processes on the node. auto: nccl when each rank has a GPU of its own and
+// `nccl_available`, else mpi. Throws Error (field "transport") for nccl on a CPU, on a GPU shared
+// by several ranks (NCCL refuses two ranks on one GPU), or without NCCL built in.
+TransportKind resolve_transport(TransportKind asked, const std::string& device_option,
+                                const torch::Device& device, int local_ranks, bool nccl_available);
+
+}  // namespace madpipe::runtime

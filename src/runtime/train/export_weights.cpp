@@ -1,0 +1,42 @@
+#include "runtime/train/export_weights.hpp"
+
+#include "core/error.hpp"
+#include "plan/plan.hpp"
+#include "runtime/train/checkpoint.hpp"
+#include "runtime/train/torch_file.hpp"
+
+#include <filesystem>
+
+#include <torch/torch.h>
+
+madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::string& run_dir,
+                                                                   const std::string& output,
+                                                                   int step) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(run_dir))
+    throw Error(ErrorKind::Io, run_dir, "", "no such folder (the --output-dir of madpipe train)");
+  ExportedWeights out;
+  out.step = step > 0 ? step : read_latest(run_dir);
+  if (out.step <= 0)
+    throw Error(ErrorKind::Io, (fs::path(run_dir) / "checkpoints").string(), "",
+                "no complete checkpoint (madpipe train writes one at its end and every "
+                "--checkpoint-every steps)");
+  const fs::path plan_path = checkpoint_plan_path(run_dir, out.step);
+  if (!fs::exists(plan_path))
+    throw Error(ErrorKind::Io, plan_path.string(), "",
+                "missing: no checkpoint of step " + std::to_string(out.step));
+  const plan::Plan plan = plan::read_plan(plan_path.string());
+  c10::Dict<std::string, at::Tensor> state;
+  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
+    for (auto& [key, tensor] : read_stage_tensors(run_dir, out.step, s)) {
+      if (state.contains(key))
+        throw Error(ErrorKind::InvalidInput, checkpoint_dir(run_dir, out.step).string(), key,
+                    "two stages hold this tensor");
+      out.bytes += static_cast<std::int64_t>(tensor.nbytes());
+      state.insert(key, tensor);
+      ++out.tensors;
+    }
+  }
+  write_torch_file(output, c10::IValue(state));
+  return out;
+}

@@ -1,0 +1,190 @@
+#include "runtime/train/resume.hpp"
+
+#include "core/error.hpp"
+#include "core/json_file.hpp"
+#include "plan/plan.hpp"
+#include "runtime/comm/mpi_session.hpp"
+#include "runtime/train/checkpoint.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+// Rank 0 reads the plan of a checkpoint and every rank gets it; empty text when unreadable.
+std::string shared_plan_text(const std::string& path, int rank) {
+  std::string text;
+  if (rank == 0) {
+    try {
+      std::ostringstream out;
+      madpipe::plan::write_plan(madpipe::plan::read_plan(path), out);
+      text = out.str();
+    } catch (const std::exception&) {
+      text.clear();
+    }
+  }
+  return madpipe::runtime::broadcast_string(text, 0);
+}
+
+std::string join(const std::vector<int>& steps) {
+  std::string out;
+  for (int s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+}  // namespace
+
+madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
+    const std::string& output_dir, int rank, const std::function<void(const std::string&)>& say) {
+  std::vector<int> candidates;
+  if (rank == 0) candidates = complete_checkpoints(output_dir);
+  std::string list = broadcast_string(join(candidates), 0);
+  candidates.clear();
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) candidates.push_back(std::stoi(item));
+
+  std::vector<int> damaged;
+  for (int step : candidates) {
+    fs::path plan_path = checkpoint_plan_path(output_dir, step);
+    if (!fs::exists(plan_path)) plan_path = fs::path(output_dir) / "plan.json";  // older layout
+    const std::string text = shared_plan_text(plan_path.string(), rank);
+    std::string problem = text.empty() ? plan_path.string() + ": missing or unreadable plan" : "";
+    if (problem.empty()) {
+      const plan::Plan plan = plan::plan_from_json(nlohmann::json::parse(text), plan_path.string());
+      for (const auto& stage : plan.stages)
+        if (stage.gpu == rank && problem.empty())
+          problem = verify_stage(output_dir, step, stage.id);
+    }
+    // Every rank's verdict; the first problem is printed by the rank that found it.
+    int whole = problem.empty() ? 1 : 0, all_whole = 0;
+    MPI_Allreduce(&whole, &all_whole, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!problem.empty())
+      std::fprintf(stderr, "rank %d: checkpoint of step %d is not usable: %s\n", rank, step,
+                   problem.c_str());
+    if (all_whole) {
+      if (!damaged.empty())
+        say("checkpoints of step " + join(damaged) + " are damaged; resuming from step " +
+            std::to_string(step));
+      return {step, plan_path.string()};
+    }
+    damaged.push_back(step);
+  }
+  if (!damaged.empty())
+    throw Error(ErrorKind::Io, (fs::path(output_dir) / "checkpoints").string(), "",
+                "no whole checkpoint to resume from (damaged: step " + join(damaged) + ")");
+  return {};
+}
+
+void madpipe::runtime::truncate_metrics(const std::string& path, int step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int>() <= step)
+      kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
+  nlohmann::ordered_json j;
+  j["format"] = "madpipe.run/1";
+  j["step"] = step;
+  j["next_step"] = step + 1;
+  j["model"] = {{"model", name_of(kModelKindNames, c.model)},
+                {"layers", c.layers},
+                {"width", c.width},
+                {"heads", c.heads},
+                {"context", c.context},
+                {"inputs", c.inputs},
+                {"outputs", c.outputs},
+                {"image", c.image},
+                {"vocab", c.vocab},
+                {"script", c.script},
+                {"loss", c.loss ? name_of(kLossNames, *c.loss) : ""}};
+  j["training"] = {{"data", c.data},
+                   {"data_format", name_of(kDataFormatNames, c.data_format)},
+                   {"validation_data", c.validation_data},
+                   {"mode", name_of(kTrainingModeNames, c.mode)},
+                   {"steps", c.steps},
+                   {"micro_batches", c.micro_batches},
+                   {"micro_batch_size", c.micro_batch_size},
+                   {"optimizer", name_of(kOptimizerNames, c.optimizer)},
+                   {"learning_rate", c.learning_rate},
+                   {"momentum", c.momentum},
+                   {"weight_decay", c.weight_decay},
+                   {"seed", c.seed}};
+  j["platform"] = {
+      {"gpus", c.platform.gpus},
+      {"replicas", c.replicas},
+      {"device", c.device},
+      {"memory_bytes", c.platform.memory_bytes},
+      {"bandwidth_bytes_per_ms", c.platform.bandwidth_bytes_per_ms},
+      {"weight_copies", c.platform.weight_copies},
+      {"gpus_per_node", c.platform.gpus_per_node},
+      {"inter_node_bandwidth_bytes_per_ms", c.platform.inter_node_bandwidth_bytes_per_ms},
+      {"algorithm", partition::to_string(c.planner.algorithm)}};
+  return j.dump(1) + "\n";
+}
+
+void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int step,
+                                              const TrainConfig& config) {
+  const fs::path path = checkpoint_dir(output_dir, step) / "run.json";
+  std::ifstream in(path);
+  if (!in) return;
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::InvalidInput, path.string(), "", std::string("not JSON: ") + e.what());
+  }
+  const nlohmann::json now = nlohmann::json::parse(run_record(config, step));
+  const std::set<std::string> may_change = {"steps", "learning_rate"};
+  for (const char* part : {"model", "training", "platform"}) {
+    if (!saved.contains(part)) continue;
+    for (const auto& [key, value] : saved[part].items()) {
+      if (may_change.count(key) || !now[part].contains(key)) continue;
+      // Where the run trains may change (device, memory, bandwidth, planner), not what it trains.
+      if (std::string(part) == "platform" && key != "gpus" && key != "replicas") continue;
+      if (now[part][key] != value)
+        throw Error(ErrorKind::InvalidInput, path.string(), std::string(part) + "." + key,
+                    "the checkpoint's run has " + value.dump() + ", this run " +
+                        now[part][key].dump() +
+                        "; --resume continues the same run (change it back, or start a new run "
+                        "in another --output-dir)");
+    }
+  }
+}
+
+void madpipe::runtime::check_resumed_plan(const std::string& given_path,
+                                          const std::string& checkpoint_plan_path) {
+  const plan::Plan given = plan::read_plan(given_path);
+  const plan::Plan saved = plan::read_plan(checkpoint_plan_path);
+  const std::size_t stages = std::max(given.stages.size(), saved.stages.size());
+  for (std::size_t s = 0; s < stages; ++s) {
+    const bool both = s < given.stages.size() && s < saved.stages.size();
+    if (both && given.stages[s].first_layer == saved.stages[s].first_layer &&
+        given.stages[s].last_layer == saved.stages[s].last_layer &&
+        given.stages[s].gpu == saved.stages[s].gpu)
+      continue;
+    auto describe = [s](const plan::Plan& plan) {
+      if (s >= plan.stages.size()) return std::string("no stage ") + std::to_string(s);
+      const schedule::Stage& stage = plan.stages[s];
+      return "layers " + std::to_string(stage.first_layer) + "-" +
+             std::to_string(stage.last_layer) + " on GPU " + std::to_string(stage.gpu);
+    };
+    throw Error(ErrorKind::InvalidInput, given_path, "/stages/" + std::to_string(s),
+                "stage " + std::to_string(s) + " has " + describe(given) +
+                    ", but the checkpoint's plan " + checkpoint_plan_path + " has " +
+                    describe(saved) +
+                    "; checkpoints hold the stages of their plan: resume without --plan");
+  }
+}

@@ -1,0 +1,260 @@
+#include "runtime/train/sync_pipeline.hpp"
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "runtime/comm/mpi_session.hpp"
+#include "runtime/comm/nccl.hpp"
+#include "runtime/train/layer_migration.hpp"
+#include "runtime/train/stop_request.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace madpipe::runtime {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+madpipe::plan::LowerOptions lower_options(const madpipe::runtime::OutputSettings& c,
+                                          const madpipe::plan::Plan& plan,
+                                          const madpipe::runtime::LayerOutputs& outputs,
+                                          int micro_batches, bool train) {
+  madpipe::plan::LowerOptions options;
+  options.micro_batches = micro_batches;
+  options.train = train;
+  options.posting = c.receive_buffers;
+  options.lookahead = c.receive_lookahead;
+  options.message_bytes = madpipe::runtime::stage_message_bytes(plan, outputs);
+  return options;
+}
+
+madpipe::plan::Program lower_checked(const madpipe::plan::Plan& plan,
+                                     const madpipe::plan::LowerOptions& options) {
+  madpipe::plan::Program program = madpipe::plan::lower(plan, options);
+  const std::string stuck = madpipe::plan::dry_run(program);
+  if (!stuck.empty())
+    throw madpipe::Error(madpipe::ErrorKind::Internal, "", "plan",
+                         "the lowered plan deadlocks:\n" + stuck);
+  return program;
+}
+
+void report_receive_arena(const madpipe::runtime::PipelineExecutor& executor,
+                          const madpipe::runtime::ReplicaLayout& layout,
+                          const std::function<void(const std::string&)>& say) {
+  using madpipe::format_bytes;
+  const auto& use = executor.arena_use();
+  std::vector<double> all(5 * static_cast<std::size_t>(layout.pipeline_ranks), 0.0);
+  if (layout.replica == 0) {
+    const std::size_t at = 5 * static_cast<std::size_t>(layout.position);
+    all[at] = static_cast<double>(use.planned_bytes);
+    all[at + 1] = static_cast<double>(use.high_water_bytes);
+    all[at + 2] = static_cast<double>(use.peak_live_bytes);
+    all[at + 3] = static_cast<double>(use.sum_bytes);
+    all[at + 4] = use.buffers;
+  }
+  all = madpipe::runtime::all_reduce_sum(all);
+  std::string text =
+      "receive arena per rank (planned / highest end used / most live / all buffers of the step):";
+  for (int r = 0; r < layout.pipeline_ranks; ++r) {
+    const double* u = &all[5 * static_cast<std::size_t>(r)];
+    text += "\n  rank " + std::to_string(r) + ": ";
+    text += u[4] == 0 ? "receives nothing"
+                      : format_bytes(u[0]) + " / " + format_bytes(u[1]) + " / " +
+                            format_bytes(u[2]) + " / " + format_bytes(u[3]) + " (" +
+                            std::to_string(static_cast<int>(u[4])) + " buffers)";
+  }
+  say(text);
+}
+
+// `states`: optimizer state to restore into the new optimizers, by parameter (null: fresh).
+std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainConfig& c,
+                                                  const madpipe::plan::Plan& plan,
+                                                  madpipe::runtime::ChainModel& model,
+                                                  const madpipe::runtime::LayerOutputs& outputs,
+                                                  const madpipe::runtime::ReplicaGroups& groups,
+                                                  const madpipe::runtime::ParamStates* states) {
+  using namespace madpipe;
+  auto p = std::make_unique<SyncPipeline>();
+  p->plan = plan;
+  p->program = lower_checked(p->plan, lower_options(c, p->plan, outputs, c.micro_batches, true));
+  p->eval_program =
+      lower_checked(p->plan, lower_options(c, p->plan, outputs, c.eval_micro_batches, false));
+  const int rank = groups.layout().position;
+  p->transport = runtime::make_transport(c, p->plan, groups);
+  p->executor =
+      std::make_unique<runtime::PipelineExecutor>(model, p->plan, rank, *p->transport, outputs);
+  if (groups.layout().replicas > 1) {
+    p->averager = std::make_unique<runtime::GradientAverager>(
+        groups.nccl() ? runtime::make_nccl_reducer(*groups.nccl())
+                      : runtime::make_mpi_reducer(groups.replicas()),
+        groups.layout().replicas, static_cast<int>(p->plan.stages.size()), c.micro_batches);
+    p->averager->set_timeout(c.transfer_timeout);
+    SyncPipeline* self = p.get();
+    p->executor->on_backward([self](int s, int) {
+      self->averager->backward_done(s, [&] { return self->executor->stage_parameters(s); });
+    });
+  }
+  if (!model.tied_parameters.empty())
+    p->tied = std::make_unique<runtime::TiedGradients>(model, p->plan, rank, groups.pipeline());
+  // A tensor that several local layers share (tied parameters) is stepped once, by the optimizer
+  // of the first stage that has it.
+  std::set<const c10::TensorImpl*> stepped;
+  for (int s : p->executor->local_stages()) {
+    std::vector<torch::Tensor> parameters;
+    for (const torch::Tensor& parameter : p->executor->stage_parameters(s))
+      if (stepped.insert(parameter.unsafeGetTensorImpl()).second) parameters.push_back(parameter);
+    torch::optim::Optimizer* optimizer = nullptr;
+    if (!parameters.empty()) {
+      p->optimizers.push_back(runtime::make_optimizer(c, parameters));
+      optimizer = p->optimizers.back().get();
+      if (states)
+        for (const torch::Tensor& parameter : parameters) {
+          auto it = states->find(runtime::param_key(parameter));
+          if (it != states->end()) runtime::import_param_state(*optimizer, parameter, it->second);
+        }
+    }
+    p->stage_optimizers.emplace_back(s, optimizer);
+  }
+  return p;
+}
+
+// The mean compute time of every stage since the executors' last reset, on every rank.
+std::vector<madpipe::partition::MeasuredStage> measured_stages(
+    madpipe::runtime::PipelineExecutor& executor, double time_scale) {
+  const auto& times = executor.stage_times();
+  std::vector<double> sums;
+  for (const auto& t : times)
+    sums.insert(sums.end(), {t.forward_ms, t.backward_ms, static_cast<double>(t.forwards),
+                             static_cast<double>(t.backwards)});
+  sums = madpipe::runtime::all_reduce_sum(sums);
+  std::vector<madpipe::partition::MeasuredStage> measured(times.size());
+  for (std::size_t s = 0; s < times.size(); ++s) {
+    auto& m = measured[s];
+    m.forwards = static_cast<int>(sums[4 * s + 2]);
+    m.backwards = static_cast<int>(sums[4 * s + 3]);
+    m.forward_ms = m.forwards > 0 ? sums[4 * s] / m.forwards * time_scale : 0;
+    m.backward_ms = m.backwards > 0 ? sums[4 * s + 1] / m.backwards * time_scale : 0;
+  }
+  return measured;
+}
+
+bool replan(const madpipe::runtime::TrainConfig& c, const madpipe::Profile& profile,
+            double time_scale, int step, int first_measured,
+            std::unique_ptr<SyncPipeline>& pipeline, madpipe::runtime::ChainModel& model,
+            const madpipe::runtime::LayerOutputs& outputs,
+            const madpipe::runtime::ReplicaGroups& groups, int rank,
+            const std::function<void(const std::string&)>& say) {
+  using namespace madpipe;
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<partition::MeasuredStage> measured =
+      measured_stages(*pipeline->executor, time_scale);
+  const std::string decision = computed_on_rank0(rank, [&] {
+    std::string table = partition::format_measurements(pipeline->plan, measured);
+    table.pop_back();  // say() ends the line
+    say("re-planning after step " + std::to_string(step) +
+        " on the stage times measured in steps " + std::to_string(first_measured) + ".." +
+        std::to_string(step) + ":\n" + table);
+    const partition::ReplanOutcome outcome = partition::replan_from_measurements(
+        profile, pipeline->plan, measured, c.planner, c.replan_min_gain);
+    say(outcome.reason);
+    return outcome.switch_plan ? plan_text(outcome.plan) : std::string();
+  });
+  if (decision.empty()) return false;
+  const plan::Plan next = plan::plan_from_json(nlohmann::json::parse(decision), "plan");
+  runtime::ParamStates states;
+  for (const auto& [s, optimizer] : pipeline->stage_optimizers)
+    if (optimizer)
+      for (const torch::Tensor& parameter : pipeline->executor->stage_parameters(s)) {
+        std::vector<torch::Tensor> state = runtime::export_param_state(*optimizer, parameter);
+        if (!state.empty()) states[runtime::param_key(parameter)] = std::move(state);
+      }
+  int moved = 0;
+  for (int l = 0; l < model.size(); ++l)
+    moved += runtime::rank_of_layer(pipeline->plan, l) != runtime::rank_of_layer(next, l) ? 1 : 0;
+  const plan::Plan previous = pipeline->plan;
+  pipeline.reset();  // the old executor and optimizers refer to tensors about to change hands
+  runtime::migrate_layers(model, previous, next, groups.layout().position, states, outputs.device,
+                          groups.pipeline());
+  pipeline = build_sync_pipeline(c, next, model, outputs, groups, &states);
+  if (rank == 0) plan::write_plan(next, (fs::path(c.output_dir) / "plan.json").string());
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "moved %d layer%s between ranks in %.2f s; new plan: %zu stages, predicted %s per "
+                "micro-batch",
+                moved, moved == 1 ? "" : "s", seconds_since(started), next.stages.size(),
+                format_ms(next.predicted.period_ms).c_str());
+  say(line);
+  say(stage_summary(next, model));
+  return true;
+}
+
+namespace {
+bool all_finite(const std::vector<torch::Tensor>& parameters) {
+  for (const torch::Tensor& p : parameters)
+    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
+  return true;
+}
+}  // namespace
+
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
+  // Whether each local stage's gradients are all finite, read from the device at once (a read per
+  // parameter would wait for the device as many times). A gradient's sum is finite only if all
+  // its values are (a NaN or an infinity carries into it), and summing holds no tensor of the
+  // gradient's size, where isfinite() holds several beyond the memory the plan gives the stage;
+  // a stage with a sum that is not finite (it may only have overflowed) is checked value by value.
+  int bad_stage = INT_MAX;
+  std::vector<int> checked_stages;
+  std::vector<torch::Tensor> stage_finite;
+  for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
+    std::vector<torch::Tensor> sums;
+    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
+      if (p.grad().defined()) sums.push_back(p.grad().sum().to(torch::kFloat));
+    if (sums.empty()) continue;
+    checked_stages.push_back(s);
+    stage_finite.push_back(torch::isfinite(torch::stack(sums)).all());
+  }
+  if (!stage_finite.empty()) {
+    const torch::Tensor on_host = torch::stack(stage_finite).to(torch::kCPU);
+    const bool* finite = on_host.data_ptr<bool>();
+    for (std::size_t k = 0; k < checked_stages.size(); ++k)
+      if (!finite[k] && !all_finite(pipeline.executor->stage_parameters(checked_stages[k])))
+        bad_stage = std::min(bad_stage, checked_stages[k]);
+  }
+  int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
+  int all[3];
+  MPI_Allreduce(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  StepHealth health;
+  health.stop_signal = -all[2];
+  const auto& stages = pipeline.plan.stages;
+  if (all[0] != INT_MAX)
+    health.problem = "the loss of micro-batch " + std::to_string(all[0]) + " (stage " +
+                     std::to_string(stages.size() - 1) + " on rank " +
+                     std::to_string(stages.back().gpu) + ") is not finite";
+  else if (all[1] != INT_MAX)
+    health.problem = "a gradient of stage " + std::to_string(all[1]) + " (rank " +
+                     std::to_string(stages[all[1]].gpu) + ") is not finite";
+  return health;
+}
+
+}  // namespace madpipe::runtime
+
+std::unique_ptr<madpipe::runtime::Transport> madpipe::runtime::make_transport(
+    const OutputSettings& c, const plan::Plan& plan, const ReplicaGroups& groups) {
+  if (NcclCommunicators* nccl = groups.nccl()) {
+    nccl->add_channels(plan::message_channels(plan));
+    return make_nccl_transport(*nccl, c.transfer_timeout);
+  }
+  return make_mpi_transport(static_cast<int>(plan.stages.size()), c.transfer_timeout,
+                            groups.pipeline());
+}

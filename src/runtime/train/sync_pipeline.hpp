@@ -1,0 +1,89 @@
+#pragma once
+
+#include "core/profile.hpp"
+#include "partition/replan.hpp"
+#include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "runtime/comm/replicas.hpp"
+#include "runtime/comm/transport.hpp"
+#include "runtime/exec/executor.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/train/optimizer.hpp"
+#include "runtime/train/tied_gradients.hpp"
+#include "runtime/train/train_planning.hpp"
+#include "runtime/train/trainer.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace madpipe::runtime {
+
+// What synchronous training builds from a plan; rebuilt when re-planning switches plans.
+struct SyncPipeline {
+  plan::Plan plan;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<PipelineExecutor> executor;
+  plan::Program program, eval_program;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::vector<std::pair<int, torch::optim::Optimizer*>> stage_optimizers;  // null: no parameters
+  // Data parallelism: a stage's gradients are averaged over its replicas once its last backward
+  // of the step is done.
+  std::unique_ptr<GradientAverager> averager;
+  // Tied parameters on several ranks: their gradients summed after the averaging (null: none).
+  std::unique_ptr<TiedGradients> tied;
+};
+
+// This rank's transport for `plan`: NCCL over groups.nccl() when it is set (collective over the
+// pipeline: the plan's channels are added), else MPI over groups.pipeline().
+std::unique_ptr<Transport> make_transport(const OutputSettings& c, const plan::Plan& plan,
+                                          const ReplicaGroups& groups);
+
+// How the trainer lowers a plan: --receive-buffers and --receive-lookahead, receive buffers sized
+// for the model's stage outputs; a validation program (train = false) runs forwards only.
+plan::LowerOptions lower_options(const OutputSettings& c, const plan::Plan& plan,
+                                 const LayerOutputs& outputs, int micro_batches, bool train);
+
+// Lowers and dry-runs: throws Error{Internal} when the program of the plan would deadlock.
+plan::Program lower_checked(const plan::Plan& plan, const plan::LowerOptions& options);
+
+// Collective: each pipeline rank's receive arena after a step, printed by rank 0.
+void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout& layout,
+                          const Say& say);
+
+// Lowers the plan, builds this rank's executor (on the replica's pipeline communicator), its
+// optimizers and, with replicas, the gradient averaging. `states`: optimizer state to restore
+// into the new optimizers, by parameter (null: fresh).
+std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const plan::Plan& plan,
+                                                  ChainModel& model, const LayerOutputs& outputs,
+                                                  const ReplicaGroups& groups,
+                                                  const ParamStates* states);
+
+// Collective: the mean compute time of every stage since the executors' last reset, times
+// `time_scale` (agree_on_profile's cpu_sharing: what the profile's times were scaled by).
+std::vector<partition::MeasuredStage> measured_stages(PipelineExecutor& executor,
+                                                      double time_scale = 1);
+
+// --replan-after (collective): re-plans on the measured stage times, scaled by `time_scale` as the
+// profile was (rank 0 decides) and, when the decision is to switch, moves layers and optimizer
+// state between the ranks of each replica and rebuilds the pipeline. Returns true when it
+// switched.
+bool replan(const TrainConfig& c, const Profile& profile, double time_scale, int step,
+            int first_measured, std::unique_ptr<SyncPipeline>& pipeline, ChainModel& model,
+            const LayerOutputs& outputs, const ReplicaGroups& groups, int rank, const Say& say);
+
+// What every rank must know after a step's forwards and backwards: a NaN or Inf loss (the
+// first such micro-batch) or gradient (the first such stage), and a request to stop.
+struct StepHealth {
+  std::string problem;  // empty: all finite
+  int stop_signal = 0;
+};
+
+// Collective: every rank learns of a NaN or Inf loss (`bad_micro_batch`, INT_MAX: none) or
+// gradient on any rank, and of a request to stop.
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch);
+
+}  // namespace madpipe::runtime
