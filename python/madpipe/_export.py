@@ -59,8 +59,13 @@ def export_torch(plan, micro_batches):
                          csv=result["csv"], stages_json=result["stages"])
 
 
-def read_torch_schedule(directory):
-    """Reads the ``schedule.csv`` and ``stages.json`` that ``madpipe export`` wrote."""
+def read_export_files(directory):
+    """The files ``madpipe export --format torch`` wrote into ``directory``, as read from disk.
+
+    Returns ``(stages, stages_json, csv, actions)``: the parsed ``stages.json``, its text, the
+    text of ``schedule.csv`` and its rows (per rank, its actions). The one reader of an export
+    directory: ``read_torch_schedule`` and ``madpipe.torch.read_export`` build on it.
+    """
     directory = os.fspath(directory)
     stages_path = os.path.join(directory, STAGES_FILE)
     stages = json.loads(_madpipe.read_json_file(stages_path))
@@ -69,6 +74,12 @@ def read_torch_schedule(directory):
     with open(os.path.join(directory, SCHEDULE_FILE), newline="") as file:
         csv = file.read()
     actions = [line.split(",") if line else [] for line in csv.splitlines()]
+    return stages, stages_json, csv, actions
+
+
+def read_torch_schedule(directory):
+    """Reads the ``schedule.csv`` and ``stages.json`` that ``madpipe export`` wrote."""
+    stages, stages_json, csv, actions = read_export_files(directory)
     stage_to_rank = [stage["rank"] for stage in stages["stages"]]
     return TorchSchedule(micro_batches=stages["micro_batches"], actions=actions,
                          stage_to_rank=stage_to_rank, stages=stages, csv=csv, stages_json=stages_json)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import numbers
 
 from . import _madpipe
 from ._documents import Plan, as_profile
 from ._errors import Error
 
-DEFAULT_TIME_LIMIT_S = 10.0  # the madpipe command's default --time-limit
-COMPARED_ALGORITHMS = ("madpipe", "contiguous", "pipedream", "1f1b", "gpipe", "interleaved", "zb-h1",
-                       "zb-v")
+_DEFAULTS = _madpipe.planning_defaults()  # the planner's, as the madpipe command has them
+DEFAULT_TIME_LIMIT_S = _DEFAULTS["time_limit"]  # the madpipe command's default --time-limit
+COMPARED_ALGORITHMS = tuple(_DEFAULTS["compared_algorithms"])  # madpipe compare's default
 
 
 def _bytes(value, keyword):
@@ -41,8 +40,8 @@ def _bytes_per_ms(value, keyword):
 
 
 def _request(gpus, memory, bandwidth, *, algorithm="madpipe", remat="none", offload="none",
-             host_bandwidth=None, weight_copies=3, gpus_per_node=0, inter_node_bandwidth=None,
-             scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=200,
+             host_bandwidth=None, weight_copies=_DEFAULTS["weight_copies"], gpus_per_node=0, inter_node_bandwidth=None,
+             scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=_DEFAULTS["remat_slots"],
              time_limit=DEFAULT_TIME_LIMIT_S, verbose=False, split_backward="auto"):
     """The JSON request the compiled planner reads (python/src/planning_request.hpp)."""
     if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
@@ -69,8 +68,8 @@ def _request(gpus, memory, bandwidth, *, algorithm="madpipe", remat="none", offl
 
 
 def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none", offload="none",
-         host_bandwidth=None, weight_copies=3, gpus_per_node=0, inter_node_bandwidth=None,
-         scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=200,
+         host_bandwidth=None, weight_copies=_DEFAULTS["weight_copies"], gpus_per_node=0, inter_node_bandwidth=None,
+         scheduler="auto", micro_batches=0, max_k=0, milp_backend="", remat_slots=_DEFAULTS["remat_slots"],
          time_limit=DEFAULT_TIME_LIMIT_S, progress=None, verbose=False, split_backward="auto"):
     """Plans a profiled chain on ``gpus`` GPUs of ``memory`` each, linked at ``bandwidth``.
 
@@ -79,8 +78,8 @@ def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none",
 
     Args:
         profile: a ``madpipe.Profile``, a dict in ``madpipe.profile/1`` form or a path.
-        algorithm: ``madpipe`` (default), ``contiguous``, ``pipedream``, ``1f1b``, ``gpipe``,
-            ``interleaved``, ``zb-h1``, ``zb-v`` or ``ilp`` (needs a MILP backend).
+        algorithm: ``madpipe`` (default) or another of ``madpipe.algorithm_names()``
+            (``ilp`` needs a MILP backend).
         split_backward: ``"auto"`` (default) splits backwards into B and W where the profile
             measured the split and that shortens the period; ``"off"`` runs them whole.
         remat: ``"rotor"`` lets stages recompute activations where memory is short.
@@ -104,21 +103,9 @@ def plan(profile, *, gpus, memory, bandwidth, algorithm="madpipe", remat="none",
                        scheduler=scheduler, micro_batches=micro_batches, max_k=max_k,
                        milp_backend=milp_backend, remat_slots=remat_slots, time_limit=time_limit,
                        verbose=verbose, split_backward=split_backward)
-    result = _madpipe.make_plan(profile._text(), profile.file, request, progress)
-    if not result["feasible"]:
-        budget = math.inf if time_limit is None else time_limit
-        time_left = max(0.0, budget - result["planning_seconds"])
-        raise Error(_madpipe.explain_infeasible(result["reason"], profile._text(), profile.file,
-                                                request, time_left), problem=result["reason"])
-    planned = Plan(json.loads(result["plan"]), notes=result["notes"],
-                   planning_seconds=result["planning_seconds"])
-    violations = _madpipe.validate(planned._text(), "", profile._text(), profile.file)
-    if violations:
-        field, problem = violations[0]
-        raise Error(f"{field}: {problem} (the planner produced an invalid plan, "
-                    f"{len(violations)} violation(s); please report it)",
-                    kind="internal", field=field, problem=problem)
-    return planned
+    result = _madpipe.plan_or_explain(profile._text(), profile.file, request, progress)
+    return Plan(json.loads(result["plan"]), notes=result["notes"],
+                planning_seconds=result["planning_seconds"])
 
 
 @dataclasses.dataclass
@@ -147,27 +134,27 @@ class Comparison:
 def compare(profile, *, gpus, memory, bandwidth, algorithms=COMPARED_ALGORITHMS, **options):
     """Plans with each algorithm on the same platform (``madpipe compare``).
 
-    Takes ``plan``'s keywords except ``algorithm``; ``algorithms`` lists the names (``"all"``
-    adds ``ilp``). Returns one ``Comparison`` per algorithm, in order; an algorithm that finds no
-    plan in memory has ``plan=None`` and a ``reason``.
+    Takes ``plan``'s keywords except ``algorithm``; ``algorithms`` lists the names (default
+    ``COMPARED_ALGORITHMS``, those of ``madpipe compare``; ``"all"``: every one of
+    ``madpipe.algorithm_names()``). Each algorithm gets the whole ``time_limit``; the ratios are
+    computed by the planner, as ``madpipe compare`` computes them. Returns one ``Comparison`` per
+    algorithm, in order; an algorithm that finds no plan in memory has ``plan=None`` and a
+    ``reason``.
     """
     profile = as_profile(profile)
     if algorithms == "all":
         algorithms = _madpipe.algorithm_names()
     progress = options.pop("progress", None)
+    algorithms = list(dict.fromkeys(algorithms))
+    request = _request(gpus, memory, bandwidth, **options)
     rows = []
-    for algorithm in dict.fromkeys(algorithms):
-        request = _request(gpus, memory, bandwidth, algorithm=algorithm, **options)
-        result = _madpipe.make_plan(profile._text(), profile.file, request, progress)
+    for algorithm, result in zip(algorithms, _madpipe.compare(profile._text(), profile.file, request,
+                                                              algorithms, progress)):
         planned = (Plan(json.loads(result["plan"]), notes=result["notes"],
                         planning_seconds=result["planning_seconds"])
                    if result["feasible"] else None)
-        rows.append(Comparison(algorithm, planned, result["planning_seconds"], result["reason"]))
-    periods = [row.period_ms for row in rows if row.feasible]
-    for row in rows:
-        if row.feasible:
-            row.ratio_to_best = row.period_ms / min(periods)
-            row.ratio_to_lower_bound = row.period_ms / row.plan.lower_bound_ms
+        rows.append(Comparison(algorithm, planned, result["planning_seconds"], result["reason"],
+                               result["ratio_to_best"], result["ratio_to_lower_bound"]))
     return rows
 
 

@@ -8,7 +8,9 @@
 #include "core/json_file.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
+#include "partition/compare.hpp"
 #include "partition/infeasible.hpp"
+#include "partition/plan_or_explain.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/simulate.hpp"
@@ -86,14 +88,7 @@ std::function<void(const std::string&)> progress_to(nb::object callback) {
   };
 }
 
-nb::dict make_plan(const std::string& profile_text, const std::string& profile_file,
-                   const std::string& request_text, nb::object progress) {
-  const madpipe::Profile profile = profile_of(profile_text, profile_file);
-  madpipe::python::PlanningRequest request =
-      madpipe::python::planning_request_from_json(parse(request_text, "request"));
-  request.options.progress = progress_to(std::move(progress));
-  const madpipe::partition::PlanResult result =
-      madpipe::partition::make_plan(profile, request.platform, request.options);
+nb::dict result_dict(const madpipe::partition::PlanResult& result) {
   nb::dict out;
   out["feasible"] = result.feasible;
   out["plan"] = result.feasible ? madpipe::plan::plan_to_json(result.plan).dump() : std::string();
@@ -108,11 +103,82 @@ nb::dict make_plan(const std::string& profile_text, const std::string& profile_f
   return out;
 }
 
+madpipe::partition::PlanningRequest request_of(const std::string& request_text) {
+  return madpipe::python::planning_request_from_json(parse(request_text, "request"));
+}
+
+nb::dict make_plan(const std::string& profile_text, const std::string& profile_file,
+                   const std::string& request_text, nb::object progress) {
+  const madpipe::Profile profile = profile_of(profile_text, profile_file);
+  madpipe::partition::PlanningRequest request = request_of(request_text);
+  request.options.progress = progress_to(std::move(progress));
+  return result_dict(madpipe::partition::make_plan(profile, request.platform, request.options));
+}
+
+// madpipe.plan(): the plan, or madpipe.Error with the command's message.
+nb::dict plan_or_explain(const std::string& profile_text, const std::string& profile_file,
+                         const std::string& request_text, nb::object progress) {
+  const madpipe::Profile profile = profile_of(profile_text, profile_file);
+  madpipe::partition::PlanningRequest request = request_of(request_text);
+  request.options.progress = progress_to(std::move(progress));
+  return result_dict(
+      madpipe::partition::plan_or_explain(profile, request.platform, request.options));
+}
+
+// madpipe.compare(): each algorithm gets the whole time limit and plans with the options as they
+// are (rematerialization included); one dict per algorithm, in order.
+nb::list compare(const std::string& profile_text, const std::string& profile_file,
+                 const std::string& request_text, const std::vector<std::string>& algorithms,
+                 nb::object progress) {
+  const madpipe::Profile profile = profile_of(profile_text, profile_file);
+  const madpipe::partition::PlanningRequest request = request_of(request_text);
+  std::vector<madpipe::partition::Algorithm> compared;
+  for (const std::string& name : algorithms) {
+    madpipe::partition::PlannerOptions options;
+    madpipe::partition::set_request_field(options, "algorithm", name, "algorithm");
+    compared.push_back(options.algorithm);
+  }
+  madpipe::partition::ComparisonSettings settings;
+  settings.shared_time_limit = false;
+  settings.remat_apart = false;
+  settings.progress_of = [&progress](madpipe::partition::Algorithm) {
+    return progress_to(progress);
+  };
+  const madpipe::partition::Comparison comparison = madpipe::partition::compare_algorithms(
+      profile, request.platform, request.options, compared, settings);
+  nb::list rows;
+  for (const madpipe::partition::ComparisonRow& row : comparison.rows) {
+    nb::dict out = result_dict(row.plan);
+    out["ratio_to_best"] = row.ratio_to_best;
+    out["ratio_to_lower_bound"] = row.ratio_to_lower_bound;
+    rows.append(out);
+  }
+  return rows;
+}
+
+std::vector<std::string> names_of(const std::vector<madpipe::partition::Algorithm>& algorithms) {
+  std::vector<std::string> names;
+  for (madpipe::partition::Algorithm a : algorithms)
+    names.emplace_back(madpipe::partition::to_string(a));
+  return names;
+}
+
+// The defaults of madpipe.plan()'s keywords that the planner owns.
+nb::dict planning_defaults() {
+  const madpipe::partition::PlanningRequest defaults;
+  nb::dict out;
+  out["time_limit"] = defaults.options.time_limit_s;
+  out["remat_slots"] = defaults.options.remat.slots;
+  out["weight_copies"] = defaults.platform.weight_copies;
+  out["compared_algorithms"] = names_of(madpipe::partition::compared_algorithms());
+  return out;
+}
+
 std::string explain_infeasible(const std::string& reason, const std::string& profile_text,
                                const std::string& profile_file, const std::string& request_text,
                                double time_left_s) {
   const madpipe::Profile profile = profile_of(profile_text, profile_file);
-  madpipe::python::PlanningRequest request =
+  madpipe::partition::PlanningRequest request =
       madpipe::python::planning_request_from_json(parse(request_text, "request"));
   request.options.time_limit_s = time_left_s;
   return madpipe::partition::explain_infeasible(reason, profile, request.platform, request.options);
@@ -167,7 +233,7 @@ nb::dict simulate(const std::string& plan_text, const std::string& plan_file, in
 
 double lower_bound(const std::string& profile_text, const std::string& profile_file,
                    const std::string& request_text) {
-  const madpipe::python::PlanningRequest request =
+  const madpipe::partition::PlanningRequest request =
       madpipe::python::planning_request_from_json(parse(request_text, "request"));
   return madpipe::partition::lower_bound_period_ms(profile_of(profile_text, profile_file),
                                                    request.platform);
@@ -176,7 +242,7 @@ double lower_bound(const std::string& profile_text, const std::string& profile_f
 std::int64_t smallest_feasible_memory(const std::string& profile_text,
                                       const std::string& profile_file,
                                       const std::string& request_text) {
-  const madpipe::python::PlanningRequest request =
+  const madpipe::partition::PlanningRequest request =
       madpipe::python::planning_request_from_json(parse(request_text, "request"));
   return madpipe::partition::smallest_feasible_memory(profile_of(profile_text, profile_file),
                                                       request.platform, request.options);
@@ -196,10 +262,7 @@ nb::dict export_torch(const std::string& plan_text, const std::string& plan_file
 }
 
 std::vector<std::string> algorithm_names() {
-  std::vector<std::string> names;
-  for (madpipe::partition::Algorithm a : madpipe::partition::all_algorithms())
-    names.emplace_back(madpipe::partition::to_string(a));
-  return names;
+  return names_of(madpipe::partition::all_algorithms());
 }
 
 }  // namespace
@@ -246,6 +309,11 @@ NB_MODULE(_madpipe, m) {
   m.def("format_bytes", [](double bytes) { return madpipe::format_bytes(bytes); });
   m.def("make_plan", &make_plan, nb::arg("profile"), nb::arg("profile_file"), nb::arg("request"),
         nb::arg("progress").none());
+  m.def("plan_or_explain", &plan_or_explain, nb::arg("profile"), nb::arg("profile_file"),
+        nb::arg("request"), nb::arg("progress").none());
+  m.def("compare", &compare, nb::arg("profile"), nb::arg("profile_file"), nb::arg("request"),
+        nb::arg("algorithms"), nb::arg("progress").none());
+  m.def("planning_defaults", &planning_defaults);
   m.def("explain_infeasible", &explain_infeasible, nb::arg("reason"), nb::arg("profile"),
         nb::arg("profile_file"), nb::arg("request"), nb::arg("time_left_s"));
   m.def("validate", &validate, nb::arg("plan"), nb::arg("plan_file"), nb::arg("profile").none(),

@@ -1,9 +1,8 @@
 #include "planning_request.hpp"
 
 #include "core/error.hpp"
-#include "core/names.hpp"
-#include "partition/stage_options.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -54,45 +53,38 @@ madpipe::Platform platform_from_json(const json& j) {
   return platform;
 }
 
+// The value as set_request_field() reads it: "rotor", "200", "true".
+std::string text_of(const json& value, const std::string& keyword) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+  if (value.is_number()) return value.dump();
+  madpipe::throw_invalid("", keyword, "has the wrong type: " + value.dump());
+}
+
 }  // namespace
 
-madpipe::python::PlanningRequest madpipe::python::planning_request_from_json(const json& request) {
-  using partition::PlannerOptions;
-  PlanningRequest result;
+std::string madpipe::python::request_key(const std::string& keyword) {
+  if (keyword == "milp_backend") return "solver";
+  std::string key = keyword;
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+madpipe::partition::PlanningRequest madpipe::python::planning_request_from_json(
+    const json& request) {
+  partition::PlanningRequest result;
   result.platform = platform_from_json(member(request, "platform"));
-  PlannerOptions& options = result.options;
-  options.algorithm =
-      partition::algorithm_from_string(value_or<std::string>(request, "algorithm", "madpipe"));
-  options.scheduler =
-      partition::scheduler_from_string(value_or<std::string>(request, "scheduler", "auto"));
-  options.split_backward = partition::backward_split_from_string(
-      value_or<std::string>(request, "split_backward", "auto"));
-  const auto remat =
-      value_named(partition::kRematStrategyNames, value_or<std::string>(request, "remat", "none"),
-                  "rematerialization strategy", "remat");
-  const auto offload = value_named(partition::kOffloadStrategyNames,
-                                   value_or<std::string>(request, "offload", "none"),
-                                   "offloading strategy", "offload");
-  options.remat.rotor = remat == partition::RematStrategy::Rotor;
-  options.remat.slots = value_or(request, "remat_slots", options.remat.slots);
-  options.remat.host_offload = offload == partition::OffloadStrategy::Host;
-  if (options.remat.host_offload && !(result.platform.host_bandwidth_bytes_per_ms > 0))
-    throw_invalid("", "offload", "'host' needs the host link's speed: give host_bandwidth");
-  options.remat.host_bytes_per_ms = result.platform.host_bandwidth_bytes_per_ms;
-  // time_limit=None: no limit, and the same plan on every machine.
-  if (request.contains("time_limit") && member(request, "time_limit").is_null()) {
-    options.time_limit_s = std::numeric_limits<double>::infinity();
-  } else {
-    options.time_limit_s = value_or(request, "time_limit", partition::kCommandTimeLimitS);
-    if (!(options.time_limit_s > 0))
-      throw_invalid("", "time_limit", "must be > 0 seconds (or None: no limit)");
+  for (const auto& [keyword, value] : request.items()) {
+    if (keyword == "platform") continue;
+    if (keyword == "time_limit" && value.is_null()) {  // None: no limit, the same plan everywhere
+      result.options.time_limit_s = std::numeric_limits<double>::infinity();
+      result.options.milp.time_limit_s = result.options.time_limit_s;
+      continue;
+    }
+    if (value.is_null()) continue;
+    partition::set_request_field(result.options, request_key(keyword), text_of(value, keyword),
+                                 keyword);
   }
-  options.milp.time_limit_s = options.time_limit_s;
-  options.milp.backend = value_or<std::string>(request, "milp_backend", "");
-  options.gpipe_micro_batches = value_or(request, "micro_batches", 0);
-  options.max_k = value_or(request, "max_k", 0);
-  if (options.gpipe_micro_batches < 0) throw_invalid("", "micro_batches", "must be >= 0");
-  if (options.max_k < 0) throw_invalid("", "max_k", "must be >= 0");
-  options.detailed_progress = value_or(request, "verbose", false);
+  partition::attach_platform(result.options, result.platform, "offload", "host_bandwidth");
   return result;
 }

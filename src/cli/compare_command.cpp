@@ -6,11 +6,11 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "plan/validate.hpp"
+#include "partition/compare.hpp"
+#include "partition/plan_or_explain.hpp"
 
 #include <algorithm>
 #include <iostream>
-#include <limits>
 
 #include <boost/program_options/value_semantic.hpp>
 
@@ -43,6 +43,14 @@ static std::vector<madpipe::partition::Algorithm> parse_algorithm_list(const std
   return algorithms;
 }
 
+// "madpipe,contiguous,..."
+static std::string comma_separated(const std::vector<madpipe::partition::Algorithm>& algorithms) {
+  std::string list;
+  for (madpipe::partition::Algorithm algorithm : algorithms)
+    list += std::string(list.empty() ? "" : ",") + madpipe::partition::to_string(algorithm);
+  return list;
+}
+
 po::options_description madpipe::cli::comparison_group(const std::string& title,
                                                        ComparisonOptions& options) {
   po::options_description group(title, 100);
@@ -58,7 +66,7 @@ po::options_description madpipe::cli::comparison_options_description(
   add_planner("algorithms",
               po::value<std::string>()
                   ->value_name("LIST")
-                  ->default_value("madpipe,contiguous,pipedream,1f1b,gpipe,interleaved,zb-h1,zb-v")
+                  ->default_value(comma_separated(partition::compared_algorithms()))
                   ->notifier([&options](const std::string& text) {
                     options.algorithms = parse_algorithm_list(text);
                   }),
@@ -82,6 +90,7 @@ namespace {
 struct Row : madpipe::cli::PlanSummary {
   explicit Row(const PlanSummary& plain) : PlanSummary(plain) {}
   PlanSummary remat;  // with them, when asked; planning_seconds above adds up both runs
+  double ratio_to_best = 0, ratio_to_lower_bound = 0;  // of the plain plan, when it fits
 };
 }  // namespace
 
@@ -89,17 +98,17 @@ madpipe::cli::PlanSummary madpipe::cli::plan_summary(const Profile& profile,
                                                      const Platform& platform,
                                                      const partition::PlannerOptions& options) {
   const partition::PlanResult result = partition::make_plan(profile, platform, options);
+  if (result.feasible) partition::check_planned(result.plan, profile);
+  return summarize(options.algorithm, result);
+}
+
+madpipe::cli::PlanSummary madpipe::cli::summarize(partition::Algorithm algorithm,
+                                                  const partition::PlanResult& result) {
   PlanSummary summary;
-  summary.algorithm = options.algorithm;
+  summary.algorithm = algorithm;
   summary.planning_seconds = result.planning_seconds;
   summary.cut_by_time_limit = result.cut_by_time_limit;
   if (!result.feasible) return summary;
-  const std::vector<plan::Violation> violations = plan::validate(result.plan, profile);
-  if (!violations.empty()) {
-    throw Error(ErrorKind::Internal, "", violations.front().field,
-                violations.front().problem + " (the " + partition::to_string(options.algorithm) +
-                    " planner produced an invalid plan; please report it)");
-  }
   const plan::Predicted& predicted = result.plan.predicted;
   summary.feasible = true;
   summary.period_ms = predicted.period_ms;
@@ -121,31 +130,13 @@ std::string madpipe::cli::describe_outcome(const PlanSummary& summary) {
          " (" + fixed(summary.planning_seconds, 2) + " s)";
 }
 
-// With what is left of the request's --time-limit, shared by the plans of the row.
-static Row plan_one(const madpipe::Profile& profile, const madpipe::Platform& platform,
-                    const madpipe::cli::PlannerSettings& settings,
-                    madpipe::partition::Algorithm algorithm, double seconds_left, bool quiet) {
-  using namespace madpipe;
-  partition::PlannerOptions options = cli::to_planner_options(settings, algorithm, platform);
-  options.time_limit_s = std::max(1e-3, seconds_left);
-  options.milp.time_limit_s = std::min(options.milp.time_limit_s, options.time_limit_s);
-  if (!quiet) {
-    const std::string name = partition::to_string(algorithm);
-    options.progress = [name](const std::string& line) {
-      std::cerr << "compare: " << name << ": " << line << '\n';
-    };
-  }
-  const partition::RematSettings asked = options.remat;
-  options.remat.rotor = false;
-  options.remat.host_offload = false;
-  Row row(cli::plan_summary(profile, platform, options));
-  if (asked.rotor || asked.host_offload) {
-    options.remat = asked;
-    options.time_limit_s = std::max(1e-3, options.time_limit_s - row.planning_seconds);
-    row.remat = cli::plan_summary(profile, platform, options);
-    row.planning_seconds += row.remat.planning_seconds;
-    row.cut_by_time_limit = row.cut_by_time_limit || row.remat.cut_by_time_limit;
-  }
+static Row row_of(const madpipe::partition::ComparisonRow& compared) {
+  Row row(madpipe::cli::summarize(compared.algorithm, compared.plan));
+  if (compared.remat) row.remat = madpipe::cli::summarize(compared.algorithm, *compared.remat);
+  row.planning_seconds = compared.planning_seconds;
+  row.cut_by_time_limit = compared.cut_by_time_limit;
+  row.ratio_to_best = compared.ratio_to_best.value_or(0);
+  row.ratio_to_lower_bound = compared.ratio_to_lower_bound.value_or(0);
   return row;
 }
 
@@ -182,16 +173,15 @@ static void append_remat(std::vector<std::string>& cells, const Row& row, int de
   cells.push_back(std::to_string(row.remat.remat_stages));
 }
 
-static std::vector<std::string> table_row(const Row& row, double best, double lower_bound,
-                                          bool remat, bool splits) {
+static std::vector<std::string> table_row(const Row& row, bool remat, bool splits) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 2);
   std::vector<std::string> cells =
       row.feasible ? std::vector<std::string>{name,
                                               fixed(row.period_ms, 2),
-                                              fixed(row.period_ms / best, 3),
-                                              fixed(row.period_ms / lower_bound, 3),
+                                              fixed(row.ratio_to_best, 3),
+                                              fixed(row.ratio_to_lower_bound, 3),
                                               fixed(row.throughput_per_s, 2),
                                               madpipe::format_bytes(
                                                   static_cast<double>(row.max_memory_bytes)),
@@ -223,8 +213,7 @@ static std::vector<madpipe::cli::Column> csv_columns(bool remat, bool splits) {
   return columns;
 }
 
-static std::vector<std::string> csv_row(const Row& row, double best, double lower_bound, bool remat,
-                                        bool splits) {
+static std::vector<std::string> csv_row(const Row& row, bool remat, bool splits) {
   using madpipe::cli::fixed;
   const std::string name = madpipe::partition::to_string(row.algorithm);
   const std::string seconds = fixed(row.planning_seconds, 3);
@@ -232,8 +221,8 @@ static std::vector<std::string> csv_row(const Row& row, double best, double lowe
       row.feasible ? std::vector<std::string>{name,
                                               "ok",
                                               fixed(row.period_ms, 4),
-                                              fixed(row.period_ms / best, 4),
-                                              fixed(row.period_ms / lower_bound, 4),
+                                              fixed(row.ratio_to_best, 4),
+                                              fixed(row.ratio_to_lower_bound, 4),
                                               fixed(row.throughput_per_s, 4),
                                               std::to_string(row.max_memory_bytes),
                                               seconds}
@@ -246,36 +235,36 @@ static std::vector<std::string> csv_row(const Row& row, double best, double lowe
 int madpipe::cli::run_compare(const CompareOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const Platform platform = to_platform(options.platform);
-  const double lower_bound = partition::lower_bound_period_ms(profile, platform);
-
-  // --time-limit bounds the whole comparison: each algorithm gets what the previous ones left
-  // (the work that gives an algorithm its first plan always runs).
-  std::vector<Row> rows;
-  double seconds_left = options.planner.time_limit_s;
-  for (partition::Algorithm algorithm : options.algorithms) {
-    rows.push_back(
-        plan_one(profile, platform, options.planner, algorithm, seconds_left, options.quiet));
-    seconds_left -= rows.back().planning_seconds;
-    if (!options.quiet) {
-      std::cerr << "compare: " << partition::to_string(algorithm) << ": "
-                << describe_outcome(rows.back()) << '\n';
-    }
+  const PlannerSettings& planner = options.planner;
+  partition::PlannerOptions request =
+      to_planner_options(planner, partition::Algorithm::MadPipe, platform);
+  partition::ComparisonSettings settings;
+  if (!options.quiet) {
+    settings.progress_of = [](partition::Algorithm algorithm) {
+      const std::string name = partition::to_string(algorithm);
+      return [name](const std::string& line) {
+        std::cerr << "compare: " << name << ": " << line << '\n';
+      };
+    };
+    settings.on_row = [](const partition::ComparisonRow& row) {
+      std::cerr << "compare: " << partition::to_string(row.algorithm) << ": "
+                << describe_outcome(row_of(row)) << '\n';
+    };
   }
-  double best = std::numeric_limits<double>::infinity();
-  for (const Row& row : rows)
-    if (row.feasible) best = std::min(best, row.period_ms);
+  const partition::Comparison comparison =
+      partition::compare_algorithms(profile, platform, request, options.algorithms, settings);
+  const double lower_bound = comparison.lower_bound_ms;
+  std::vector<Row> rows;
+  for (const partition::ComparisonRow& row : comparison.rows) rows.push_back(row_of(row));
 
-  const bool remat = options.planner.remat != partition::RematStrategy::None ||
-                     options.planner.offload != partition::OffloadStrategy::None;
+  const bool remat = planner.options.remat.rotor || planner.options.remat.host_offload;
   // Only where the profile splits backwards and the planner may use it.
-  const bool splits = partition::backward_split_from_string(options.planner.split_backward) !=
-                          partition::BackwardSplit::Off &&
+  const bool splits = planner.options.split_backward != partition::BackwardSplit::Off &&
                       ChainCosts(profile).has_split_backward();
   Table table;
   table.columns = options.csv ? csv_columns(remat, splits) : table_columns(remat, splits);
   for (const Row& row : rows)
-    table.rows.push_back(options.csv ? csv_row(row, best, lower_bound, remat, splits)
-                                     : table_row(row, best, lower_bound, remat, splits));
+    table.rows.push_back(options.csv ? csv_row(row, remat, splits) : table_row(row, remat, splits));
   if (options.csv) {
     print_csv(table, std::cout);
     return 0;
@@ -289,7 +278,7 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
     if (row.cut_by_time_limit)
       cut += std::string(cut.empty() ? "" : ", ") + partition::to_string(row.algorithm);
   if (!cut.empty())
-    std::cout << "\nnote: the time limit of " << fixed(options.planner.time_limit_s, 0)
+    std::cout << "\nnote: the time limit of " << fixed(planner.options.time_limit_s, 0)
               << " s cut planning short for " << cut
               << "; a longer --time-limit may find shorter periods\n";
   return 0;

@@ -58,6 +58,9 @@ struct PlanSummary {
 PlanSummary plan_summary(const Profile& profile, const Platform& platform,
                          const partition::PlannerOptions& options);
 
+// The summary of a plan make_plan() returned for `algorithm`.
+PlanSummary summarize(partition::Algorithm algorithm, const partition::PlanResult& result);
+
 // The end of a progress line: "19.17 ms per micro-batch (0.15 s)" or "does not fit (0.00 s)".
 std::string describe_outcome(const PlanSummary& summary);
 

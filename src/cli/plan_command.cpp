@@ -5,9 +5,9 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "core/units.hpp"
-#include "partition/infeasible.hpp"
+#include "partition/plan_or_explain.hpp"
+#include "partition/planning_request.hpp"
 #include "plan/plan.hpp"
-#include "plan/validate.hpp"
 #include "schedule/memory.hpp"
 
 #include <algorithm>
@@ -31,10 +31,10 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
            "write the plan (madpipe.plan/1 JSON) to FILE");
   add_plan("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  add_algorithm_option(
-      planner, options.algorithm,
-      "madpipe, contiguous, pipedream, 1f1b, gpipe, interleaved, zb-h1, zb-v or ilp (the full "
-      "ILP, needs a MILP solver)");
+  // all_algorithms() ends with ilp.
+  add_algorithm_option(planner, options.algorithm,
+                       partition::algorithm_list(partition::all_algorithms(), "or") +
+                           " (the full ILP, needs a MILP solver)");
   po::options_description all(100);
   all.add(plan).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -172,18 +172,6 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
             << "planned in   " << cli::fixed(planning_seconds, 2) << " s\n";
 }
 
-// No plan fits: report the smallest memory per GPU that would, as the error.
-// The search gets what --time-limit leaves.
-[[noreturn]] static void throw_infeasible(const madpipe::partition::PlanResult& result,
-                                          const madpipe::Profile& profile,
-                                          const madpipe::Platform& platform,
-                                          madpipe::partition::PlannerOptions options, bool quiet) {
-  using namespace madpipe;
-  if (!quiet) std::cerr << "plan: " << result.reason << "; searching for what would fit\n";
-  options.time_limit_s = std::max(0.0, options.time_limit_s - result.planning_seconds);
-  throw_invalid("", "", partition::explain_infeasible(result.reason, profile, platform, options));
-}
-
 int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   const Platform platform = to_platform(options.platform);
@@ -191,16 +179,14 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
       to_planner_options(options.planner, options.algorithm, platform);
   if (!options.quiet)
     planner.progress = [](const std::string& line) { std::cerr << "plan: " << line << '\n'; };
-  const partition::PlanResult result = partition::make_plan(profile, platform, planner);
-  if (!result.feasible) throw_infeasible(result, profile, platform, planner, options.quiet);
-
-  const std::vector<plan::Violation> violations = plan::validate(result.plan, profile);
-  if (!violations.empty()) {
-    const plan::Violation& first = violations.front();
-    throw Error(ErrorKind::Internal, "", first.field,
-                first.problem + " (the planner produced an invalid plan, " +
-                    std::to_string(violations.size()) + " violation(s); please report it)");
-  }
+  // No plan fits: the error gives the smallest memory per GPU that would.
+  partition::Explaining explaining;
+  if (!options.quiet)
+    explaining.announce = [](const std::string& reason) {
+      std::cerr << "plan: " << reason << "; searching for what would fit\n";
+    };
+  const partition::PlanResult result =
+      partition::plan_or_explain(profile, platform, planner, explaining);
   print_summary(result.plan, profile, result.planning_seconds);
   if (result.plan.solver) {
     const plan::SolverInfo& solver = *result.plan.solver;

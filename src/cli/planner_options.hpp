@@ -2,7 +2,7 @@
 
 #include "cli/options.hpp"
 #include "partition/planner.hpp"
-#include "partition/stage_options.hpp"
+#include "partition/planning_request.hpp"
 
 #include <string>
 
@@ -10,19 +10,11 @@
 
 namespace madpipe::cli {
 
-// Planner tuning shared by `plan` and `compare`; section [planner] of a --config file.
+// Planner tuning shared by `plan`, `compare`, `sweep`, `scale` and `train`; section [planner] of
+// a --config file. Every value goes through partition::set_request_field(), whose defaults the
+// help shows.
 struct PlannerSettings {
-  partition::Discretization discretization{};
-  int gpipe_micro_batches = 0;  // --micro-batches: GPipe step size; 0: number of GPUs
-  int max_k = 0;                // 0: number of GPUs
-  std::string scheduler = "auto";
-  std::string split_backward = "auto";
-  partition::MilpSettings milp{};
-  double time_limit_s = partition::kCommandTimeLimitS;  // --time-limit: the whole request
-  bool verbose = false;                                 // --verbose: every planning step on stderr
-  partition::RematStrategy remat = partition::RematStrategy::None;
-  partition::OffloadStrategy offload = partition::OffloadStrategy::None;
-  int remat_slots = 200;
+  partition::PlannerOptions options = partition::request_planner_options();
 };
 
 // With `gpipe_micro_batches` false, no --micro-batches: `train` has its own, which is also
@@ -38,7 +30,7 @@ partition::PlannerOptions to_planner_options(const PlannerSettings& settings,
 
 // Adds --algorithm NAME (default madpipe) to `group`, parsed into `algorithm`.
 void add_algorithm_option(po::options_description& group, partition::Algorithm& algorithm,
-                          const char* help);
+                          const std::string& help);
 
 // Parses an algorithm name for the option `option`; the error lists the valid names.
 partition::Algorithm parse_algorithm(const std::string& name, const std::string& option);

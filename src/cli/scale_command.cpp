@@ -7,8 +7,8 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/data_parallel.hpp"
+#include "partition/plan_or_explain.hpp"
 #include "plan/plan.hpp"
-#include "plan/validate.hpp"
 
 #include <filesystem>
 #include <iostream>
@@ -51,10 +51,9 @@ po::options_description madpipe::cli::scale_options_description(ScaleOptions& op
             "write the chosen pipeline's plan (madpipe.plan/1 with \"replicas\") to FILE");
   add_scale("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
   po::options_description planner = planner_options_description(options.planner);
-  add_algorithm_option(
-      planner, options.algorithm,
-      "how each pipeline is planned: madpipe, contiguous, pipedream, 1f1b, gpipe, interleaved, "
-      "zb-h1, zb-v or ilp");
+  add_algorithm_option(planner, options.algorithm,
+                       "how each pipeline is planned: " +
+                           partition::algorithm_list(partition::all_algorithms(), "or"));
   po::options_description all(100);
   all.add(scale).add(platform_options_description(options.platform)).add(planner);
   return all;
@@ -148,16 +147,6 @@ static void print_chosen(const madpipe::partition::DataParallelChoice& choice,
   for (const std::string& note : choice.notes) std::cout << "note         " << note << '\n';
 }
 
-// The chosen plan must pass the validator before it is written.
-static void check_plan(const madpipe::plan::Plan& plan, const madpipe::Profile& profile) {
-  const std::vector<madpipe::plan::Violation> violations = madpipe::plan::validate(plan, profile);
-  if (violations.empty()) return;
-  const madpipe::plan::Violation& first = violations.front();
-  throw madpipe::Error(madpipe::ErrorKind::Internal, "", first.field,
-                       first.problem + " (the planner produced an invalid plan, " +
-                           std::to_string(violations.size()) + " violation(s); please report it)");
-}
-
 int madpipe::cli::run_scale(const ScaleOptions& options) {
   check_output_directory(options.csv_path, "--csv");
   check_output_directory(options.output_path, "--output");
@@ -198,7 +187,7 @@ int madpipe::cli::run_scale(const ScaleOptions& options) {
                   "no split of the " + std::to_string(platform.gpus) +
                       " GPUs into D replicas of a pipeline works (reasons in the table)");
   const plan::Plan& chosen = result.choices.front().plan;
-  check_plan(chosen, profile);
+  partition::check_planned(chosen, profile);
   if (!options.output_path.empty()) {
     plan::write_plan(chosen, options.output_path);
     std::cout << "plan written to " << options.output_path << " (" << chosen.replicas << " x "

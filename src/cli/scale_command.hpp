@@ -20,7 +20,7 @@ struct ScaleOptions {
   // Many pipelines to plan: the heuristic scheduler unless --scheduler asks for the ILP.
   PlannerSettings planner = [] {
     PlannerSettings settings;
-    settings.scheduler = "heuristic";
+    settings.options.scheduler = partition::Scheduler::Heuristic;
     return settings;
   }();
   partition::Algorithm algorithm = partition::Algorithm::MadPipe;

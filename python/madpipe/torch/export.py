@@ -16,11 +16,11 @@ files, and ``madpipe.export_torch(plan, N)`` returns the same content:
 
 import collections.abc
 import dataclasses
-import json
 import os
 import re
 
-from .._export import SCHEDULE_FILE, STAGES_FILE
+from .._errors import Error
+from .._export import SCHEDULE_FILE, STAGES_FILE, read_export_files
 
 STAGES_FORMAT = "madpipe.torch-stages/1"
 
@@ -117,19 +117,16 @@ def read_export(source):
 
 
 def _from_directory(directory):
+    """The directory's files, read as ``madpipe.read_torch_schedule`` reads them."""
     stages_path = os.path.join(directory, STAGES_FILE)
-    schedule_path = os.path.join(directory, SCHEDULE_FILE)
-    for path in (stages_path, schedule_path):
+    for path in (stages_path, os.path.join(directory, SCHEDULE_FILE)):
         if not os.path.isfile(path):
             raise ExportError(f"{path}: no such file (write the export with 'madpipe export "
                               f"--format torch --output {directory}')")
     try:
-        with open(stages_path) as file:
-            document = json.load(file)
-    except json.JSONDecodeError as error:
-        raise ExportError(f"{stages_path}: invalid JSON: {error}") from error
-    with open(schedule_path, newline="") as file:
-        rows = [line.split(",") if line else [] for line in file.read().splitlines()]
+        document, _, _, rows = read_export_files(directory)
+    except Error as error:
+        raise ExportError(str(error)) from error
     return _from_document(document, rows, stages_path)
 
 

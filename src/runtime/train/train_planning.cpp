@@ -4,7 +4,7 @@
 #include "core/json_file.hpp"
 #include "core/units.hpp"
 #include "partition/data_parallel.hpp"
-#include "partition/infeasible.hpp"
+#include "partition/plan_or_explain.hpp"
 #include "plan/validate.hpp"
 #include "runtime/comm/mpi_session.hpp"
 #include "runtime/device/op_timer.hpp"
@@ -48,11 +48,10 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
     } else {
       madpipe::partition::PlannerOptions options = c.planner;
       options.progress = [&say](const std::string& line) { say("planning: " + line); };
-      const auto result = madpipe::partition::make_plan(profile, platform_of(c), options);
-      if (!result.feasible)
-        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "memory",
-                             madpipe::partition::explain_infeasible(result.reason, profile,
-                                                                    platform_of(c), options));
+      madpipe::partition::Explaining explaining;
+      explaining.field = "memory";
+      const auto result =
+          madpipe::partition::plan_or_explain(profile, platform_of(c), options, explaining);
       plan = result.plan;
       for (const std::string& note : result.notes) say("planner note: " + note);
       say(std::string("planned with ") + madpipe::partition::to_string(options.algorithm) + " in " +
