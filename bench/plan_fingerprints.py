@@ -12,6 +12,7 @@ never compared.
 
   plan_fingerprints.py --madpipe build/madpipe --write before.tsv
   plan_fingerprints.py --madpipe build/madpipe --compare before.tsv
+  plan_fingerprints.py --profiles resnet50,gpt2_small ...   (those shipped profiles only)
 
 --compare exits with status 1 and lists the cases whose fingerprints differ.
 """
@@ -41,8 +42,8 @@ def stored_bytes(profile):
     return sum(3 * l["weight_bytes"] + l["saved_bytes"] + l["output_bytes"] for l in layers)
 
 
-def cases():
-    for profile in PROFILES:
+def cases(profiles):
+    for profile in profiles:
         total = stored_bytes(profile)
         for gpus in GPUS:
             for factor in MEMORY_FACTORS:
@@ -96,9 +97,18 @@ def main():
     mode.add_argument("--write", metavar="FILE")
     mode.add_argument("--compare", metavar="FILE")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--profiles", help="comma-separated names of shipped profiles (default: all)")
     args = parser.parse_args()
 
-    all_cases = list(cases())
+    profiles = PROFILES
+    if args.profiles:
+        names = args.profiles.split(",")
+        unknown = sorted(set(names) - {p.stem for p in PROFILES})
+        if unknown:
+            parser.error(f"--profiles: no shipped profile {', '.join(unknown)} "
+                         f"(shipped: {', '.join(p.stem for p in PROFILES)})")
+        profiles = [p for p in PROFILES if p.stem in names]
+    all_cases = list(cases(profiles))
     before = {}
     if args.compare:
         for line in pathlib.Path(args.compare).read_text().splitlines():

@@ -162,13 +162,14 @@ static void bench_planner() {
     partition::PlannerOptions options;
     options.scheduler = partition::Scheduler::Heuristic;
     const partition::PlanResult plain = partition::make_plan(profile, platform, options);
-    options.remat.rotor = true;
+    options.remat.remat = madpipe::partition::RematStrategy::Rotor;
     const auto start = Clock::now();
     const partition::PlanResult remat = partition::make_plan(profile, platform, options);
     const double seconds = seconds_since(start);
     int stages = 0;
     if (remat.feasible)
-      for (const auto& stage : remat.plan.stages) stages += stage.remat != "none";
+      for (const auto& stage : remat.plan.stages)
+        stages += stage.remat != madpipe::schedule::RematStrategy::None;
     const std::string plain_text =
         plain.feasible ? format_ms(plain.plan.predicted.period_ms) : "no plan";
     const std::string remat_text =

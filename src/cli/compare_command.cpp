@@ -118,7 +118,7 @@ madpipe::cli::PlanSummary madpipe::cli::summarize(partition::Algorithm algorithm
   summary.stages = static_cast<int>(result.plan.stages.size());
   summary.k = result.plan.pattern.k;
   for (const schedule::Stage& stage : result.plan.stages) {
-    summary.remat_stages += stage.remat != "none" || stage.offload != "none";
+    summary.remat_stages += stage.uses_sequence();
     summary.split_stages += stage.splits_backward() ? 1 : 0;
   }
   return summary;
@@ -257,7 +257,8 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   std::vector<Row> rows;
   for (const partition::ComparisonRow& row : comparison.rows) rows.push_back(row_of(row));
 
-  const bool remat = planner.options.remat.rotor || planner.options.remat.host_offload;
+  const bool remat = planner.options.remat.remat != partition::RematStrategy::None ||
+                     planner.options.remat.offload != partition::OffloadStrategy::None;
   // Only where the profile splits backwards and the planner may use it.
   const bool splits = planner.options.split_backward != partition::BackwardSplit::Off &&
                       ChainCosts(profile).has_split_backward();

@@ -124,9 +124,12 @@ static StageChoice choose_stage(const madpipe::cli::MemplanOptions& options, int
                     "must be a stage of " + options.plan_path + " (0.." +
                         std::to_string(stages - 1) + "), got " + std::to_string(options.stage));
     const madpipe::schedule::Stage& stage = plan.stages[static_cast<std::size_t>(options.stage)];
-    if (stage.offload != "none")
+    if (stage.offload != madpipe::schedule::OffloadStrategy::None)
       throw_invalid("", "--stage",
-                    "offloading stages are not planned yet (offload " + stage.offload + ")");
+                    "offloading stages are not planned yet (offload " +
+                        std::string(madpipe::name_of(madpipe::schedule::kOffloadStrategyNames,
+                                                     stage.offload)) +
+                        ")");
     if (options.steady_state && options.in_flight > 0)
       throw_invalid("", "--in-flight",
                     "the plan's pattern fixes the micro-batches in flight of "

@@ -110,9 +110,8 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
                                   [](const schedule::Stage& s) { return s.splits_backward(); });
   if (splits) stages.columns.insert(stages.columns.begin() + 6, {"of which W"});
   // Only plans where some stage rematerializes or offloads get the column.
-  const bool saves = std::any_of(
-      plan.stages.begin(), plan.stages.end(),
-      [](const schedule::Stage& s) { return s.remat != "none" || s.offload != "none"; });
+  const bool saves = std::any_of(plan.stages.begin(), plan.stages.end(),
+                                 [](const schedule::Stage& s) { return s.uses_sequence(); });
   if (saves) stages.columns.push_back({"saves memory by", Align::Left});
   for (const schedule::Stage& stage : plan.stages) {
     stages.rows.push_back(
@@ -126,7 +125,8 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
           stages.rows.back().begin() + 6,
           stage.splits_backward() ? cli::fixed(stage.backward_weight_ms, 2) : std::string("-"));
     if (!saves) continue;
-    const bool recomputes = stage.remat != "none", offloads = stage.offload != "none";
+    const bool recomputes = stage.remat != schedule::RematStrategy::None,
+               offloads = stage.offload != schedule::OffloadStrategy::None;
     stages.rows.back().push_back(recomputes && offloads ? "recomputing, offloading"
                                  : recomputes           ? "recomputing"
                                  : offloads             ? "offloading"

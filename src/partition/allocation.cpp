@@ -36,8 +36,9 @@ void madpipe::partition::apply_remat(schedule::Stage& stage, const remat::RematO
                 op.kind == remat::RematOpKind::ForwardNone;
     offloads = offloads || op.kind == remat::RematOpKind::Offload;
   }
-  stage.offload = offloads ? "host" : "none";
-  stage.remat = forwards > chain.length() || !offloads ? "rotor" : "none";
+  stage.offload = offloads ? schedule::OffloadStrategy::Host : schedule::OffloadStrategy::None;
+  stage.remat = forwards > chain.length() || !offloads ? schedule::RematStrategy::Rotor
+                                                       : schedule::RematStrategy::None;
   stage.sequence = remat::to_string(option.sequence, chain);
 }
 

@@ -24,13 +24,14 @@ ComparisonRow plan_row(const madpipe::Profile& profile, const madpipe::Platform&
   row.algorithm = options.algorithm;
   const RematSettings asked = options.remat;
   if (remat_apart) {
-    options.remat.rotor = false;
-    options.remat.host_offload = false;
+    options.remat.remat = RematStrategy::None;
+    options.remat.offload = OffloadStrategy::None;
   }
   row.plan = checked_plan(profile, platform, options);
   row.planning_seconds = row.plan.planning_seconds;
   row.cut_by_time_limit = row.plan.cut_by_time_limit;
-  if (remat_apart && (asked.rotor || asked.host_offload)) {
+  if (remat_apart &&
+      (asked.remat != RematStrategy::None || asked.offload != OffloadStrategy::None)) {
     options.remat = asked;
     options.time_limit_s = std::max(1e-3, options.time_limit_s - row.planning_seconds);
     row.remat = checked_plan(profile, platform, options);

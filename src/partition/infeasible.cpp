@@ -93,20 +93,22 @@ std::string madpipe::partition::explain_infeasible(const std::string& reason,
     text += "; madpipe finds no plan" + with + " with any memory per GPU";
   else
     text += "; " + describe_floor(floor, profile, with, contiguous,
-                                  !options.remat.host_offload ? "rematerializing"
-                                  : options.remat.rotor       ? "recomputing or offloading"
-                                                              : "offloading",
+                                  options.remat.offload == OffloadStrategy::None ? "rematerializing"
+                                  : options.remat.remat == RematStrategy::Rotor
+                                      ? "recomputing or offloading"
+                                      : "offloading",
                                   platform.memory_bytes);
-  if (!options.remat.rotor) {
+  if (options.remat.remat != RematStrategy::Rotor) {
     RematSettings rotor = options.remat;
-    rotor.rotor = true;
+    rotor.remat = RematStrategy::Rotor;
     StageOptions remat(profile, rotor);
     const MemoryFloor with_remat =
         algorithm_memory_floor(costs, platform, options, &remat, hint_out_of_time);
     if (with_remat.fits && (!floor.fits || with_remat.bytes < floor.bytes * 99 / 100))
       text += std::string("; with --remat rotor") +
-              (options.remat.host_offload ? " as well (recompute activations in the backward too)"
-                                          : " (recompute activations in the backward)") +
+              (options.remat.offload == OffloadStrategy::Host
+                   ? " as well (recompute activations in the backward too)"
+                   : " (recompute activations in the backward)") +
               " it is " +
               (with_remat.cut ? "between " + bytes(with_remat.at_least_bytes) + " and " +
                                     enough_bytes(with_remat.bytes) + " (the search was cut short)"

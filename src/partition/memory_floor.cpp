@@ -18,7 +18,8 @@ class StageMemoryBounds {
   StageMemoryBounds(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
                     madpipe::partition::StageOptions* remat)
       : costs_(costs), platform_(platform), remat_(remat && remat->enabled() ? remat : nullptr) {
-    if (remat_ && !remat_->settings().host_offload) fill_peak_lower_bounds();
+    if (remat_ && remat_->settings().offload == madpipe::partition::OffloadStrategy::None)
+      fill_peak_lower_bounds();
   }
 
   bool has_options() const { return remat_ != nullptr; }
@@ -30,7 +31,9 @@ class StageMemoryBounds {
   // (remat::least_memory_option); offloading may still lower it.
   std::int64_t lower_bound(int first, int last, int nca) const {
     const std::int64_t plain_bytes = plain(first, last, nca);
-    if (!remat_ || (first == last && !remat_->settings().host_offload)) return plain_bytes;
+    if (!remat_ ||
+        (first == last && remat_->settings().offload == madpipe::partition::OffloadStrategy::None))
+      return plain_bytes;
     return std::min(plain_bytes, fixed(first, last) + peak_lower_bound(first, last));
   }
   // The least memory of the stage (plain or an option); `saves` tells which.

@@ -308,7 +308,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     const bool keep_best_stages =
         best && best->allocation == allocation &&
         std::all_of(best->stages.begin(), best->stages.end(),
-                    [](const ms::Stage& s) { return s.remat == "none" && s.offload == "none"; });
+                    [](const ms::Stage& s) { return !s.uses_sequence(); });
     std::vector<ms::Stage> stages =
         keep_best_stages ? best->stages : mp::stages_of(costs, allocation);
     const double allocation_bound =

@@ -248,7 +248,7 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
       if (stage.splits_backward()) stages[s] = schedule::with_split_backward(costs, stage);
       continue;
     }
-    if (stage.remat != "none" || stage.offload != "none") return false;
+    if (stage.uses_sequence()) return false;
     straddling.push_back(s);
   }
   if (straddling.empty()) return true;

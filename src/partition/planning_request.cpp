@@ -112,22 +112,17 @@ const std::vector<Field>& fields() {
        [](const O& o) { return o.milp.mps_prefix; }},
       {"remat",
        [](O& o, S v, S l) {
-         o.remat.rotor =
-             madpipe::value_named(kRematStrategyNames, v, "strategy", l) == RematStrategy::Rotor;
+         o.remat.remat = madpipe::value_named(kRematStrategyNames, v, "strategy", l);
        },
        [](const O& o) {
-         return std::string(madpipe::name_of(
-             kRematStrategyNames, o.remat.rotor ? RematStrategy::Rotor : RematStrategy::None));
+         return std::string(madpipe::name_of(kRematStrategyNames, o.remat.remat));
        }},
       {"offload",
        [](O& o, S v, S l) {
-         o.remat.host_offload =
-             madpipe::value_named(kOffloadStrategyNames, v, "strategy", l) == OffloadStrategy::Host;
+         o.remat.offload = madpipe::value_named(kOffloadStrategyNames, v, "strategy", l);
        },
        [](const O& o) {
-         return std::string(madpipe::name_of(kOffloadStrategyNames, o.remat.host_offload
-                                                                        ? OffloadStrategy::Host
-                                                                        : OffloadStrategy::None));
+         return std::string(madpipe::name_of(kOffloadStrategyNames, o.remat.offload));
        }},
       {"remat-slots", [](O& o, S v, S l) { o.remat.slots = integer_at_least(10, v, l); },
        [](const O& o) { return std::to_string(o.remat.slots); }},
@@ -190,7 +185,7 @@ std::string madpipe::partition::request_field_text(const PlannerOptions& options
 void madpipe::partition::attach_platform(PlannerOptions& options, const Platform& platform,
                                          const std::string& offload_label,
                                          const std::string& host_bandwidth_label) {
-  if (options.remat.host_offload && !(platform.host_bandwidth_bytes_per_ms > 0))
+  if (options.remat.offload == OffloadStrategy::Host && !(platform.host_bandwidth_bytes_per_ms > 0))
     throw_invalid("", offload_label,
                   "host needs the host link's speed: give " + host_bandwidth_label);
   options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;

@@ -28,16 +28,17 @@ const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions
   const remat::SequenceReplay plain =
       remat::replay_sequence(chain, remat::store_all_sequence(chain));
   std::vector<remat::RematOption> candidates;
-  if (settings_.rotor)
+  if (settings_.remat == RematStrategy::Rotor)
     candidates = remat::remat_options(chain, settings_.slots, settings_.threshold_steps);
-  if (settings_.host_offload) {
+  if (settings_.offload == OffloadStrategy::Host) {
     for (int b = 1; b <= settings_.offload_budgets; ++b) {
       const std::int64_t budget = plain.peak_bytes * b / settings_.offload_budgets;
       const remat::OffloadResult result =
-          settings_.rotor ? remat::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
-                                                         settings_.offload_steps)
-                          : remat::optimal_offload_only(chain, budget, settings_.host_bytes_per_ms,
-                                                        settings_.offload_steps);
+          settings_.remat == RematStrategy::Rotor
+              ? remat::optimal_offload_remat(chain, budget, settings_.host_bytes_per_ms,
+                                             settings_.offload_steps)
+              : remat::optimal_offload_only(chain, budget, settings_.host_bytes_per_ms,
+                                            settings_.offload_steps);
       if (!result.feasible) continue;
       remat::RematOption option;
       option.forward_ms = result.replay.forward_ms;
@@ -81,7 +82,7 @@ std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, 
   auto memory_of = [nca](const remat::RematOption& option) {
     return remat::in_flight_bytes(option.stored_bytes, option.transient_bytes, nca);
   };
-  if (settings_.host_offload || cache_.count(key) > 0) {
+  if (settings_.offload == OffloadStrategy::Host || cache_.count(key) > 0) {
     std::int64_t least = -1;
     for (const remat::RematOption& option : of(first, last))
       if (least < 0 || memory_of(option) < least) least = memory_of(option);

@@ -3,6 +3,7 @@
 #include "core/names.hpp"
 #include "core/profile.hpp"
 #include "remat/rotor.hpp"
+#include "schedule/stage.hpp"
 
 #include <cstdint>
 #include <map>
@@ -14,20 +15,19 @@ namespace madpipe::partition {
 
 // What a stage that does not fit may recompute (`--remat`) and where it may put activations
 // (`--offload`).
-enum class RematStrategy { None, Rotor };
-inline constexpr Named<RematStrategy> kRematStrategyNames[] = {{RematStrategy::None, "none"},
-                                                               {RematStrategy::Rotor, "rotor"}};
-enum class OffloadStrategy { None, Host };
-inline constexpr Named<OffloadStrategy> kOffloadStrategyNames[] = {{OffloadStrategy::None, "none"},
-                                                                   {OffloadStrategy::Host, "host"}};
+using schedule::kOffloadStrategyNames;
+using schedule::kRematStrategyNames;
+using schedule::OffloadStrategy;
+using schedule::RematStrategy;
 
 // Per-stage rematerialization and offloading the partitioners may use (`--remat rotor`,
 // `--offload host`).
 struct RematSettings {
-  bool rotor = false;
-  int slots = 200;            // memory slots of the ROTOR DP, over the stage's store-all peak
-  int threshold_steps = 24;   // values of the memory left free at the loss (pipelined variant)
-  bool host_offload = false;  // offloading with recomputation (pofo), needs host_bytes_per_ms
+  RematStrategy remat = RematStrategy::None;
+  int slots = 200;           // memory slots of the ROTOR DP, over the stage's store-all peak
+  int threshold_steps = 24;  // values of the memory left free at the loss (pipelined variant)
+  // Host: offloading with recomputation (pofo), needs host_bytes_per_ms.
+  OffloadStrategy offload = OffloadStrategy::None;
   double host_bytes_per_ms = 0;
   int offload_steps = 50;   // discretization of the offloading DP
   int offload_budgets = 8;  // budgets (fractions of the store-all peak) it is solved for
@@ -40,7 +40,9 @@ class StageOptions {
  public:
   StageOptions(const Profile& profile, RematSettings settings);
 
-  bool enabled() const noexcept { return settings_.rotor || settings_.host_offload; }
+  bool enabled() const noexcept {
+    return settings_.remat != RematStrategy::None || settings_.offload != OffloadStrategy::None;
+  }
   const RematSettings& settings() const noexcept { return settings_; }
   const std::vector<remat::RematOption>& of(int first, int last);
   // Index in of(first, last) of the fastest option with nca * stored + transient <= budget; -1

@@ -66,10 +66,10 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
     s["output_bytes"] = stage.output_bytes;
     s["workspace_bytes"] = stage.workspace_bytes;
     Json remat = Json::object();
-    remat["strategy"] = stage.remat;
+    remat["strategy"] = madpipe::name_of(madpipe::schedule::kRematStrategyNames, stage.remat);
     s["remat"] = std::move(remat);
     Json offload = Json::object();
-    offload["strategy"] = stage.offload;
+    offload["strategy"] = madpipe::name_of(madpipe::schedule::kOffloadStrategyNames, stage.offload);
     s["offload"] = std::move(offload);
     if (!stage.sequence.empty()) s["sequence"] = stage.sequence;
     stages.push_back(std::move(s));
@@ -225,12 +225,22 @@ static madpipe::JsonReaderStyle plan_style() {
 }
 
 // Optional {"strategy": "..."} object; "none" when absent.
-static std::string strategy_member(const JsonReader& reader, const json& object, const char* key,
-                                   const std::string& pointer) {
+// A stage's {"strategy": NAME} member `key` (absent: the table's first value, none); a name
+// outside `table` fails naming <pointer>/<key>/strategy and the valid names.
+template <typename Enum, std::size_t N>
+static Enum strategy_member(const JsonReader& reader, const json& object, const char* key,
+                            const std::string& pointer, const madpipe::Named<Enum> (&table)[N]) {
   const json* value = JsonReader::find(object, key);
-  if (value == nullptr) return "none";
+  if (value == nullptr) return table[0].value;
   const std::string here = pointer + "/" + key;
-  return reader.string_member(reader.object_value(*value, here), here, "strategy");
+  const std::string name =
+      reader.string_member(reader.object_value(*value, here), here, "strategy");
+  for (const madpipe::Named<Enum>& entry : table)
+    if (name == entry.name) return entry.value;
+  std::string valid;
+  for (std::size_t i = 0; i < N; ++i)
+    valid += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + "\"" + table[i].name + "\"";
+  reader.fail(here + "/strategy", "must be " + valid + ", got \"" + name + "\"");
 }
 
 static madpipe::Platform read_platform(const JsonReader& reader, const json& j) {
@@ -277,8 +287,9 @@ static madpipe::schedule::Stage read_stage(const JsonReader& reader, const json&
   stage.output_bytes = reader.int64_member(o, p, "output_bytes", 0);
   if (o.contains("workspace_bytes"))
     stage.workspace_bytes = reader.int64_member(o, p, "workspace_bytes", 0);
-  stage.remat = strategy_member(reader, o, "remat", p);
-  stage.offload = strategy_member(reader, o, "offload", p);
+  stage.remat = strategy_member(reader, o, "remat", p, madpipe::schedule::kRematStrategyNames);
+  stage.offload =
+      strategy_member(reader, o, "offload", p, madpipe::schedule::kOffloadStrategyNames);
   if (o.contains("sequence")) stage.sequence = reader.string_member(o, p, "sequence");
   return stage;
 }

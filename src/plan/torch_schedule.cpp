@@ -21,18 +21,20 @@ std::string action_token(const Instr& instr, bool split) {
 }
 
 std::string stage_note(const schedule::Stage& stage) {
-  const bool recomputes = stage.remat != "none";
-  const bool offloads = stage.offload != "none";
+  const bool recomputes = stage.remat != schedule::RematStrategy::None;
+  const bool offloads = stage.offload != schedule::OffloadStrategy::None;
+  const std::string remat = name_of(schedule::kRematStrategyNames, stage.remat);
+  const std::string offload = name_of(schedule::kOffloadStrategyNames, stage.offload);
   std::string what, strategies;
   if (recomputes && offloads) {
     what = "recomputes activations and offloads them to host memory";
-    strategies = "remat " + stage.remat + ", offload " + stage.offload;
+    strategies = "remat " + remat + ", offload " + offload;
   } else if (recomputes) {
     what = "recomputes activations";
-    strategies = "remat " + stage.remat;
+    strategies = "remat " + remat;
   } else {
     what = "offloads activations to host memory";
-    strategies = "offload " + stage.offload;
+    strategies = "offload " + offload;
   }
   return "stage " + std::to_string(stage.id) + " " + what + " (" + strategies +
          ") in madpipe; torch.distributed.pipelining runs its module as given, which keeps every "
@@ -92,7 +94,7 @@ std::vector<std::string> torch_schedule_notes(const Plan& plan) {
   std::vector<bool> has_stage(plan.platform.gpus, false);
   for (const schedule::Stage& stage : plan.stages) {
     if (stage.gpu >= 0 && stage.gpu < plan.platform.gpus) has_stage[stage.gpu] = true;
-    if (stage.remat != "none" || stage.offload != "none") notes.push_back(stage_note(stage));
+    if (stage.uses_sequence()) notes.push_back(stage_note(stage));
   }
   for (int rank = 0; rank < plan.platform.gpus; ++rank)
     if (!has_stage[rank])
@@ -124,8 +126,8 @@ nlohmann::ordered_json torch_stages_json(const Plan& plan, const TorchSchedule& 
     s["rank"] = stage.gpu;
     s["first_layer"] = stage.first_layer;
     s["last_layer"] = stage.last_layer;
-    s["remat"] = stage.remat;
-    s["offload"] = stage.offload;
+    s["remat"] = name_of(schedule::kRematStrategyNames, stage.remat);
+    s["offload"] = name_of(schedule::kOffloadStrategyNames, stage.offload);
     stages.push_back(std::move(s));
   }
   j["stages"] = std::move(stages);

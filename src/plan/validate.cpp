@@ -136,7 +136,7 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
                                                 format_number(stage.backward_ms) + "], got " +
                                                 format_number(stage.backward_weight_ms));
       sound = false;
-    } else if (stage.splits_backward() && (stage.remat != "none" || stage.offload != "none")) {
+    } else if (stage.splits_backward() && stage.uses_sequence()) {
       report.add(p + "/backward_weight_ms",
                  "a stage that rematerializes or offloads runs its backward whole; remove "
                  "backward_weight_ms or the strategy");
@@ -192,12 +192,7 @@ static void check_offload_sequence(const madpipe::schedule::Stage& stage,
 static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe::Profile& profile,
                            double host_bytes_per_ms, const std::string& p, Report& report) {
   using namespace madpipe::plan;
-  if (stage.remat != "none" && stage.remat != "rotor")
-    report.add(p + "/remat/strategy", "must be \"none\" or \"rotor\", got \"" + stage.remat + "\"");
-  if (stage.offload != "none" && stage.offload != "host")
-    report.add(p + "/offload/strategy",
-               "must be \"none\" or \"host\", got \"" + stage.offload + "\"");
-  const bool plain = stage.remat == "none" && stage.offload == "none";
+  const bool plain = !stage.uses_sequence();
   if (stage.sequence.empty()) {
     if (!plain) report.add(p + "/sequence", "is required when remat or offload is not \"none\"");
     return;
@@ -220,13 +215,13 @@ static void check_sequence(const madpipe::schedule::Stage& stage, const madpipe:
         return op.kind == madpipe::remat::RematOpKind::Offload ||
                op.kind == madpipe::remat::RematOpKind::Prefetch;
       });
-  if (offloads && stage.offload != "host")
+  if (offloads && stage.offload != madpipe::schedule::OffloadStrategy::Host)
     report.add(p + "/offload/strategy", "must be \"host\": the sequence offloads");
   if (offloads) {
     check_offload_sequence(stage, chain, sequence, host_bytes_per_ms, p, report);
     return;
   }
-  if (stage.offload == "host")
+  if (stage.offload == madpipe::schedule::OffloadStrategy::Host)
     report.add(p + "/offload/strategy", "must be \"none\": the sequence never offloads");
   const madpipe::remat::SequenceReplay replay = replay_sequence(chain, sequence);
   if (!replay.valid) {
@@ -274,7 +269,7 @@ static void check_against_profile(const madpipe::plan::Plan& plan, const madpipe
         " of layers " + std::to_string(f) + ".." + std::to_string(l) + " in the profile";
     // Rematerialization and offloading trade time for memory: a stage using them may take longer
     // and store less than the plain sums, never the reverse.
-    const bool plain = stage.remat == "none" && stage.offload == "none";
+    const bool plain = !stage.uses_sequence();
     auto check_ms = [&](const char* key, double value, double expected) {
       if (close_to(value, expected, kCostTolerance, 0.0)) return;
       if (plain)

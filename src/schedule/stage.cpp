@@ -46,7 +46,7 @@ madpipe::schedule::Stage madpipe::schedule::with_split_backward(const ChainCosts
 }
 
 bool madpipe::schedule::can_split_backward(const ChainCosts& costs, const Stage& stage) {
-  return stage.remat == "none" && stage.offload == "none" && stage.sequence.empty() &&
+  return !stage.uses_sequence() && stage.sequence.empty() &&
          costs.backward_weight_ms(stage.first_layer, stage.last_layer) > 0;
 }
 

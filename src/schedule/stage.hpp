@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/chain.hpp"
+#include "core/names.hpp"
 #include "core/platform.hpp"
 
 #include <cstdint>
@@ -8,6 +9,15 @@
 #include <vector>
 
 namespace madpipe::schedule {
+
+// What a stage recomputes in its backward (a plan's remat.strategy: `--remat`) and where it keeps
+// activations between its forward and its backward (offload.strategy: `--offload`).
+enum class RematStrategy { None, Rotor };
+inline constexpr Named<RematStrategy> kRematStrategyNames[] = {{RematStrategy::None, "none"},
+                                                               {RematStrategy::Rotor, "rotor"}};
+enum class OffloadStrategy { None, Host };
+inline constexpr Named<OffloadStrategy> kOffloadStrategyNames[] = {{OffloadStrategy::None, "none"},
+                                                                   {OffloadStrategy::Host, "host"}};
 
 // A contiguous range of layers placed on one GPU, with its effective costs (FORMATS.md, "stages").
 struct Stage {
@@ -21,8 +31,8 @@ struct Stage {
   std::int64_t stored_bytes = 0;     // memory one in-flight micro-batch occupies
   std::int64_t output_bytes = 0;     // a_{last_layer}, sent to the next stage
   std::int64_t workspace_bytes = 0;  // largest transient workspace of its layers
-  std::string remat = "none";        // remat.strategy
-  std::string offload = "none";      // offload.strategy
+  RematStrategy remat = RematStrategy::None;
+  OffloadStrategy offload = OffloadStrategy::None;
   // With remat or offload: the stage's operation sequence (remat_sequence.hpp text form), whose
   // replay gives its times and memory. Empty: plain forward and backward.
   std::string sequence;
@@ -34,6 +44,10 @@ struct Stage {
   std::int64_t weight_kept_bytes = 0;
 
   double compute_ms() const noexcept { return forward_ms + backward_ms; }
+  // Whether the stage recomputes or offloads, running its sequence.
+  bool uses_sequence() const noexcept {
+    return remat != RematStrategy::None || offload != OffloadStrategy::None;
+  }
   bool splits_backward() const noexcept { return backward_weight_ms > 0; }
   double backward_input_ms() const noexcept { return backward_ms - backward_weight_ms; }
 };

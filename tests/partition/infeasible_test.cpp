@@ -45,7 +45,7 @@ TEST(ExplainInfeasible, OffloadingFloorsSayOffloadingAndSuggestRecomputingAsWell
   platform.host_bandwidth_bytes_per_ms = 55.3e6;
   mp::PlannerOptions options;
   options.gpipe_micro_batches = 4;
-  options.remat.host_offload = true;
+  options.remat.offload = madpipe::partition::OffloadStrategy::Host;
   options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
   const mp::PlanResult result = mp::make_plan(profile, platform, options);
   ASSERT_FALSE(result.feasible);

@@ -123,7 +123,7 @@ TEST(MemoryFloor, RematerializationLowersTheFloorToAPlan) {
   const madpipe::Platform platform = mt::make_platform(4, 1, 12e6, 3);
   mp::PlannerOptions options = heuristic(mp::Algorithm::Contiguous);
   const mp::MemoryFloor plain = mp::algorithm_memory_floor(costs, platform, options);
-  options.remat.rotor = true;
+  options.remat.remat = madpipe::partition::RematStrategy::Rotor;
   mp::StageOptions remat(profile, options.remat);
   const mp::MemoryFloor floor = mp::algorithm_memory_floor(costs, platform, options, &remat);
   ASSERT_TRUE(floor.fits);
@@ -142,7 +142,7 @@ TEST(MemoryFloor, CutShortItBracketsTheFloor) {
   const madpipe::ChainCosts costs(profile);
   const madpipe::Platform platform = mt::make_platform(4, 1, 12e6, 3);
   mp::PlannerOptions options = heuristic(mp::Algorithm::Contiguous);
-  options.remat.rotor = true;
+  options.remat.remat = madpipe::partition::RematStrategy::Rotor;
   mp::StageOptions remat(profile, options.remat);
   const mp::MemoryFloor cut =
       mp::algorithm_memory_floor(costs, platform, options, &remat, [] { return true; });

@@ -29,13 +29,14 @@ mp::PlanResult plan_with(const madpipe::Profile& profile, mp::Algorithm algorith
   mp::PlannerOptions options;
   options.algorithm = algorithm;
   options.scheduler = mp::Scheduler::Heuristic;
-  options.remat.rotor = rotor;
+  options.remat.remat =
+      rotor ? madpipe::partition::RematStrategy::Rotor : madpipe::partition::RematStrategy::None;
   return mp::make_plan(profile, mt::make_platform(4, memory, 12e6, 3), options);
 }
 
 int remat_stages(const mplan::Plan& plan) {
   int count = 0;
-  for (const ms::Stage& stage : plan.stages) count += stage.remat == "rotor";
+  for (const ms::Stage& stage : plan.stages) count += stage.remat == ms::RematStrategy::Rotor;
   return count;
 }
 
@@ -104,7 +105,7 @@ TEST(RematPlanner, ValidatorChecksSequencesAgainstTheProfile) {
   const mp::PlanResult remat = plan_with(profile, mp::Algorithm::MadPipe, 5 * kGiB, true);
   ASSERT_TRUE(remat.feasible);
   std::size_t s = 0;
-  while (remat.plan.stages[s].remat != "rotor") ++s;
+  while (remat.plan.stages[s].remat != ms::RematStrategy::Rotor) ++s;
   auto violations_after = [&](auto&& change) {
     mplan::Plan plan = remat.plan;
     change(plan.stages[s]);
@@ -124,13 +125,11 @@ TEST(RematPlanner, ValidatorChecksSequencesAgainstTheProfile) {
       mentions(violations_after([](ms::Stage& st) { st.sequence += " F999all"; }), "sequence"));
   EXPECT_TRUE(
       mentions(violations_after([](ms::Stage& st) { st.sequence.clear(); }), "is required"));
-  EXPECT_TRUE(
-      mentions(violations_after([](ms::Stage& st) { st.remat = "magic"; }), "remat/strategy"));
 }
 
 TEST(RematPlanner, StageOptionsAreFastestFirstAndFitQueries) {
   const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path("resnet50"));
-  mp::StageOptions options(profile, mp::RematSettings{true, 200, 24});
+  mp::StageOptions options(profile, mp::RematSettings{mp::RematStrategy::Rotor, 200, 24});
   const auto& front = options.of(0, 7);
   ASSERT_GE(front.size(), 2u);
   for (std::size_t i = 1; i < front.size(); ++i)
@@ -171,7 +170,7 @@ TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
   mp::PlannerOptions options;
   options.scheduler = mp::Scheduler::Heuristic;
   const mp::PlanResult plain = mp::make_plan(profile, platform, options);
-  options.remat.host_offload = true;
+  options.remat.offload = madpipe::partition::OffloadStrategy::Host;
   options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
   const mp::PlanResult offload = mp::make_plan(profile, platform, options);
   ASSERT_TRUE(plain.feasible);
@@ -179,7 +178,7 @@ TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
   EXPECT_LT(offload.plan.predicted.period_ms, plain.plan.predicted.period_ms * 0.9);
   int offloading = 0;
   for (const ms::Stage& stage : offload.plan.stages) {
-    if (stage.offload != "host") continue;
+    if (stage.offload != ms::OffloadStrategy::Host) continue;
     ++offloading;
     EXPECT_NE(stage.sequence.find(" O"), std::string::npos) << stage.sequence;
   }
@@ -204,13 +203,13 @@ TEST(RematPlanner, OneGpuRecomputesWhereOnlyThatFits) {
   for (const madpipe::Layer& layer : profile.layers)
     sequential_ms += layer.forward_ms + layer.backward_ms;
   mp::PlannerOptions options;
-  options.remat.rotor = true;
+  options.remat.remat = madpipe::partition::RematStrategy::Rotor;
   const madpipe::Platform loose = mt::make_platform(1, 64 * kGiB, 1e8, 4);
   const std::int64_t floor = mp::smallest_feasible_memory(profile, loose, options);
-  options.remat.rotor = false;
+  options.remat.remat = madpipe::partition::RematStrategy::None;
   const std::int64_t plain_floor = mp::smallest_feasible_memory(profile, loose, options);
   ASSERT_LT(floor, plain_floor);
-  options.remat.rotor = true;
+  options.remat.remat = madpipe::partition::RematStrategy::Rotor;
   for (double at : {0.0, 0.5}) {
     const auto memory = static_cast<std::int64_t>(floor + at * (plain_floor - floor));
     const mp::PlanResult result =
@@ -228,7 +227,7 @@ TEST(RematPlanner, OffloadingPlansHoldTheirMemoryWithoutWaitingForCopies) {
   const madpipe::Profile profile =
       madpipe::read_profile(mt::test_data_path("profiles/gpt_w1024_h200.json"));
   mp::PlannerOptions options;
-  options.remat.host_offload = true;
+  options.remat.offload = madpipe::partition::OffloadStrategy::Host;
   options.remat.host_bytes_per_ms = 55e6;  // 55 GB/s
   madpipe::Platform platform = mt::make_platform(1, 64 * kGiB, 1e8, 4);
   platform.host_bandwidth_bytes_per_ms = options.remat.host_bytes_per_ms;

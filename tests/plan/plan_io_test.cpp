@@ -109,8 +109,8 @@ TEST(PlanIo, RoundTripThroughTextKeepsEveryBit) {
   plan.stages[1].backward_ms = 1.0 / 3.0;
   plan.pattern.ops[0].start_ms = std::nextafter(0.0, 1.0);
   plan.stages[0].weight_bytes = std::numeric_limits<std::int64_t>::max();
-  plan.stages[1].remat = "rotor";
-  plan.stages[1].offload = "all";
+  plan.stages[1].remat = ms::RematStrategy::Rotor;
+  plan.stages[1].offload = ms::OffloadStrategy::Host;
   plan.pattern.ops[2].shift = -5;
   expect_same_plan(from_text(to_text(plan)), plan);
 }
@@ -210,9 +210,9 @@ TEST(PlanIo, OptionalStageFieldsDefault) {
   const mplan::Plan plan = mplan::plan_from_json(j);
   EXPECT_EQ(plan.stages[0].workspace_bytes, 77);
   EXPECT_EQ(plan.stages[1].workspace_bytes, 0);
-  EXPECT_EQ(plan.stages[0].remat, "none");
-  EXPECT_EQ(plan.stages[1].remat, "rotor");
-  EXPECT_EQ(plan.stages[0].offload, "none");
+  EXPECT_EQ(plan.stages[0].remat, ms::RematStrategy::None);
+  EXPECT_EQ(plan.stages[1].remat, ms::RematStrategy::Rotor);
+  EXPECT_EQ(plan.stages[0].offload, ms::OffloadStrategy::None);
 }
 
 TEST(PlanIo, IntegralFloatsAreAcceptedForSizes) {
@@ -232,6 +232,16 @@ TEST(PlanIo, RejectsNegativeStart) {
   EXPECT_EQ(e.problem(), "must be a finite number >= 0, got -1");
   EXPECT_EQ(std::string(e.what()),
             "plan.json: /pattern/ops/3/start_ms: must be a finite number >= 0, got -1");
+}
+
+// Strategies are names of a table: one outside it is refused where the plan is read.
+TEST(PlanIo, RejectsUnknownStrategies) {
+  madpipe::Error e = read_error([](json& j) { j["stages"][0]["remat"]["strategy"] = "magic"; });
+  EXPECT_EQ(e.field(), "/stages/0/remat/strategy");
+  EXPECT_EQ(e.problem(), "must be \"none\" or \"rotor\", got \"magic\"");
+  e = read_error([](json& j) { j["stages"][0]["offload"]["strategy"] = "activations"; });
+  EXPECT_EQ(e.field(), "/stages/0/offload/strategy");
+  EXPECT_EQ(e.problem(), "must be \"none\" or \"host\", got \"activations\"");
 }
 
 TEST(PlanIo, RejectsNaN) {

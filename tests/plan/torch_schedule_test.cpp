@@ -247,10 +247,10 @@ TEST(TorchSchedule, StagesJsonNamesEachStagesRankAndLayers) {
 
 TEST(TorchSchedule, NotesNameStagesThatRecomputeOrOffloadAndReplicas) {
   mplan::Plan plan = contiguous_plan();
-  plan.stages[1].remat = "rotor";
-  plan.stages[2].offload = "host";
-  plan.stages[3].remat = "rotor";
-  plan.stages[3].offload = "host";
+  plan.stages[1].remat = madpipe::schedule::RematStrategy::Rotor;
+  plan.stages[2].offload = madpipe::schedule::OffloadStrategy::Host;
+  plan.stages[3].remat = madpipe::schedule::RematStrategy::Rotor;
+  plan.stages[3].offload = madpipe::schedule::OffloadStrategy::Host;
   plan.replicas = 2;
   const std::vector<std::string> notes = mplan::torch_schedule_notes(plan);
   ASSERT_EQ(notes.size(), 4u);

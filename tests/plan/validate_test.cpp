@@ -480,7 +480,7 @@ TEST(PlanValidate, RematStagesAreCheckedAgainstTheReplayOfTheirSequence) {
   stage.stored_bytes = 100;
   expect_only(mplan::validate(plan, profile), "/stages/0/stored_bytes",
               "must equal inputs plus saved bytes of layers 0..0 in the profile (300), got 100");
-  stage.remat = "rotor";
+  stage.remat = ms::RematStrategy::Rotor;
   expect_has(mplan::validate(plan, profile), "/stages/0/sequence",
              "is required when remat or offload is not \"none\"");
   stage.sequence = text;
@@ -506,11 +506,7 @@ TEST(PlanValidate, RematStagesAreCheckedAgainstTheReplayOfTheirSequence) {
   changed.stages[0].sequence = "F1all";
   expect_has(mplan::validate(changed, profile), "/stages/0/sequence", "outside the stage's layers");
   changed = plan;
-  changed.stages[0].offload = "activations";
-  expect_has(mplan::validate(changed, profile), "/stages/0/offload/strategy",
-             "must be \"none\" or \"host\"");
-  changed = plan;
-  changed.stages[0].remat = "none";
+  changed.stages[0].remat = ms::RematStrategy::None;
   expect_has(mplan::validate(changed, profile), "/stages/0/sequence", "must be absent");
   changed = plan;
   changed.stages[0].backward_ms = 1.5;  // faster than the layers themselves

@@ -118,7 +118,7 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
   for (ms::Stage& stage : plan.stages) {
     stage.sequence = sequence_of ? sequence_of(stage.id, stage.first_layer, stage.last_layer) : "";
     if (stage.sequence.empty()) continue;
-    stage.remat = "rotor";
+    stage.remat = ms::RematStrategy::Rotor;
     const mremat::RematChain chain =
         mremat::stage_remat_chain(profile, stage.first_layer, stage.last_layer);
     mremat::RematSequence sequence;
@@ -128,7 +128,7 @@ inline mplan::Plan make_plan(int layers, const std::vector<int>& first_layers,
       continue;  // the malformed-sequence tests want the runtime's own message
     }
     if (stage.sequence.find('O') != std::string::npos) {
-      stage.offload = "host";
+      stage.offload = ms::OffloadStrategy::Host;
       plan.platform.host_bandwidth_bytes_per_ms = 1000;
       const mremat::OffloadReplay r =
           mremat::replay_offload_sequence(chain, sequence, 1LL << 40, 1000);
