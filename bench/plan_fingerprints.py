@@ -77,8 +77,9 @@ def run_case(madpipe, case):
         done = subprocess.run(command, capture_output=True)
         # A request or one of its ILPs stopped by the clock: what it kept depends on the machine.
         output = done.stdout + done.stderr
-        if (b"cut planning short" in output or b"stopped at its wall-clock limit" in output
-                or b"(the search was cut short)" in output):
+        if any(mark in output for mark in (b"cut planning short", b"stopped at its wall-clock limit",
+                                           b"the time limit stopped the solver",
+                                           b"(the search was cut short)")):
             return key, "cut", "-"
         stdout = b"\n".join(
             re.sub(rb" in [0-9.]+ s,", b",", line) for line in done.stdout.splitlines()
