@@ -10,6 +10,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 
+# With MADPIPE_NCCL_EMULATION=1 (the train.nccl.* tests), every run moves its tensors over the
+# NCCL transport, emulated over MPI on the CPU ranks.
+transport=()
+[[ ${MADPIPE_NCCL_EMULATION:-} == 1 ]] && transport=(--transport nccl)
+
 fail() {
   echo "FAIL [$case_name]: $*" >&2
   echo "--- stdout" >&2; cat out >&2 2>/dev/null
@@ -32,11 +37,13 @@ rank_pid() {
   pgrep -P "$1" -x madpipe | head -1
 }
 
-# signal_mid_run RANKS SIGNAL DIR: starts a long run of the small model on RANKS ranks, sends
-# SIGNAL to one rank once DIR/metrics.jsonl has 2 lines, waits for mpirun; $status is its exit.
+# signal_mid_run RANKS SIGNAL DIR [OPTION...]: starts a long run of the small model on RANKS ranks,
+# sends SIGNAL to one rank once DIR/metrics.jsonl has 2 lines, waits for mpirun; $status is its
+# exit.
 signal_mid_run() {
   "$mpirun_bin" --oversubscribe --allow-run-as-root -np "$1" "$madpipe" train "${small[@]}" \
-    --gpus "$1" --steps 100000 --trace-steps 0 --output-dir "$3" >out 2>err &
+    "${transport[@]}" --gpus "$1" --steps 100000 --trace-steps 0 --output-dir "$3" "${@:4}" \
+    >out 2>err &
   launcher=$!
   wait_for_lines "$3/metrics.jsonl" 2
   kill "-$2" "$(rank_pid $launcher)" || fail "no rank process to signal"
@@ -51,7 +58,8 @@ loss_of() {  # loss_of METRICS STEP
 mpi() {
   local ranks=$1
   shift
-  "$mpirun_bin" --oversubscribe --allow-run-as-root -np "$ranks" "$madpipe" train "$@" >out 2>err
+  "$mpirun_bin" --oversubscribe --allow-run-as-root -np "$ranks" "$madpipe" train "$@" \
+    "${transport[@]}" >out 2>err
   status=$?
 }
 
@@ -695,6 +703,15 @@ PY
     mpi 2 "${small[@]}" --gpus 2 --steps 8 --output-dir run --resume
     [[ $status -ne 0 ]] || fail "no whole checkpoint must fail"
     grep -q "no whole checkpoint to resume from (damaged: step 6, 4, 2)" err || fail "message should list the damaged steps"
+    ;;
+  stalled_peer_stops_all)
+    # A rank that stops (SIGSTOP: alive but silent) ends every rank within --transfer-timeout,
+    # with a message naming a waiting rank and what it waited for.
+    signal_mid_run 3 STOP stalled --transfer-timeout 3
+    [[ $status -ne 0 ]] || fail "a stalled rank must make the run fail"
+    grep -qE "rank [0-9]+ waited more than 3 s for (the (activation|gradient) of stage [0-9]+, micro-batch [0-9]+ from rank [0-9]+|rank [0-9]+ to receive|the other ranks)" err ||
+      fail "the message should name the waiting rank and what it waited for"
+    pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
     ;;
   killed_rank_stops_all)
     signal_mid_run 3 KILL killed

@@ -77,12 +77,27 @@ double madpipe::runtime::all_reduce_sum(double value) {
   return out;
 }
 
-std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values) {
+std::vector<double> madpipe::runtime::all_reduce_sum(std::vector<double> values, double timeout_s) {
   std::vector<double> out(values.size());
   if (!values.empty())
-    MPI_Allreduce(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
-                  MPI_COMM_WORLD);
+    all_reduce_within(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                      MPI_SUM, MPI_COMM_WORLD, timeout_s,
+                      "for the other ranks to sum their values (is a rank stuck or gone?)");
   return out;
+}
+
+void madpipe::runtime::all_reduce_within(const void* in, void* out, int count, MPI_Datatype type,
+                                         MPI_Op op, MPI_Comm comm, double timeout_s,
+                                         const std::string& what) {
+  if (timeout_s <= 0) {
+    MPI_Allreduce(in, out, count, type, op, comm);
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Iallreduce(in, out, count, type, op, comm, &request);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  wait_with_deadline(request, timeout_s, rank, what);
 }
 
 std::string madpipe::runtime::computed_on_rank0(int rank,

@@ -72,8 +72,15 @@ class PollPacer {
 // so its buffer must outlive it.
 void keep_alive_until_exit(std::shared_ptr<void> owned);
 
-// Sum over all ranks.
+// MPI_Allreduce over `comm` that waits at most `timeout_s` (> 0; 0: for ever) for the other
+// ranks, then throws as wait_with_deadline does, naming `what`: the per-step collectives of a run,
+// so that a rank that stops (alive but silent) ends the others instead of hanging them.
+void all_reduce_within(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op,
+                       MPI_Comm comm, double timeout_s, const std::string& what);
+
+// Sum over all ranks (a wait longer than `timeout_s` > 0 throws, as all_reduce_within).
 double all_reduce_sum(double value);
-std::vector<double> all_reduce_sum(std::vector<double> values);  // element-wise
+std::vector<double> all_reduce_sum(std::vector<double> values,
+                                   double timeout_s = 0);  // element-wise
 
 }  // namespace madpipe::runtime

@@ -3,6 +3,7 @@
 #include "runtime/comm/message_key.hpp"
 
 #include <memory>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
@@ -24,6 +25,10 @@ class Transport {
   // Completes every send posted so far (their tensors may then be released). The executor calls
   // it at the end of each program run, when every receive has been waited for.
   virtual void wait_sends() = 0;
+  // Before the host reads what the device computed: waits, with the transfer deadline, for the
+  // receives the device's compute was told to wait for (a transport whose receives the host waits
+  // for itself has nothing to do). `what` names the read in a timeout's message.
+  virtual void await_compute(const std::string& what) { (void)what; }
 };
 
 // MPI point-to-point transport for CPU tensors (GPU tensors are staged through host memory).

@@ -49,12 +49,13 @@ void madpipe::runtime::make_current(const torch::Device& device) {
 
 madpipe::runtime::TransportKind madpipe::runtime::resolve_transport(
     TransportKind asked, const std::string& device_option, const torch::Device& device,
-    int local_ranks, bool nccl_available) {
+    int local_ranks, bool nccl_available, bool nccl_emulated) {
   const bool shared_gpu = device.is_cuda() && device_option != "cuda" && local_ranks > 1;
   if (asked == TransportKind::Auto)
     return device.is_cuda() && !shared_gpu && nccl_available ? TransportKind::Nccl
                                                              : TransportKind::Mpi;
   if (asked == TransportKind::Mpi) return asked;
+  if (!device.is_cuda() && nccl_emulated) return asked;
   if (!device.is_cuda())
     throw Error(ErrorKind::InvalidInput, "", "transport",
                 "nccl moves GPU tensors, but --device is " + device_option +

@@ -26,8 +26,10 @@ void make_current(const torch::Device& device);
 // The transport of a run (--transport, auto resolved) on `device` (--device `device_option`)
 // with `local_ranks` processes on the node. auto: nccl when each rank has a GPU of its own and
 // `nccl_available`, else mpi. Throws Error (field "transport") for nccl on a CPU, on a GPU shared
-// by several ranks (NCCL refuses two ranks on one GPU), or without NCCL built in.
+// by several ranks (NCCL refuses two ranks on one GPU), or without NCCL built in; nccl on a CPU
+// is allowed when `nccl_emulated` (the tests' emulation, runtime/comm/nccl_api.hpp).
 TransportKind resolve_transport(TransportKind asked, const std::string& device_option,
-                                const torch::Device& device, int local_ranks, bool nccl_available);
+                                const torch::Device& device, int local_ranks, bool nccl_available,
+                                bool nccl_emulated = false);
 
 }  // namespace madpipe::runtime

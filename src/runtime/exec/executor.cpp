@@ -87,6 +87,7 @@ const std::vector<madpipe::runtime::StageTime>& madpipe::runtime::PipelineExecut
 
 void madpipe::runtime::PipelineExecutor::settle_stage_times(TraceRecorder* trace) {
   if (unsettled_ops_.empty()) return;
+  transport_.await_compute("for the last run's ops to finish (to time them)");
   const std::vector<OpTimer::Span> spans = timer_->finish_run();
   const bool cpu_clock = device_.is_cpu();
   for (std::size_t k = 0; k < spans.size() && k < unsettled_ops_.size(); ++k) {

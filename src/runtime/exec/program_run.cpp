@@ -43,6 +43,7 @@ class LossReader {
     while (!pending_.empty() && (!pending_.front().computed || pending_.front().computed->query()))
       read_front();
   }
+  bool unread() const noexcept { return !pending_.empty(); }
   madpipe::runtime::StepLoss finish() {
     while (!pending_.empty()) read_front();
     return loss_;
@@ -271,6 +272,8 @@ madpipe::runtime::StepLoss madpipe::runtime::PipelineExecutor::Run::finish() {
       throw Error(ErrorKind::Internal, "", "program",
                   "the W of stage " + std::to_string(s) + ", micro-batch " +
                       std::to_string(stages_[s].deferred.begin()->first) + " never ran");
+  // Reading the last losses waits for the device: for a peer's message too, with the deadline.
+  if (losses_.unread()) x_.transport_.await_compute("for the losses of the last micro-batches");
   const StepLoss loss = losses_.finish();
   if (train_) {
     x_.arena_use_ = use_;

@@ -207,7 +207,7 @@ bool all_finite(const std::vector<torch::Tensor>& parameters) {
 }
 }  // namespace
 
-StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, double timeout_s) {
   // Whether each local stage's gradients are all finite, read from the device at once (a read per
   // parameter would wait for the device as many times). A gradient's sum is finite only if all
   // its values are (a NaN or an infinity carries into it), and summing holds no tensor of the
@@ -225,6 +225,7 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
     stage_finite.push_back(torch::isfinite(torch::stack(sums)).all());
   }
   if (!stage_finite.empty()) {
+    pipeline.transport->await_compute("for this step's backward to finish");
     const torch::Tensor on_host = torch::stack(stage_finite).to(torch::kCPU);
     const bool* finite = on_host.data_ptr<bool>();
     for (std::size_t k = 0; k < checked_stages.size(); ++k)
@@ -233,7 +234,9 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch) {
   }
   int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
   int all[3];
-  MPI_Allreduce(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  all_reduce_within(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD, timeout_s,
+                    "for the other ranks to end the step (is a rank stuck or gone? a longer "
+                    "step needs a larger --transfer-timeout)");
   StepHealth health;
   health.stop_signal = -all[2];
   const auto& stages = pipeline.plan.stages;
@@ -253,7 +256,7 @@ std::unique_ptr<madpipe::runtime::Transport> madpipe::runtime::make_transport(
     const OutputSettings& c, const plan::Plan& plan, const ReplicaGroups& groups) {
   if (NcclCommunicators* nccl = groups.nccl()) {
     nccl->add_channels(plan::message_channels(plan));
-    return make_nccl_transport(*nccl, c.transfer_timeout);
+    return make_nccl_transport(*nccl);
   }
   return make_mpi_transport(static_cast<int>(plan.stages.size()), c.transfer_timeout,
                             groups.pipeline());

@@ -83,7 +83,8 @@ struct StepHealth {
 };
 
 // Collective: every rank learns of a NaN or Inf loss (`bad_micro_batch`, INT_MAX: none) or
-// gradient on any rank, and of a request to stop.
-StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch);
+// gradient on any rank, and of a request to stop. Waits at most `timeout_s` (> 0) for the device's
+// compute (the receives it waits for) and for the other ranks.
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, double timeout_s);
 
 }  // namespace madpipe::runtime

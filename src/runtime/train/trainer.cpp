@@ -5,6 +5,7 @@
 #include "plan/validate.hpp"
 #include "runtime/comm/mpi_session.hpp"
 #include "runtime/comm/nccl.hpp"
+#include "runtime/comm/nccl_api.hpp"
 #include "runtime/comm/replicas.hpp"
 #include "runtime/comm/transport.hpp"
 #include "runtime/data/data.hpp"
@@ -334,9 +335,9 @@ int SyncSteps::train() {
     int bad_micro_batch = INT_MAX;
     const StepLoss local = run_step(step, &bad_micro_batch);
     // Every rank learns of a non-finite loss or gradient, and of a request to stop.
-    const StepHealth health = agree_on_health(*pipeline_, bad_micro_batch);
+    const StepHealth health = agree_on_health(*pipeline_, bad_micro_batch, c_.transfer_timeout);
     const bool skipped = update(step, health);
-    const double loss = mean_over_ranks(local);
+    const double loss = mean_over_ranks(local, c_.transfer_timeout);
     const bool validate = run_.validates_after(step);
     if (validate)
       last_val_ = mean_over_ranks(pipeline_->executor->evaluate(
@@ -381,12 +382,15 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     p.sample = Batch{};  // not held through the run, whose memory the plan accounts for
     check_tied_parameters(c, p.model, say);
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
-    const TransportKind transport =
-        resolve_transport(c.transport, c.device, p.device, session.local_size(), nccl_built());
+    const bool emulated = nccl::emulation_requested() && !p.device.is_cuda();
+    const TransportKind transport = resolve_transport(c.transport, c.device, p.device,
+                                                      session.local_size(), nccl_built(), emulated);
     if (transport == TransportKind::Nccl)
-      groups.set_nccl(make_nccl_communicators(groups.pipeline(), groups.replicas(), p.device));
-    say(std::string("transport: ") +
-        (transport == TransportKind::Nccl ? "nccl (GPU to GPU)" : "mpi"));
+      groups.set_nccl(make_nccl_communicators(groups.pipeline(), groups.replicas(), p.device,
+                                              c.transfer_timeout));
+    say(std::string("transport: ") + (transport == TransportKind::Mpi ? "mpi"
+                                      : emulated ? "nccl (emulated over MPI on CPU ranks)"
+                                                 : "nccl (GPU to GPU)"));
     if (c.mode == TrainingMode::TwoWeightVersions) {
       std::unique_ptr<Transport> link = make_transport(c, p.first_plan, groups);
       PipelineExecutor executor(p.model, p.first_plan, rank, *link, outputs);

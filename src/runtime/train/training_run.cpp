@@ -110,8 +110,9 @@ void madpipe::runtime::TrainingRun::say_done(const std::string& what) const {
   say("done in " + duration_text(seconds()) + "; " + what);
 }
 
-double madpipe::runtime::mean_over_ranks(const StepLoss& loss) {
-  const std::vector<double> all = all_reduce_sum({loss.sum, static_cast<double>(loss.count)});
+double madpipe::runtime::mean_over_ranks(const StepLoss& loss, double timeout_s) {
+  const std::vector<double> all =
+      all_reduce_sum({loss.sum, static_cast<double>(loss.count)}, timeout_s);
   return all[0] / std::max(1.0, all[1]);
 }
 

@@ -82,7 +82,7 @@ class TrainingRun {
 };
 
 // Collective: the mean loss over every rank's micro-batches (one all-reduce).
-double mean_over_ranks(const StepLoss& loss);
+double mean_over_ranks(const StepLoss& loss, double timeout_s = 0);
 // "12.3 s", "4 min 05 s"...
 std::string duration_text(double seconds);
 // Bytes of one micro-batch's data (inputs and targets).

@@ -95,12 +95,11 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
   const mplan::Plan plan =
       make_plan(layers, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr, true, P);
   const mplan::Program program = mplan::lower(plan, micro_batches);
-  auto transport =
-      mr::make_mpi_transport(static_cast<int>(plan.stages.size()), 0, groups.pipeline());
+  auto transport = make_test_transport(plan, groups.pipeline(), 0, groups.replicas());
   mr::PipelineExecutor executor(pipelined, plan, layout.position, *transport,
                                 data->micro_batch(0, 0, false));
-  mr::GradientAverager averager(groups.replicas(), D, static_cast<int>(plan.stages.size()),
-                                micro_batches);
+  mr::GradientAverager averager(make_test_reducer(*transport, groups.replicas()), D,
+                                static_cast<int>(plan.stages.size()), micro_batches);
   executor.on_backward(
       [&](int s, int) { averager.backward_done(s, [&] { return executor.stage_parameters(s); }); });
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;

@@ -169,7 +169,7 @@ TEST(MemoryPeak, IsReachedAtAnInstructionOfTheRank) {
   }
   const mplan::Plan plan =
       make_plan(model.size(), first, gpus, Schedule::GPipe, micro_batches, nullptr);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   const mplan::Program program = mplan::lower(plan, micro_batches);

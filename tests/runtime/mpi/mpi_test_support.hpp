@@ -11,6 +11,10 @@
 #include "remat/offload_replay.hpp"
 #include "remat/remat_chain.hpp"
 #include "remat/remat_sequence.hpp"
+#include "runtime/comm/nccl.hpp"
+#include "runtime/comm/nccl_api.hpp"
+#include "runtime/comm/replicas.hpp"
+#include "runtime/comm/transport.hpp"
 #include "runtime/data/data.hpp"
 #include "runtime/exec/executor.hpp"
 #include "runtime/model/model.hpp"
@@ -260,6 +264,56 @@ inline double worst_stage_difference(const runtime::PipelineExecutor& executor,
                                                 reference.parameters(plan.stages[s].first_layer,
                                                                      plan.stages[s].last_layer)));
   return worst;
+}
+
+// The NCCL transport over its emulation, owning its communicators (made over `pipeline` and
+// `replicas`, with the plan's channels).
+class EmulatedNcclTransport final : public runtime::Transport {
+ public:
+  EmulatedNcclTransport(const mplan::Plan& plan, MPI_Comm pipeline, MPI_Comm replicas,
+                        double timeout_s)
+      : comms_(runtime::make_nccl_communicators(pipeline, replicas, torch::kCPU, timeout_s)) {
+    comms_->add_channels(mplan::message_channels(plan));
+    inner_ = runtime::make_nccl_transport(*comms_);
+  }
+  void post_send(int peer, const runtime::MessageKey& key, const at::Tensor& tensor) override {
+    inner_->post_send(peer, key, tensor);
+  }
+  void post_recv(int peer, const runtime::MessageKey& key, at::Tensor buffer) override {
+    inner_->post_recv(peer, key, std::move(buffer));
+  }
+  at::Tensor wait_recv(int peer, const runtime::MessageKey& key) override {
+    return inner_->wait_recv(peer, key);
+  }
+  void wait_send(int peer, const runtime::MessageKey& key) override {
+    inner_->wait_send(peer, key);
+  }
+  void wait_sends() override { inner_->wait_sends(); }
+  void await_compute(const std::string& what) override { inner_->await_compute(what); }
+  runtime::NcclCommunicators& communicators() { return *comms_; }
+
+ private:
+  std::unique_ptr<runtime::NcclCommunicators> comms_;
+  std::unique_ptr<runtime::Transport> inner_;  // destroyed first
+};
+
+// The transport of the pipeline tests: MPI, or the NCCL transport on its emulation when the suite
+// runs with MADPIPE_NCCL_EMULATION=1 (the runtime.mpi.nccl.* tests).
+inline std::unique_ptr<runtime::Transport> make_test_transport(const mplan::Plan& plan,
+                                                               MPI_Comm pipeline = MPI_COMM_WORLD,
+                                                               double timeout_s = 0,
+                                                               MPI_Comm replicas = MPI_COMM_SELF) {
+  if (runtime::nccl::emulation_requested())
+    return std::make_unique<EmulatedNcclTransport>(plan, pipeline, replicas, timeout_s);
+  return runtime::make_mpi_transport(static_cast<int>(plan.stages.size()), timeout_s, pipeline);
+}
+
+// The gradient all-reduce that goes with `transport` (over its communicators on NCCL).
+inline std::unique_ptr<runtime::ReplicaReducer> make_test_reducer(runtime::Transport& transport,
+                                                                  MPI_Comm replicas) {
+  if (auto* nccl = dynamic_cast<EmulatedNcclTransport*>(&transport))
+    return runtime::make_nccl_reducer(nccl->communicators());
+  return runtime::make_mpi_reducer(replicas);
 }
 
 }  // namespace madpipe::testing

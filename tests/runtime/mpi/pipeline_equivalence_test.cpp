@@ -52,7 +52,7 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   const mplan::Program program = mplan::lower(plan, micro_batches);
   EXPECT_EQ(mplan::dry_run(program), "");
 
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
@@ -159,7 +159,7 @@ static double two_bw_against_rule(Schedule schedule, const std::vector<int>& fir
                                                torch::optim::SGDOptions(0.05).momentum(0.9));
   };
 
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(first_copy, plan, world_rank(), *transport, batch_of(0));
   mr::TwoWeightVersions versions(executor, second_copy, m, make_sgd);
   executor.run(program, batch_of);

@@ -209,7 +209,7 @@ TEST(Trace, RecordsEveryOpAndTransferOfAPipelinedRun) {
   mr::ModelConfig config = small_config("mlp", P);
   auto data = data_for(config);
   mr::ChainModel model = mr::build_model(config);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   const mplan::Program program = mplan::lower(plan, micro_batches);

@@ -36,7 +36,7 @@ Outcome train_with(mplan::ReceivePosting posting, int lookahead, Schedule schedu
     gpus.push_back(l % world_size());
   }
   const mplan::Plan plan = make_plan(layers, first, gpus, schedule, micro_batches, nullptr);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   mplan::LowerOptions lowering;

@@ -178,7 +178,7 @@ Comparison train_and_compare(const std::string& model, int model_layers,
   for (const ms::Stage& stage : plan.stages)
     if (recomputations(stage.sequence) > 0) ++out.recomputed_stages;
 
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   madpipe::testing::train_side_by_side(executor, reference, program, *data, steps, micro_batches);
@@ -351,7 +351,7 @@ std::vector<torch::Tensor> train_dropout(const Cut& cut, const SequenceOf& seque
   const int layers = static_cast<int>(model.layers.size());
   const mplan::Plan plan = make_plan(layers, cut.first, cut.gpus, cut.schedule, 4, sequence_of);
   const mplan::Program program = mplan::lower(plan, 4);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data.micro_batch(0, 0, false));
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
@@ -425,7 +425,7 @@ std::vector<torch::Tensor> two_bw_weights(const Cut& cut, const SequenceOf& sequ
     return std::make_unique<torch::optim::SGD>(params,
                                                torch::optim::SGDOptions(0.05).momentum(0.9));
   };
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(first_copy, plan, world_rank(), *transport, batch_of(0));
   mr::TwoWeightVersions versions(executor, second_copy, m, make_sgd);
   executor.run(program, batch_of);
@@ -474,7 +474,7 @@ std::string executor_error(const std::function<std::string(int, int)>& sequence)
         return stage == last_stage ? sequence(f, l) : checkpoint_sequence(f, l);
       },
       /*expect_valid=*/false);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   try {
     mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                   data.micro_batch(0, 0, false));

@@ -190,7 +190,7 @@ TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
   mr::ModelConfig config = mt::small_config("mlp", P);
   auto data = mt::data_for(config);
   mr::ChainModel model = mr::build_model(config);
-  pipeline.transport = mr::make_mpi_transport(static_cast<int>(pipeline.plan.stages.size()));
+  pipeline.transport = mt::make_test_transport(pipeline.plan);
   pipeline.executor = std::make_unique<mr::PipelineExecutor>(
       model, pipeline.plan, mt::world_rank(), *pipeline.transport, data->micro_batch(0, 0, false));
   for (int s : pipeline.executor->local_stages()) {
@@ -200,23 +200,23 @@ TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
         pipeline.executor->stage_parameters(s), torch::optim::SGDOptions(0.1)));
     pipeline.stage_optimizers.emplace_back(s, pipeline.optimizers.back().get());
   }
-  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem, "");
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, 0).problem, "");
   // The last parameter of the last stage, then also the first of stage 1 (on rank 1), turn NaN.
   const int last = P - 1;
   const int rank_of_last = pipeline.plan.stages[last].gpu;
   if (mt::world_rank() == rank_of_last)
     pipeline.executor->stage_parameters(last).back().mutable_grad()[0] = NAN;
-  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem,
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, 0).problem,
             "a gradient of stage " + std::to_string(last) + " (rank " +
                 std::to_string(rank_of_last) + ") is not finite");
   if (P >= 2) {
     if (mt::world_rank() == 1)
       pipeline.executor->stage_parameters(1).front().mutable_grad().view(-1)[0] = INFINITY;
-    EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX).problem,
+    EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, 0).problem,
               "a gradient of stage 1 (rank 1) is not finite");
   }
   // A non-finite loss is named first.
-  EXPECT_EQ(mr::agree_on_health(pipeline, 3).problem,
+  EXPECT_EQ(mr::agree_on_health(pipeline, 3, 0).problem,
             "the loss of micro-batch 3 (stage " + std::to_string(last) + " on rank " +
                 std::to_string(rank_of_last) + ") is not finite");
 }

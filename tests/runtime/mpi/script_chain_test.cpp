@@ -136,7 +136,7 @@ struct SideBySide {
         reference(mr::script_chain_model(path, loss)),
         plan(make_plan(3, first, gpus, Schedule::OneFOneBStar, micro_batches, nullptr)),
         program(mplan::lower(plan, micro_batches)),
-        transport(mr::make_mpi_transport(static_cast<int>(plan.stages.size()))) {
+        transport(make_test_transport(plan)) {
     for (const auto& stage : plan.stages)
       for (int l = stage.first_layer; l <= stage.last_layer; ++l)
         if (stage.gpu == world_rank()) pipelined.materialize(l, torch::kCPU);

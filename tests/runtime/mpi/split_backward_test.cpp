@@ -199,7 +199,7 @@ double train_split_and_compare(const std::string& name, const std::vector<int>& 
               ops.end());
   }
   int split_here = 0;
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(pipelined, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
   mplan::LowerOptions lowering;

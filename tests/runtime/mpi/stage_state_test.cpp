@@ -66,7 +66,7 @@ TEST(Validation, RunsInEvaluationModeAndKeepsBatchNormStatistics) {
     gpus.push_back(l % world_size());
   }
   const mplan::Plan plan = make_plan(layers, first, gpus, Schedule::OneFOneBStar, 4, nullptr);
-  auto transport = mr::make_mpi_transport(static_cast<int>(plan.stages.size()));
+  auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, true));
   mplan::LowerOptions forwards;

@@ -16,6 +16,7 @@
 #include "runtime/device/device.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -68,10 +69,19 @@ TEST(TransportChoice, NcclIsRefusedOnTheCpuOnASharedGpuAndWhenNotBuiltIn) {
   const std::string missing =
       error_of([] { mr::resolve_transport(K::Nccl, "cuda", kGpu0, 1, false); });
   EXPECT_TRUE(contains(missing, "not built in")) << missing;
-  // The communicators themselves refuse a CPU device, with or without NCCL in the build.
+  // The emulation allows it, for tests only.
+  EXPECT_EQ(mr::resolve_transport(K::Nccl, "cpu", torch::kCPU, 4, false, true), K::Nccl);
+  EXPECT_EQ(mr::resolve_transport(K::Auto, "cpu", torch::kCPU, 4, false, true), K::Mpi);
+  // The communicators themselves refuse a CPU device unless the emulation is asked for, with or
+  // without NCCL in the build.
+  const char* asked = std::getenv("MADPIPE_NCCL_EMULATION");
+  const std::string saved = asked ? asked : "";
+  ::unsetenv("MADPIPE_NCCL_EMULATION");
   const std::string communicators =
-      error_of([] { mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, torch::kCPU); });
+      error_of([] { mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, torch::kCPU, 0); });
+  if (asked) ::setenv("MADPIPE_NCCL_EMULATION", saved.c_str(), 1);
   EXPECT_TRUE(contains(communicators, "transport")) << communicators;
+  EXPECT_TRUE(contains(communicators, "use --transport mpi")) << communicators;
 }
 
 TEST(ChannelOrder, EachChannelTakesItsMessagesInTheProgramsOrder) {
@@ -130,9 +140,9 @@ TEST(NcclOnOneGpu, SelfSendReceiveAndAllReduce) {
   const torch::Device gpu(torch::kCUDA, 0);
   mr::make_current(gpu);
   std::unique_ptr<mr::NcclCommunicators> comms =
-      mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, gpu);
+      mr::make_nccl_communicators(MPI_COMM_WORLD, MPI_COMM_WORLD, gpu, 60);
   comms->add_channels({{0, 0}});
-  std::unique_ptr<mr::Transport> transport = mr::make_nccl_transport(*comms, 60);
+  std::unique_ptr<mr::Transport> transport = mr::make_nccl_transport(*comms);
   const mr::MessageKey key{mr::Direction::Activation, 0, 0, 0};
   const torch::Tensor sent = torch::arange(1000, torch::TensorOptions(torch::kFloat32).device(gpu));
   transport->post_recv(0, key, torch::empty({1000}, sent.options()));

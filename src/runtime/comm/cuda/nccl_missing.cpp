@@ -1,25 +1,16 @@
-// The NCCL entry points of a build without CUDA LibTorch or NCCL: each says so.
+// The NCCL library in a build without CUDA LibTorch or NCCL: it says so. The emulation
+// (runtime/comm/nccl_emulation.cpp) is there in every build.
 
 #include "core/error.hpp"
 #include "runtime/comm/nccl.hpp"
+#include "runtime/comm/nccl_api.hpp"
 
 namespace mr = madpipe::runtime;
 
-namespace {
-[[noreturn]] void not_built() {
+bool mr::nccl_built() { return false; }
+
+std::unique_ptr<mr::nccl::Api> mr::nccl::make_library_api(const c10::Device&) {
   throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "transport",
                        "nccl is not built in (it needs a CUDA LibTorch and NCCL at configure "
                        "time; see docs/runtime.md); use --transport mpi");
 }
-}  // namespace
-
-bool mr::nccl_built() { return false; }
-
-std::unique_ptr<mr::NcclCommunicators> mr::make_nccl_communicators(MPI_Comm, MPI_Comm,
-                                                                   const c10::Device&) {
-  not_built();
-}
-
-std::unique_ptr<mr::Transport> mr::make_nccl_transport(NcclCommunicators&, double) { not_built(); }
-
-std::unique_ptr<mr::ReplicaReducer> mr::make_nccl_reducer(NcclCommunicators&) { not_built(); }

@@ -1,7 +1,7 @@
 #include "core/error.hpp"
 #include "runtime/comm/channel_order.hpp"
-#include "runtime/comm/cuda/nccl_communicators.hpp"
 #include "runtime/comm/mpi_session.hpp"
+#include "runtime/comm/nccl_communicators.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -13,22 +13,24 @@
 #include <utility>
 #include <vector>
 
-#include <ATen/ATen.h>
-
 namespace mr = madpipe::runtime;
+namespace nccl = madpipe::runtime::nccl;
 
 namespace {
 struct Transfer {
   mr::MessageKey key;
   int peer = 0;
-  at::Tensor tensor;         // what is sent, or the buffer received into
-  at::cuda::CUDAEvent done;  // recorded on the channel's stream after the transfer
+  at::Tensor tensor;                  // what is sent, or the buffer received into
+  std::unique_ptr<nccl::Event> done;  // on the channel's stream after the transfer
 };
+
+std::string from_rank(const Transfer& t) {
+  return "for the " + mr::message_name(t.key) + " from rank " + std::to_string(t.peer);
+}
 
 class NcclTransport final : public mr::Transport {
  public:
-  NcclTransport(mr::nccl::Communicators& comms, double timeout_s)
-      : comms_(comms), timeout_s_(timeout_s) {}
+  explicit NcclTransport(nccl::Communicators& comms) : comms_(comms), api_(comms.api()) {}
 
   ~NcclTransport() override {
     // What NCCL may still read or write stays alive: the run is ending (normally, every transfer
@@ -49,11 +51,9 @@ class NcclTransport final : public mr::Transport {
       issue_self();
       return;
     }
-    mr::nccl::Channel& channel = comms_.channel(comms_.position(), peer);
-    after_compute(channel.stream);
-    mr::nccl::check(ncclSend(t.tensor.data_ptr(), t.tensor.nbytes(), ncclUint8, channel.peer_rank,
-                             channel.comm, channel.stream.stream()),
-                    "ncclSend");
+    const nccl::Channel& channel = comms_.channel(comms_.position(), peer);
+    comms_.after_compute(channel.stream);
+    api_.send(t.tensor, channel.peer_rank, channel.comm, channel.stream);
     finish_on(t, channel.stream);
     sends_.push_back(std::move(t));
     reap_sends();
@@ -61,9 +61,9 @@ class NcclTransport final : public mr::Transport {
 
   void post_recv(int peer, const mr::MessageKey& key, at::Tensor buffer) override {
     order_.receive(peer, key);
-    if (!buffer.is_cuda() || !buffer.is_contiguous())
+    if (!buffer.is_contiguous())
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
-                           "the NCCL transport receives into contiguous GPU buffers only");
+                           "the NCCL transport receives into contiguous buffers only");
     Transfer t{key, peer, std::move(buffer), {}};
     if (peer == comms_.position()) {
       self_receives_.push_back(id_of(peer, key));
@@ -71,11 +71,9 @@ class NcclTransport final : public mr::Transport {
       issue_self();
       return;
     }
-    mr::nccl::Channel& channel = comms_.channel(peer, comms_.position());
-    after_compute(channel.stream);  // the buffer's earlier reads are done
-    mr::nccl::check(ncclRecv(t.tensor.data_ptr(), t.tensor.nbytes(), ncclUint8, channel.peer_rank,
-                             channel.comm, channel.stream.stream()),
-                    "ncclRecv");
+    const nccl::Channel& channel = comms_.channel(peer, comms_.position());
+    comms_.after_compute(channel.stream);  // the buffer's earlier reads are done
+    api_.recv(t.tensor, channel.peer_rank, channel.comm, channel.stream);
     finish_on(t, channel.stream);
     if (!receives_.emplace(id_of(peer, key), std::move(t)).second)
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
@@ -88,12 +86,19 @@ class NcclTransport final : public mr::Transport {
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            "waiting for the " + mr::message_name(key) + " from rank " +
                                std::to_string(peer) + ", never posted");
-    if (peer == comms_.position() && !it->second.done.isCreated())
+    Transfer& t = it->second;
+    if (peer == comms_.position() && !t.done)
       throw madpipe::Error(
           madpipe::ErrorKind::Internal, "", "transport",
           "waiting for the " + mr::message_name(key) + " from this rank itself before it was sent");
-    it->second.done.block(comms_.compute_stream());  // the compute stream waits, not the host
-    at::Tensor data = std::move(it->second.tensor);
+    at::Tensor data = t.tensor;
+    if (api_.host_runs_compute()) {
+      comms_.wait(*t.done, comms_.timeout_s(),
+                  from_rank(t));  // the host computes: it waits, with the deadline
+    } else {
+      api_.stream_wait(nccl::kComputeStream, *t.done);  // the compute stream waits, not the host
+      consumed_.push_back({t.key, t.peer, at::Tensor(), std::move(t.done)});
+    }
     receives_.erase(it);
     return data;
   }
@@ -103,19 +108,25 @@ class NcclTransport final : public mr::Transport {
       return t.peer == peer && id_of(peer, t.key) == id_of(peer, key);
     });
     if (it == sends_.end()) return;
-    comms_.wait(it->done, timeout_s_,
-                "for rank " + std::to_string(peer) + " to receive the " + mr::message_name(key));
+    comms_.wait(*it->done, comms_.timeout_s(), to_rank(*it));
     sends_.erase(it);
   }
 
   void wait_sends() override {
-    for (Transfer& t : sends_)
-      comms_.wait(
-          t.done, timeout_s_,
-          "for rank " + std::to_string(t.peer) + " to receive the " + mr::message_name(t.key));
+    for (Transfer& t : sends_) comms_.wait(*t.done, comms_.timeout_s(), to_rank(t));
     sends_.clear();
     comms_.check_errors("after the step's transfers");
     if (receives_.empty() && self_sends_.empty()) order_.restart();
+  }
+
+  void await_compute(const std::string& what) override {
+    // The compute stream waits for the receives it was given: a peer that never sends stalls it,
+    // and a host read behind it would block for ever. Waiting for them first, with the deadline,
+    // names the message; then the compute stream itself.
+    for (Transfer& t : consumed_) comms_.wait(*t.done, comms_.timeout_s(), from_rank(t));
+    consumed_.clear();
+    const std::unique_ptr<nccl::Event> computed = api_.record(nccl::kComputeStream);
+    comms_.wait(*computed, comms_.timeout_s(), what);
   }
 
  private:
@@ -123,25 +134,24 @@ class NcclTransport final : public mr::Transport {
   static Id id_of(int peer, const mr::MessageKey& key) {
     return {peer, static_cast<int>(key.direction), key.stage, key.micro_batch};
   }
-
-  // Drops the sends whose transfer is done: what a rank holds for its sends is what is in flight.
-  void reap_sends() {
-    sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
-                                [](const Transfer& t) { return t.done.query(); }),
-                 sends_.end());
+  static std::string to_rank(const Transfer& t) {
+    return "for rank " + std::to_string(t.peer) + " to receive the " + mr::message_name(t.key);
   }
 
-  // The channel's stream starts after what the compute stream has queued so far.
-  void after_compute(const c10::cuda::CUDAStream& stream) {
-    at::cuda::CUDAEvent ready;
-    ready.record(comms_.compute_stream());
-    ready.block(stream);
+  // Drops the transfers known done: what a rank holds for its sends is what is in flight.
+  void reap_sends() {
+    sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                                [](const Transfer& t) { return t.done->done(); }),
+                 sends_.end());
+    consumed_.erase(std::remove_if(consumed_.begin(), consumed_.end(),
+                                   [](const Transfer& t) { return t.done->done(); }),
+                    consumed_.end());
   }
 
   // The tensor's memory is not reused before the channel's stream is done with it.
-  static void finish_on(Transfer& t, const c10::cuda::CUDAStream& stream) {
-    t.tensor.record_stream(stream.unwrap());
-    t.done.record(stream);
+  void finish_on(Transfer& t, nccl::StreamId stream) {
+    api_.hold_until_done(t.tensor, stream);
+    t.done = api_.record(stream);
   }
 
   // Messages to this rank itself: each send with the receive of the same place in the order,
@@ -150,21 +160,17 @@ class NcclTransport final : public mr::Transport {
     while (!self_sends_.empty() && !self_receives_.empty()) {
       Transfer& sent = self_sends_.front();
       Transfer& received = receives_.at(self_receives_.front());
-      mr::nccl::Channel& channel = comms_.channel(comms_.position(), comms_.position());
+      const nccl::Channel& channel = comms_.channel(comms_.position(), comms_.position());
       if (sent.tensor.nbytes() != received.tensor.nbytes())
         throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                              "the " + mr::message_name(sent.key) + " sent to this rank itself " +
                                  "does not fit the buffer of the " +
                                  mr::message_name(received.key));
-      after_compute(channel.stream);
-      mr::nccl::check(ncclGroupStart(), "ncclGroupStart");
-      mr::nccl::check(ncclSend(sent.tensor.data_ptr(), sent.tensor.nbytes(), ncclUint8, 0,
-                               channel.comm, channel.stream.stream()),
-                      "ncclSend");
-      mr::nccl::check(ncclRecv(received.tensor.data_ptr(), received.tensor.nbytes(), ncclUint8, 0,
-                               channel.comm, channel.stream.stream()),
-                      "ncclRecv");
-      mr::nccl::check(ncclGroupEnd(), "ncclGroupEnd");
+      comms_.after_compute(channel.stream);
+      api_.group_start();
+      api_.send(sent.tensor, 0, channel.comm, channel.stream);
+      api_.recv(received.tensor, 0, channel.comm, channel.stream);
+      api_.group_end();
       finish_on(sent, channel.stream);
       finish_on(received, channel.stream);
       sends_.push_back(std::move(sent));
@@ -173,34 +179,30 @@ class NcclTransport final : public mr::Transport {
     }
   }
 
-  mr::nccl::Communicators& comms_;
-  double timeout_s_;
+  nccl::Communicators& comms_;
+  nccl::Api& api_;
   mr::ChannelOrder order_;
   std::vector<Transfer> sends_;
   std::map<Id, Transfer> receives_;
+  std::vector<Transfer> consumed_;   // receives the compute stream waits for (not the host)
   std::deque<Transfer> self_sends_;  // not issued yet: waiting for their receive
   std::deque<Id> self_receives_;     // posted, not issued yet
 };
 
 class NcclSum final : public mr::PendingSum {
  public:
-  NcclSum(mr::nccl::Communicators& comms, at::Tensor buffer)
+  NcclSum(nccl::Communicators& comms, at::Tensor buffer)
       : comms_(comms), buffer_(std::move(buffer)) {
-    const c10::cuda::CUDAStream& stream = comms_.replica_stream();
-    at::cuda::CUDAEvent ready;
-    ready.record(comms_.compute_stream());
-    ready.block(stream);
-    const ncclDataType_t type = buffer_.scalar_type() == at::kDouble ? ncclFloat64 : ncclFloat32;
-    mr::nccl::check(ncclAllReduce(buffer_.data_ptr(), buffer_.data_ptr(),
-                                  static_cast<std::size_t>(buffer_.numel()), type, ncclSum,
-                                  comms_.replicas(), stream.stream()),
-                    "ncclAllReduce");
-    buffer_.record_stream(stream.unwrap());
-    done_.record(stream);
+    nccl::Api& api = comms_.api();
+    const nccl::StreamId stream = comms_.replica_stream();
+    comms_.after_compute(stream);
+    api.all_reduce_sum(buffer_, comms_.replicas(), stream);
+    api.hold_until_done(buffer_, stream);
+    done_ = api.record(stream);
   }
 
   void wait(double timeout_s, const std::string& what) override {
-    comms_.wait(done_, timeout_s, what);
+    comms_.wait(*done_, timeout_s, what);
   }
 
   void abandon() override {
@@ -209,27 +211,25 @@ class NcclSum final : public mr::PendingSum {
   }
 
  private:
-  mr::nccl::Communicators& comms_;
+  nccl::Communicators& comms_;
   at::Tensor buffer_;
-  at::cuda::CUDAEvent done_;
+  std::unique_ptr<nccl::Event> done_;
 };
 
 class NcclReducer final : public mr::ReplicaReducer {
  public:
-  explicit NcclReducer(mr::nccl::Communicators& comms) : comms_(comms) {}
+  explicit NcclReducer(nccl::Communicators& comms) : comms_(comms) {}
   std::unique_ptr<mr::PendingSum> start(at::Tensor buffer) override {
     return std::make_unique<NcclSum>(comms_, std::move(buffer));
   }
 
  private:
-  mr::nccl::Communicators& comms_;
+  nccl::Communicators& comms_;
 };
 }  // namespace
 
-std::unique_ptr<mr::Transport> mr::make_nccl_transport(NcclCommunicators& communicators,
-                                                       double timeout_s) {
-  return std::make_unique<NcclTransport>(static_cast<nccl::Communicators&>(communicators),
-                                         timeout_s);
+std::unique_ptr<mr::Transport> mr::make_nccl_transport(NcclCommunicators& communicators) {
+  return std::make_unique<NcclTransport>(static_cast<nccl::Communicators&>(communicators));
 }
 
 std::unique_ptr<mr::ReplicaReducer> mr::make_nccl_reducer(NcclCommunicators& communicators) {
