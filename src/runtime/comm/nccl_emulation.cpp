@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,8 +36,7 @@ namespace {
 constexpr int kMessageTag = 7;
 
 [[noreturn]] void rule_broken(const std::string& what) {
-  throw madpipe::Error(madpipe::ErrorKind::Runtime, "", "transport",
-                       "NCCL rule broken: " + what);
+  throw madpipe::Error(madpipe::ErrorKind::Runtime, "", "transport", "NCCL rule broken: " + what);
 }
 
 int world_rank() {
@@ -118,8 +117,7 @@ struct Op {
   bool overlaps(const at::Tensor& t) const {
     const auto* a = static_cast<const char*>(tensor.data_ptr());
     const auto* b = static_cast<const char*>(t.data_ptr());
-    return tensor.nbytes() > 0 && t.nbytes() > 0 && a < b + t.nbytes() &&
-           b < a + tensor.nbytes();
+    return tensor.nbytes() > 0 && t.nbytes() > 0 && a < b + t.nbytes() && b < a + tensor.nbytes();
   }
 };
 using OpPtr = std::shared_ptr<Op>;
@@ -172,8 +170,9 @@ class EmulatedApi final : public nccl::Api {
                    &request);
     const std::string call = "ncclCommSplit #" + std::to_string(mine.number + 1) + " of " +
                              parent.name() + " (for " + label + ")";
-    mr::wait_with_deadline(request, timeout_s_, world_rank(),
-                           "in its " + call + " for a member that never called it (NCCL hangs here)");
+    mr::wait_with_deadline(
+        request, timeout_s_, world_rank(),
+        "in its " + call + " for a member that never called it (NCCL hangs here)");
     for (int r = 0; r < parent.size; ++r) {
       const Call& theirs = all[static_cast<std::size_t>(r)];
       if (theirs.number != mine.number || std::string(theirs.label) != mine.label)
@@ -218,7 +217,8 @@ class EmulatedApi final : public nccl::Api {
                       static_cast<std::int64_t>(data.scalar_type())};
     op->wire.resize(sizeof header + data.nbytes());
     std::memcpy(op->wire.data(), &header, sizeof header);
-    if (data.nbytes() > 0) std::memcpy(op->wire.data() + sizeof header, data.data_ptr(), data.nbytes());
+    if (data.nbytes() > 0)
+      std::memcpy(op->wire.data() + sizeof header, data.data_ptr(), data.nbytes());
     op->sent_checksum = checksum(data);
     if (peer == comm.rank) ++self_messages_[&comm].first;
     MPI_Issend(op->wire.data(), static_cast<int>(op->wire.size()), MPI_BYTE, peer, kMessageTag,
@@ -226,8 +226,7 @@ class EmulatedApi final : public nccl::Api {
     queue(stream, std::move(op));
   }
 
-  void recv(const at::Tensor& buffer, int peer, nccl::Comm handle,
-            nccl::StreamId stream) override {
+  void recv(const at::Tensor& buffer, int peer, nccl::Comm handle, nccl::StreamId stream) override {
     EmulatedComm& comm = comm_of(handle);
     auto op = make_op(Op::Kind::Recv, comm, peer, buffer, "receive");
     check_not_written(*op, /*writes=*/true);
@@ -237,8 +236,7 @@ class EmulatedApi final : public nccl::Api {
     queue(stream, std::move(op));
   }
 
-  void all_reduce_sum(const at::Tensor& buffer, nccl::Comm handle,
-                      nccl::StreamId stream) override {
+  void all_reduce_sum(const at::Tensor& buffer, nccl::Comm handle, nccl::StreamId stream) override {
     EmulatedComm& comm = comm_of(handle);
     auto op = make_op(Op::Kind::Sum, comm, comm.rank, buffer, "all-reduce");
     check_not_written(*op, /*writes=*/true);
@@ -252,19 +250,19 @@ class EmulatedApi final : public nccl::Api {
     std::int64_t most[6];
     MPI_Request request = MPI_REQUEST_NULL;
     MPI_Iallreduce(mine, most, 6, MPI_INT64_T, MPI_MAX, comm.checks, &request);
-    mr::wait_with_deadline(request, timeout_s_, world_rank(),
-                           "in " + op->describe() + " of " + comm.name() +
-                               " for a member that never called it");
+    mr::wait_with_deadline(
+        request, timeout_s_, world_rank(),
+        "in " + op->describe() + " of " + comm.name() + " for a member that never called it");
     for (int i = 0; i < 6; ++i)
       if (most[i] != mine[i])
         rule_broken("the members of " + comm.name() + " differ in their " + op->describe() +
-                    ": rank " + std::to_string(world_rank()) + " sums " +
-                    std::to_string(numel) + " " + c10::toString(buffer.scalar_type()) +
-                    " values as its all-reduce #" + std::to_string(op->sequence + 1) +
+                    ": rank " + std::to_string(world_rank()) + " sums " + std::to_string(numel) +
+                    " " + c10::toString(buffer.scalar_type()) + " values as its all-reduce #" +
+                    std::to_string(op->sequence + 1) +
                     ", another member another count, type or call");
     MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(numel),
-                   buffer.scalar_type() == at::kDouble ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
-                   comm.sums, &op->request);
+                   buffer.scalar_type() == at::kDouble ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm.sums,
+                   &op->request);
     queue(stream, std::move(op));
   }
 
@@ -355,8 +353,8 @@ class EmulatedApi final : public nccl::Api {
     const auto expected_dtype = static_cast<std::int64_t>(op.tensor.scalar_type());
     const std::string peer = std::to_string(op.comm->world_of(op.peer));
     if (header.sequence != op.sequence)
-      rule_broken("on " + op.comm->name() + ", rank " + std::to_string(world_rank()) +
-                  "'s " + op.describe() + " took rank " + peer + "'s send #" +
+      rule_broken("on " + op.comm->name() + ", rank " + std::to_string(world_rank()) + "'s " +
+                  op.describe() + " took rank " + peer + "'s send #" +
                   std::to_string(header.sequence + 1));
     if (header.bytes != expected_bytes || header.dtype != expected_dtype)
       rule_broken("on " + op.comm->name() + ", rank " + std::to_string(world_rank()) + "'s " +
@@ -410,18 +408,17 @@ class EmulatedApi final : public nccl::Api {
   OpPtr make_op(Op::Kind kind, EmulatedComm& comm, int peer, const at::Tensor& tensor,
                 const char* what) const {
     if (!tensor.device().is_cpu() || !tensor.is_contiguous())
-      throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
-                           std::string("the NCCL emulation's ") + what +
-                               " takes contiguous CPU tensors");
+      throw madpipe::Error(
+          madpipe::ErrorKind::Internal, "", "transport",
+          std::string("the NCCL emulation's ") + what + " takes contiguous CPU tensors");
     if (peer < 0 || peer >= comm.size)
       throw madpipe::Error(madpipe::ErrorKind::Internal, "", "transport",
                            std::string("NCCL ") + what + " to rank " + std::to_string(peer) +
-                               " of " + comm.name() + ", which has " +
-                               std::to_string(comm.size) + " ranks");
+                               " of " + comm.name() + ", which has " + std::to_string(comm.size) +
+                               " ranks");
     if (kind != Op::Kind::Sum && peer == comm.rank && group_depth_ == 0)
-      rule_broken("rank " + std::to_string(world_rank()) + " posts a " + what +
-                  " to itself on " + comm.name() +
-                  " outside a group (NCCL hangs: both halves must be in one group)");
+      rule_broken("rank " + std::to_string(world_rank()) + " posts a " + what + " to itself on " +
+                  comm.name() + " outside a group (NCCL hangs: both halves must be in one group)");
     auto op = std::make_shared<Op>();
     op->kind = kind;
     op->comm = &comm;
@@ -439,9 +436,9 @@ class EmulatedApi final : public nccl::Api {
         progress(*op);
         if (op->done) continue;
         rule_broken("rank " + std::to_string(world_rank()) + " posts a " +
-                    (fresh.kind == Op::Kind::Send ? std::string("send")
+                    (fresh.kind == Op::Kind::Send   ? std::string("send")
                      : fresh.kind == Op::Kind::Recv ? std::string("receive")
-                                                     : std::string("all-reduce")) +
+                                                    : std::string("all-reduce")) +
                     " on " + fresh.comm->name() + " over memory that its " + op->describe() +
                     " on " + op->comm->name() + " still uses");
       }

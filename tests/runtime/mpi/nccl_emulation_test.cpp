@@ -30,8 +30,8 @@ bool contains(const std::string& text, const std::string& part) {
 
 // Communicators over every rank on the emulation; waits longer than `timeout_s` fail.
 std::unique_ptr<nccl::Communicators> emulated(double timeout_s) {
-  return std::make_unique<nccl::Communicators>(nccl::make_emulated_api(timeout_s),
-                                               MPI_COMM_WORLD, MPI_COMM_SELF, timeout_s);
+  return std::make_unique<nccl::Communicators>(nccl::make_emulated_api(timeout_s), MPI_COMM_WORLD,
+                                               MPI_COMM_SELF, timeout_s);
 }
 
 mr::MessageKey activation(int stage, int micro_batch, int sequence) {
@@ -44,7 +44,8 @@ void exchange_over(nccl::Communicators& comms, const std::vector<std::pair<int, 
   std::unique_ptr<mr::Transport> transport = mr::make_nccl_transport(comms);
   const int me = world_rank();
   for (const auto& [from, to] : channels)
-    if (to == me && from != me) transport->post_recv(from, activation(from, 0, 0), torch::empty({3}));
+    if (to == me && from != me)
+      transport->post_recv(from, activation(from, 0, 0), torch::empty({3}));
   for (const auto& [from, to] : channels)
     if (from == me && to != me)
       transport->post_send(to, activation(me, 0, 0), torch::full({3}, static_cast<float>(me)));
@@ -88,10 +89,10 @@ TEST(NcclWatchdog, APeerThatNeverSendsIsNamedAfterTheTimeout) {
   if (world_rank() == 0) {
     std::unique_ptr<mr::Transport> transport = mr::make_nccl_transport(*comms);
     transport->post_recv(1, activation(0, 3, 0), torch::empty({4}));
-    const std::string error =
-        error_of([&] { transport->wait_recv(1, activation(0, 3, 0)); });
-    EXPECT_TRUE(contains(error, "rank 0 waited more than 0.3 s for the activation of stage 0, "
-                                "micro-batch 3 from rank 1 over NCCL emulation over MPI"))
+    const std::string error = error_of([&] { transport->wait_recv(1, activation(0, 3, 0)); });
+    EXPECT_TRUE(contains(error,
+                         "rank 0 waited more than 0.3 s for the activation of stage 0, "
+                         "micro-batch 3 from rank 1 over NCCL emulation over MPI"))
         << error;
     EXPECT_TRUE(contains(error, "--transfer-timeout")) << error;
   }
@@ -110,9 +111,10 @@ TEST(NcclRules, ASizeMismatchIsRefused) {
   } else if (world_rank() == 1) {
     transport->post_recv(0, activation(0, 0, 0), torch::empty({8}));
     const std::string error = error_of([&] { transport->wait_recv(0, activation(0, 0, 0)); });
-    EXPECT_TRUE(contains(error, "NCCL rule broken: on 'channel 0->1' (world ranks 0, 1), rank 1's "
-                                "receive #1 from rank 0 expects 32 bytes of Float but rank 0's "
-                                "send #1 carries 16 bytes of Float"))
+    EXPECT_TRUE(contains(error,
+                         "NCCL rule broken: on 'channel 0->1' (world ranks 0, 1), rank 1's "
+                         "receive #1 from rank 0 expects 32 bytes of Float but rank 0's "
+                         "send #1 carries 16 bytes of Float"))
         << error;
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -126,8 +128,7 @@ TEST(NcclRules, BrokenRulesFailTheCallNamingRanksAndCalls) {
   const nccl::StreamId stream = api->new_stream();
   const int me = world_rank();
   // A message to oneself outside a group (NCCL hangs on it).
-  const std::string self =
-      error_of([&] { api->send(torch::ones({2}), me, all, stream); });
+  const std::string self = error_of([&] { api->send(torch::ones({2}), me, all, stream); });
   EXPECT_TRUE(contains(self, "posts a send to itself on 'all'")) << self;
   EXPECT_TRUE(contains(self, "outside a group")) << self;
   // Unbalanced groups, and an event recorded inside an open one.
@@ -188,9 +189,8 @@ TEST(NcclEmulation, AllReduceSumsOverTheMembers) {
   torch::Tensor buffer = torch::arange(5, torch::kFloat);
   reducer->start(buffer)->wait(20, "for the all-reduce");
   EXPECT_TRUE(torch::equal(buffer, torch::arange(5, torch::kFloat)));
-  std::unique_ptr<nccl::Communicators> world =
-      std::make_unique<nccl::Communicators>(nccl::make_emulated_api(20), MPI_COMM_SELF,
-                                            MPI_COMM_WORLD, 20);
+  std::unique_ptr<nccl::Communicators> world = std::make_unique<nccl::Communicators>(
+      nccl::make_emulated_api(20), MPI_COMM_SELF, MPI_COMM_WORLD, 20);
   torch::Tensor ranks = torch::full({3}, static_cast<double>(world_rank()), torch::kDouble);
   mr::make_nccl_reducer(*world)->start(ranks)->wait(20, "for the all-reduce");
   const double P = world_size();
