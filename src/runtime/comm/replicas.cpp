@@ -6,6 +6,7 @@
 #include "runtime/device/device_staging.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -66,29 +67,36 @@ class MpiSum final : public madpipe::runtime::PendingSum {
  public:
   // `buffer` on the CPU is summed in place; on a device, through pinned memory of `staging`.
   MpiSum(at::Tensor buffer, madpipe::runtime::DeviceStaging* staging, MPI_Comm replicas)
-      : staging_(staging) {
-    if (buffer.device().is_cpu()) {
-      host_ = std::move(buffer);
-    } else {
-      // The copy runs on the staging stream; MPI may only read the bucket once it is there.
-      madpipe::runtime::DeviceStaging::ToHost staged = staging_->to_host(buffer);
-      staged.copied->synchronize();
-      host_bytes_ = staged.host;
-      host_ = staged.host.view(buffer.scalar_type());
-      target_ = std::move(buffer);
-    }
-    if (host_.numel() > 2147483647LL)
+      : staging_(staging), replicas_(replicas) {
+    if (buffer.numel() > 2147483647LL)
       throw madpipe::Error(madpipe::ErrorKind::Unsupported, "", "replicas",
                            "a gradient bucket above 2^31 elements is beyond MPI_Iallreduce");
-    MPI_Iallreduce(MPI_IN_PLACE, host_.data_ptr(), static_cast<int>(host_.numel()),
-                   host_.scalar_type() == at::kDouble ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, replicas,
-                   &request_);
+    if (buffer.device().is_cpu()) {
+      host_ = std::move(buffer);
+      start();
+      return;
+    }
+    // The copy runs on the staging stream; MPI may only read the bucket once it is there, and
+    // the host does not wait for it: the sum starts when a later progress() or wait() sees it.
+    madpipe::runtime::DeviceStaging::ToHost staged = staging_->to_host(buffer);
+    copied_ = std::move(staged.copied);
+    host_bytes_ = staged.host;
+    host_ = staged.host.view(buffer.scalar_type());
+    target_ = std::move(buffer);
+  }
+
+  void progress() override {
+    if (!started_ && copied_->query()) start();
   }
   ~MpiSum() override {
-    if (request_ != MPI_REQUEST_NULL) abandon();
+    if (request_ != MPI_REQUEST_NULL || !started_) abandon();
   }
 
   void wait(double timeout_s, const std::string& what) override {
+    if (!started_) {
+      copied_->synchronize();
+      start();
+    }
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     madpipe::runtime::wait_with_deadline(request_, timeout_s, rank, what);
@@ -101,10 +109,21 @@ class MpiSum final : public madpipe::runtime::PendingSum {
     // joins: it stays active, its buffer alive, until the abort or MPI_Finalize.
     madpipe::runtime::keep_alive_until_exit(std::make_shared<at::Tensor>(host_));
     request_ = MPI_REQUEST_NULL;
+    started_ = true;
   }
 
  private:
+  void start() {
+    MPI_Iallreduce(MPI_IN_PLACE, host_.data_ptr(), static_cast<int>(host_.numel()),
+                   host_.scalar_type() == at::kDouble ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, replicas_,
+                   &request_);
+    started_ = true;
+  }
+
   madpipe::runtime::DeviceStaging* staging_;
+  MPI_Comm replicas_;
+  std::shared_ptr<c10::Event> copied_;  // the bucket's copy to the host (a device bucket)
+  bool started_ = false;
   at::Tensor host_;        // what MPI sums
   at::Tensor host_bytes_;  // host_ as the staging's bytes (a device bucket)
   at::Tensor target_;      // the bucket on a device
@@ -153,12 +172,97 @@ madpipe::runtime::GradientAverager::~GradientAverager() {
 
 void madpipe::runtime::GradientAverager::backward_done(
     int stage, const std::function<std::vector<at::Tensor>()>& parameters) {
+  for (Pending& p : pending_) p.sum->progress();
   if (++backwards_.at(static_cast<std::size_t>(stage)) == micro_batches_)
     start(stage, parameters());
 }
 
+void madpipe::runtime::GradientAverager::bind_gradients(int stage,
+                                                        const std::vector<at::Tensor>& parameters) {
+  if (count_ <= 1 || parameters.empty()) return;
+  const at::TensorOptions options = parameters.front().options();
+  for (const at::Tensor& p : parameters)
+    if ((p.scalar_type() != at::kFloat && p.scalar_type() != at::kDouble) ||
+        p.scalar_type() != options.dtype() || p.device() != options.device()) {
+      bound_.erase(stage);
+      return;
+    }
+  // A parameter of two local stages (tied) is not bound: the later stage's backward would add
+  // into a gradient the earlier one's all-reduce is summing. Both stages copy instead.
+  for (auto it = bound_.begin(); it != bound_.end(); ++it) {
+    if (it->first == stage) continue;
+    for (const at::Tensor& mine : parameters)
+      for (const at::Tensor& theirs : it->second.parameters)
+        if (mine.is_same(theirs)) {
+          bound_.erase(it);
+          bound_.erase(stage);
+          return;
+        }
+  }
+  BoundStage& bound = bound_[stage];
+  const bool same =
+      bound.parameters.size() == parameters.size() &&
+      std::equal(parameters.begin(), parameters.end(), bound.parameters.begin(),
+                 [](const at::Tensor& a, const at::Tensor& b) { return a.is_same(b); });
+  std::vector<std::int64_t> bytes;
+  for (const at::Tensor& p : parameters) bytes.push_back(p.numel() * p.element_size());
+  const std::vector<GradientBucket> buckets = gradient_buckets(bytes, bucket_bytes_);
+  if (!same) {
+    bound.parameters = parameters;
+    bound.buffers.clear();
+    for (const GradientBucket& bucket : buckets) {
+      std::int64_t numel = 0;
+      for (int i = bucket.first; i < bucket.last; ++i) numel += parameters[i].numel();
+      bound.buffers.push_back(at::zeros({numel}, options.requires_grad(false)));
+    }
+  } else {
+    for (at::Tensor& buffer : bound.buffers) buffer.zero_();
+  }
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    std::int64_t offset = 0;
+    for (int i = buckets[k].first; i < buckets[k].last; ++i) {
+      const at::Tensor& p = parameters[static_cast<std::size_t>(i)];
+      // Sharing the bucket's storage without being an autograd view of it: the optimizers'
+      // zero_grad detaches gradients in place, which a view refuses.
+      p.mutable_grad() = at::empty({0}, options.requires_grad(false))
+                             .set_(bound.buffers[k].storage(), offset, p.sizes());
+      offset += p.numel();
+    }
+  }
+}
+
+bool madpipe::runtime::GradientAverager::still_bound(
+    const BoundStage& bound, const std::vector<at::Tensor>& parameters) const {
+  if (bound.parameters.size() != parameters.size()) return false;
+  std::size_t i = 0;
+  for (const at::Tensor& buffer : bound.buffers) {
+    const auto* base = static_cast<const char*>(buffer.data_ptr());
+    std::int64_t offset = 0;
+    while (i < parameters.size() && offset < buffer.numel()) {
+      const at::Tensor& p = parameters[i];
+      if (!p.is_same(bound.parameters[i]) || !p.grad().defined() ||
+          p.grad().data_ptr() != base + offset * buffer.element_size())
+        return false;
+      offset += p.numel();
+      ++i;
+    }
+  }
+  return i == parameters.size();
+}
+
 void madpipe::runtime::GradientAverager::start(int stage, std::vector<at::Tensor> parameters) {
   if (count_ <= 1 || parameters.empty()) return;
+  const auto bound = bound_.find(stage);
+  if (bound != bound_.end() && still_bound(bound->second, parameters)) {
+    for (const at::Tensor& buffer : bound->second.buffers) {
+      Pending pending;
+      pending.stage = stage;
+      pending.buffer = buffer;  // the gradients themselves
+      pending.sum = reducer_->start(buffer);
+      pending_.push_back(std::move(pending));
+    }
+    return;
+  }
   // Summed in the gradients' precision when it is float or double (as NCCL does), else in float.
   const at::ScalarType dtype =
       parameters.front().scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,9 @@ std::vector<GradientBucket> gradient_buckets(const std::vector<std::int64_t>& by
 class PendingSum {
  public:
   virtual ~PendingSum() = default;
+  // Moves the sum on without waiting (a sum of a device buffer through host memory starts once
+  // its copy to the host is done).
+  virtual void progress() {}
   // Waits until the sum is in the buffer; longer than `timeout_s` (> 0) throws Error{Runtime}
   // naming `what`, and the sum stays pending, so that wait() may be called again.
   virtual void wait(double timeout_s, const std::string& what) = 0;
@@ -102,6 +106,13 @@ class GradientAverager {
   // stage's parameters' gradients (an undefined gradient counts as zero). Replicas call it in
   // the same order, as they run the same program.
   void backward_done(int stage, const std::function<std::vector<at::Tensor>()>& parameters);
+  // Before a step's first backward of `stage` (after the optimizers' zero_grad): the stage's
+  // gradients become views into zeroed buffers, one per bucket, which the all-reduce then sums in
+  // place, as PyTorch's DDP does: no copy of the gradients and no buffer beyond them. A stage not
+  // bound (its gradients replaced since, not float or double, or a parameter shared with another
+  // local stage) has its buckets copied into flat buffers and back, which hold a gradient-sized
+  // allocation until finish().
+  void bind_gradients(int stage, const std::vector<at::Tensor>& parameters);
   // Waits for the step's all-reduces, writes the means into the gradients, and starts counting
   // the next step's backwards. A wait longer than the timeout (> 0 s) throws Error{Runtime}
   // naming the stage; the all-reduces stay pending, so finish() may be called again.
@@ -114,12 +125,17 @@ class GradientAverager {
  private:
   struct Pending {
     int stage = 0;
-    std::vector<at::Tensor> parameters;  // of the bucket
+    std::vector<at::Tensor> parameters;  // of the bucket; none when the gradients are views
     at::Tensor buffer;                   // their gradients, flat
     std::unique_ptr<PendingSum> sum;
     bool done = false;
   };
+  struct BoundStage {
+    std::vector<at::Tensor> parameters;
+    std::vector<at::Tensor> buffers;  // one per bucket; the parameters' gradients view them
+  };
   void start(int stage, std::vector<at::Tensor> parameters);
+  bool still_bound(const BoundStage& bound, const std::vector<at::Tensor>& parameters) const;
 
   std::unique_ptr<ReplicaReducer> reducer_;
   int count_;
@@ -128,6 +144,7 @@ class GradientAverager {
   std::int64_t bucket_bytes_;
   std::vector<int> backwards_;  // this step's, per stage
   std::vector<Pending> pending_;
+  std::map<int, BoundStage> bound_;
 };
 
 }  // namespace madpipe::runtime

@@ -334,6 +334,7 @@ bool park(SequenceRun& run, int j, const torch::Tensor& x, int first_layer, int 
     keep(run.evicted[i]);
   }
   keep(run.output);
+  if (run.input_storage) kept.insert(run.input_storage);
   auto move = [&](const torch::Tensor& t) {
     const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
     if (storage->allocator() == nullptr || storage->nbytes() == 0 || !kept.insert(storage).second)
@@ -503,6 +504,7 @@ std::unique_ptr<SequenceRun> madpipe::runtime::StageSequence::forward(
   run->rng_device.resize(size);
   run->plain[0] = input.detach();
   run->presence.plain[0] = 1;
+  if (input.has_storage()) run->input_storage = input.storage().unsafeGetStorageImpl();
   for (std::size_t i = 0; i <= loss_index_; ++i) run_op(*run, i, loss, GradientFn());
   return run;
 }

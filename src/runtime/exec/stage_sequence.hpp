@@ -59,6 +59,9 @@ struct SequenceRun {
   std::function<void(int layer)> seed_layer;
   bool computes_loss = false;  // last stage: Loss recorded the loss, dLoss backpropagates it
   torch::Tensor output;        // handed to the next stage (a_n) or the scaled loss, detached
+  // a_0's storage (a receive buffer, an arena, the data's tensor): an offload never frees it in
+  // place, even when a layer's output shares it (a view of the stage input).
+  const c10::StorageImpl* input_storage = nullptr;
 };
 
 // The operation sequence of one stage (Stage::sequence), parsed and checked. Execution follows

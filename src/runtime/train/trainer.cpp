@@ -241,6 +241,9 @@ void SyncSteps::finish_trace() {
 
 StepLoss SyncSteps::run_step(int step, int* bad_micro_batch) {
   for (auto& optimizer : pipeline_->optimizers) optimizer->zero_grad();
+  if (pipeline_->averager && !c_.plain_loop)  // gradients as views of the all-reduce's buckets
+    for (int s : pipeline_->executor->local_stages())
+      pipeline_->averager->bind_gradients(s, pipeline_->executor->stage_parameters(s));
   pipeline_->executor->on_loss([bad_micro_batch](int i, double value) {
     if (!std::isfinite(value)) *bad_micro_batch = std::min(*bad_micro_batch, i);
   });

@@ -77,7 +77,8 @@ TEST(GradientAverager, AveragesTheLastBackwardsGradients) {
 
 // Trains `steps` SGD steps with D replicas of a pipeline over `cut` and compares with the unsplit
 // model trained on all D * m micro-batches of each step.
-static void replicas_match_unsplit(const std::string& model, int micro_batches, int steps) {
+static void replicas_match_unsplit(const std::string& model, int micro_batches, int steps,
+                                   bool in_place = false) {
   const mr::ReplicaGroups groups(
       mr::replica_layout(world_rank(), world_size(), replicas_for_world()));
   const mr::ReplicaLayout& layout = groups.layout();
@@ -110,6 +111,9 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
                                         torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < steps; ++step) {
     for (auto& o : optimizers) o->zero_grad();
+    if (in_place)
+      for (int s : executor.local_stages())
+        averager.bind_gradients(s, executor.stage_parameters(s));
     executor.run(program, [&](int i) {
       return data->micro_batch(step, layout.replica * micro_batches + i, false);
     });
@@ -141,6 +145,12 @@ static void replicas_match_unsplit(const std::string& model, int micro_batches, 
 TEST(DataParallel, MlpReplicasMatchUnsplitTraining) { replicas_match_unsplit("mlp", 3, 3); }
 
 TEST(DataParallel, GptReplicasMatchUnsplitTraining) { replicas_match_unsplit("gpt", 2, 2); }
+
+// The same with the gradients as views of the all-reduce's bucket buffers (what training does).
+TEST(DataParallel, ReplicasMatchUnsplitTrainingWithGradientsInTheBuckets) {
+  replicas_match_unsplit("mlp", 3, 3, true);
+  replicas_match_unsplit("gpt", 2, 2, true);
+}
 
 // A replica that never joins the all-reduce stops the others with a message after the timeout;
 // once it joins, the pending all-reduce completes.

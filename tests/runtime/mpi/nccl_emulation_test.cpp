@@ -125,7 +125,8 @@ TEST(NcclRules, BrokenRulesFailTheCallNamingRanksAndCalls) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   std::unique_ptr<nccl::Api> api = nccl::make_emulated_api(20);
   const nccl::Comm all = api->init(MPI_COMM_WORLD, "all");
-  const nccl::StreamId stream = api->new_stream();
+  const nccl::Comm quiet = api->init(MPI_COMM_WORLD, "quiet");  // no rank ever sends on it
+  const nccl::StreamId stream = api->new_stream(), other_stream = api->new_stream();
   const int me = world_rank();
   // A message to oneself outside a group (NCCL hangs on it).
   const std::string self = error_of([&] { api->send(torch::ones({2}), me, all, stream); });
@@ -139,12 +140,14 @@ TEST(NcclRules, BrokenRulesFailTheCallNamingRanksAndCalls) {
   // A receive into memory an earlier receive still waits to fill.
   if (me == 1) {
     torch::Tensor buffer = torch::empty({4});
-    api->recv(buffer, 0, all, stream);
-    const std::string twice = error_of([&] { api->recv(buffer.narrow(0, 1, 2), 0, all, stream); });
-    EXPECT_TRUE(contains(twice, "posts a receive on 'all' (world ranks")) << twice;
+    api->recv(buffer, 0, quiet, other_stream);
+    const std::string twice =
+        error_of([&] { api->recv(buffer.narrow(0, 1, 2), 0, quiet, other_stream); });
+    EXPECT_TRUE(contains(twice, "posts a receive on 'quiet' (world ranks")) << twice;
     EXPECT_TRUE(contains(twice, "over memory that its receive #1 from rank 0")) << twice;
   }
-  // A send whose data is written before it is done (rank 1 takes it only after the write).
+  // A send whose data is written before it is done (rank 1 takes it only after the write: its
+  // receive is posted after the barrier, and a synchronous send completes only once matched).
   torch::Tensor data = torch::zeros({4});
   if (me == 0) {
     api->send(data, 1, all, stream);
@@ -160,6 +163,7 @@ TEST(NcclRules, BrokenRulesFailTheCallNamingRanksAndCalls) {
     EXPECT_TRUE(contains(written, "rank 0 wrote into the data of its send #1 to rank 1 on 'all'"))
         << written;
   } else if (me == 1) {
+    api->recv(torch::empty({4}), 0, all, stream);
     const std::unique_ptr<nccl::Event> received = api->record(stream);
     while (!received->done()) {
     }

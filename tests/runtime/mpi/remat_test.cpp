@@ -557,22 +557,37 @@ struct TanhBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(TanhBlock);
 
+// A chain of 4 tanh blocks (the first an identity when `identity_first`), with its stage.
+struct TanhChain {
+  mr::ChainModel model;
+  ms::Stage stage;
+};
+TanhChain tanh_chain(const std::string& sequence, bool identity_first = false) {
+  torch::manual_seed(5);
+  TanhChain chain;
+  for (int l = 0; l < 4; ++l) {
+    if (l == 0 && identity_first)
+      chain.model.layers.emplace_back(torch::nn::Identity());
+    else
+      chain.model.layers.emplace_back(TanhBlock());
+    chain.model.names.push_back("block" + std::to_string(l));
+  }
+  chain.model.loss = [](const torch::Tensor& y, const torch::Tensor& t) {
+    return torch::mse_loss(y, t);
+  };
+  chain.stage.first_layer = 0;
+  chain.stage.last_layer = 3;
+  chain.stage.sequence = sequence;
+  return chain;
+}
+
 // Bytes held after the forward part of `sequence` on a chain of tanh blocks, and the input
 // gradient its backward part gives.
 std::pair<std::int64_t, torch::Tensor> forward_held_bytes(const std::string& sequence) {
   mr::install_cpu_memory_counter();
-  torch::manual_seed(5);
-  mr::ChainModel model;
-  for (int l = 0; l < 4; ++l) {
-    model.layers.emplace_back(TanhBlock());
-    model.names.push_back("block" + std::to_string(l));
-  }
-  model.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
-  ms::Stage stage;
-  stage.first_layer = 0;
-  stage.last_layer = 3;
-  stage.sequence = sequence;
-  const mr::StageSequence sequence_of_stage(stage);
+  TanhChain chain = tanh_chain(sequence);
+  mr::ChainModel& model = chain.model;
+  const mr::StageSequence sequence_of_stage(chain.stage);
   const torch::Tensor input = torch::randn({256, 64}), target = torch::randn({256, 64});
   mr::MemoryMeter meter(torch::kCPU);
   const std::int64_t before = meter.current_bytes();
@@ -594,6 +609,27 @@ TEST(RematSequences, OffloadsFreeWhatTheRecordedGraphsSaved) {
   const std::int64_t layer_bytes = stored / 4;
   EXPECT_LT(offloaded, stored - layer_bytes) << "stored " << stored << " bytes";
   EXPECT_TRUE(torch::allclose(offloaded_delta, stored_delta, 1e-6, 1e-7));
+}
+
+// A layer whose output shares the stage input's storage (a view, or the input itself): an
+// offload of that output copies it instead of freeing the storage, which is the receive buffer
+// (or the arena every receive slot lives in) and must stay for the transport.
+TEST(RematSequences, OffloadsNeverFreeTheStageInputsStorage) {
+  if (world_rank() != 0) GTEST_SKIP() << "one rank suffices";
+  TanhChain chain = tanh_chain("F0all F1all O1 F2all F3all Loss P1 dLoss B3 B2 B1 B0", true);
+  mr::ChainModel& model = chain.model;
+  const mr::StageSequence sequence_of_stage(chain.stage);
+  const torch::Tensor input = torch::randn({8, 64}), target = torch::randn({8, 64});
+  const torch::Tensor original = input.clone();
+  const void* memory = input.data_ptr();
+  std::unique_ptr<mr::SequenceRun> run = sequence_of_stage.forward(
+      model, input, true, [&](const torch::Tensor& y) { return model.loss(y, target); });
+  // Between the offload and its prefetch, the input's memory is where it was, with its values.
+  EXPECT_EQ(input.storage().nbytes(), original.nbytes());
+  EXPECT_EQ(input.data_ptr(), memory);
+  EXPECT_TRUE(torch::equal(input, original));
+  sequence_of_stage.backward(*run, mr::StageSequence::GradientFn());
+  EXPECT_TRUE(torch::equal(input, original));
 }
 
 TEST(RematSequences, PrefetchesRunJustBeforeTheOpBeforeTheirReader) {

@@ -132,6 +132,37 @@ TEST(GradientBuckets, EachBucketIsAveragedOverTheReplicas) {
   EXPECT_FLOAT_EQ(v.grad()[2].item<float>(), static_cast<float>(D - 1));
 }
 
+// Bound gradients are views of one buffer per bucket, summed in place: no gradient is copied, and
+// a gradient replaced since the binding falls back to the copying path.
+TEST(GradientBuckets, BoundGradientsAreSummedInPlace) {
+  const int D = world_size();
+  if (D < 2) GTEST_SKIP() << "needs 2 replicas";
+  const mr::ReplicaGroups groups(mr::replica_layout(world_rank(), D, D));
+  torch::Tensor w = torch::zeros({4}, torch::requires_grad());
+  torch::Tensor v = torch::zeros({3}, torch::requires_grad());
+  mr::GradientAverager averager(mr::make_mpi_reducer(groups.replicas()), D, 1, 1, 16);
+  averager.bind_gradients(0, {w, v});
+  const void* w_storage = w.grad().data_ptr();
+  EXPECT_EQ(w.grad().numel(), 4);
+  w.mutable_grad().add_(static_cast<float>(world_rank()));  // what backward accumulates
+  v.mutable_grad().add_(2.0f * world_rank());
+  averager.backward_done(0, [&] { return std::vector<torch::Tensor>{w, v}; });
+  EXPECT_EQ(averager.pending(), 2);
+  averager.finish();
+  EXPECT_EQ(w.grad().data_ptr(), w_storage);  // summed where it is
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), (D - 1) / 2.0f);
+  EXPECT_FLOAT_EQ(v.grad()[2].item<float>(), static_cast<float>(D - 1));
+  // A new step: zeroed again; a gradient replaced after the binding is still averaged.
+  averager.bind_gradients(0, {w, v});
+  EXPECT_EQ(w.grad().data_ptr(), w_storage);
+  EXPECT_FLOAT_EQ(w.grad().abs().sum().item<float>(), 0.0f);
+  v.mutable_grad() = torch::full({3}, 4.0f * world_rank());
+  averager.backward_done(0, [&] { return std::vector<torch::Tensor>{w, v}; });
+  averager.finish();
+  EXPECT_FLOAT_EQ(v.grad()[0].item<float>(), 2.0f * (D - 1));
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), 0.0f);
+}
+
 // On a GPU (launch/gpu-check.sh, one rank): a message from the rank to itself over NCCL and an
 // all-reduce over the one-rank replica group.
 TEST(NcclOnOneGpu, SelfSendReceiveAndAllReduce) {
