@@ -95,13 +95,6 @@ TEST(NcclWatchdog, APeerThatNeverSendsIsNamedAfterTheTimeout) {
                          "micro-batch 3 from rank 1 over NCCL emulation over MPI"))
         << error;
     EXPECT_TRUE(contains(error, "--transfer-timeout")) << error;
-    // The error aborted the communicators: nothing more goes over them.
-    const nccl::Channel& channel = comms->channel(1, 0);
-    const std::string after = error_of([&] {
-      comms->api().recv(torch::empty({4}), channel.peer_rank, channel.comm, channel.stream);
-    });
-    EXPECT_TRUE(contains(after, "an NCCL call on the aborted communicator 'channel 1->0'"))
-        << after;
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
