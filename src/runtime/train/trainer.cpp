@@ -343,10 +343,13 @@ int SyncSteps::train() {
     const double loss = mean_over_ranks(local, c_.transfer_timeout);
     const bool validate = run_.validates_after(step);
     if (validate)
-      last_val_ = mean_over_ranks(pipeline_->executor->evaluate(
-          pipeline_->eval_program, [&](int i) {  // the same validation set every time
-            return on_device(p_.data->micro_batch(0, i, true), p_.device);
-          }));
+      last_val_ = mean_over_ranks(
+          pipeline_->executor->evaluate(pipeline_->eval_program,
+                                        [&](int i) {  // the same validation set every time
+                                          return on_device(p_.data->micro_batch(0, i, true),
+                                                           p_.device);
+                                        }),
+          c_.transfer_timeout);
     record(step, loss, validate, skipped);
     if (recorder_ && step == last_traced_) finish_trace();
     checkpoint_after(step, health);

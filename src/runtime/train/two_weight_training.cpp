@@ -198,7 +198,7 @@ void TwoWeightWindows::validate(int last) {
   const StepLoss v = executor_.evaluate(
       eval_program_, [&](int i) { return on_device(data_.micro_batch(0, i, true), device_); });
   evaluating_ = false;
-  const double val = mean_over_ranks(v);
+  const double val = mean_over_ranks(v, c_.transfer_timeout);
   if (!window_lines_.empty()) window_lines_.back()["val_loss"] = val;
   run_.say("step " + std::to_string(last) + "/" + std::to_string(c_.steps) + "  val " +
            std::to_string(val).substr(0, 6));
