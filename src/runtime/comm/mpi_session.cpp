@@ -117,21 +117,33 @@ std::string madpipe::runtime::computed_on_rank0(int rank,
 
 void madpipe::runtime::wait_with_deadline(MPI_Request& request, double timeout_s, int rank,
                                           const std::string& what) {
+  wait_until(
+      [&request] {
+        int done = 0;
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        return done != 0;
+      },
+      timeout_s, rank, what);
+}
+
+void madpipe::runtime::wait_until(const std::function<bool()>& done, double timeout_s, int rank,
+                                  const std::string& what, bool spin) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s));
   PollPacer pacer;
   for (long polls = 0;; ++polls) {
-    int done = 0;
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
+    if (done()) return;
     if (timeout_s > 0 && polls % 64 == 63 && std::chrono::steady_clock::now() > deadline) {
       char limit[32];
       std::snprintf(limit, sizeof limit, "%g", timeout_s);
       throw Error(ErrorKind::Runtime, "", "transfer-timeout",
                   "rank " + std::to_string(rank) + " waited more than " + limit + " s " + what);
     }
-    pacer.pause();
+    if (spin)
+      std::this_thread::yield();
+    else
+      pacer.pause();
   }
 }
 

@@ -49,6 +49,10 @@ std::string computed_on_rank0(int rank, const std::function<std::string()>& prod
 // "transfer-timeout") "rank R waited more than T s <what>", so that a lost or stuck peer stops
 // the run instead of hanging it. Polls as PollPacer says.
 void wait_with_deadline(MPI_Request& request, double timeout_s, int rank, const std::string& what);
+// The same loop over any condition: polls `done` until it returns true. `spin`: yield between
+// polls instead of pacing (a GPU rank, whose host has cores of its own).
+void wait_until(const std::function<bool()>& done, double timeout_s, int rank,
+                const std::string& what, bool spin = false);
 
 // The pause between two polls of a rank that waits for a message. A wait that has lasted
 // kSpinFor yields between polls (the message is probably about to come); a longer one sleeps

@@ -3,10 +3,7 @@
 #include "core/error.hpp"
 #include "runtime/comm/mpi_session.hpp"
 
-#include <chrono>
-#include <cstdio>
 #include <exception>
-#include <thread>
 
 namespace mr = madpipe::runtime;
 
@@ -87,33 +84,21 @@ void mr::nccl::Communicators::check_errors(const std::string& context) {
 }
 
 void mr::nccl::Communicators::wait(Event& event, double timeout_s, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_s));
-  PollPacer pacer;
-  for (long polls = 0;; ++polls) {
-    try {
-      if (event.done()) return;
-    } catch (...) {
-      abort();
-      throw;
-    }
-    if (polls % 256 == 0) check_errors("while waiting " + what);
-    if (timeout_s > 0 && polls % 64 == 63 && std::chrono::steady_clock::now() > deadline) {
-      abort();
-      char limit[32];
-      std::snprintf(limit, sizeof limit, "%g", timeout_s);
-      throw Error(ErrorKind::Runtime, "", "transfer-timeout",
-                  "rank " + std::to_string(world_rank_) + " waited more than " + limit + " s " +
-                      what + " over " + api_->name() +
-                      " (is that rank stuck or gone? a longer step needs a larger "
-                      "--transfer-timeout; the communicators are aborted)");
-    }
-    // On a GPU the wait is short and the host has its own cores; on CPU ranks it shares them.
-    if (api_->host_runs_compute())
-      pacer.pause();
-    else
-      std::this_thread::yield();
+  long polls = 0;
+  try {
+    wait_until(
+        [&] {
+          if (polls++ % 256 == 0) check_errors("while waiting " + what);
+          return event.done();
+        },
+        timeout_s, world_rank_,
+        what + " over " + api_->name() +
+            " (is that rank stuck or gone? a longer step needs a larger --transfer-timeout; the "
+            "communicators are aborted)",
+        /*spin=*/!api_->host_runs_compute());
+  } catch (...) {
+    abort();  // a rule broken, an NCCL error or the timeout
+    throw;
   }
 }
 
