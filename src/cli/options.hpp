@@ -55,6 +55,14 @@ po::typed_value<std::string>* optional_enum_value(std::optional<Enum>& target,
       });
 }
 
+// A number with no default: `target` stays empty unless the option is given.
+template <typename T>
+po::typed_value<T>* optional_value(std::optional<T>& target, const char* value_name = "X") {
+  return po::value<T>()->value_name(value_name)->notifier([&target](const T& value) {
+    target = value;
+  });
+}
+
 // The long names of the options of a group, for a ConfigSection.
 std::vector<std::string> option_names(const po::options_description& group);
 

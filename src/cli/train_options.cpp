@@ -70,11 +70,25 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
       "samples per micro-batch")(
       "optimizer", enum_value(c.optimizer, runtime::kOptimizerNames, "optimizer", "--optimizer"),
       "adamw or sgd")("learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate),
-                      "step size")("momentum", po::value(&c.momentum)->default_value(c.momentum),
-                                   "sgd momentum")(
+                      "peak step size (after the warm-up, before the decay)")(
+      "lr-schedule",
+      enum_value(c.lr_schedule, runtime::kLrScheduleNames, "learning-rate schedule",
+                 "--lr-schedule"),
+      "after the warm-up: constant, or a cosine or linear decay to --min-lr at the last step")(
+      "warmup-steps",
+      po::value(&c.warmup_steps)
+          ->default_value(c.warmup_steps)
+          ->notifier(at_least(0, "--warmup-steps")),
+      "first steps whose learning rate rises linearly to --learning-rate")(
+      "min-lr", optional_value(c.min_lr, "LR"),
+      "learning rate of the last step with --lr-schedule cosine or linear (default 0)")(
+      "momentum", po::value(&c.momentum)->default_value(c.momentum), "sgd momentum")(
       "weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
-      "decoupled weight decay")("seed", po::value(&c.seed)->default_value(c.seed),
-                                "initial weights and data order")(
+      "decoupled weight decay of the parameters with two or more dimensions (not biases or "
+      "norm scales)")("clip-grad-norm", optional_value(c.clip_grad_norm, "NORM"),
+                      "scale the gradients down when their global norm (over every parameter of "
+                      "the model) exceeds NORM (sync mode; default: no clipping)")(
+      "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data order")(
       "eval-every",
       po::value(&c.eval_every)->default_value(c.eval_every)->notifier(at_least(0, "--eval-every")),
       "steps between validation losses (0: never)")(

@@ -73,11 +73,23 @@ python_with_torch() {
 }
 
 # same_losses A B: the per-step losses of two runs' metrics.jsonl agree within 1e-5 (relative).
+# same_losses A B [KEY]: the metrics files agree on KEY (default: loss) at every step, up to
+# rounding (relative 1e-5).
 same_losses() {
+  python3 - "$1" "$2" "${3:-loss}" <<'PY'
+import json, sys
+key = sys.argv[3]
+a, b = ([json.loads(l)[key] for l in open(f)] for f in sys.argv[1:3])
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)) else 1)
+PY
+}
+
+# clipped_everywhere FILE BOUND: every step's gradient norm exceeds BOUND (so clipping acted).
+clipped_everywhere() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
-a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
-sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b)) else 1)
+norms = [json.loads(l)["grad_norm"] for l in open(sys.argv[1])]
+sys.exit(0 if norms and all(n > float(sys.argv[2]) for n in norms) else 1)
 PY
 }
 
@@ -511,6 +523,24 @@ PY
     python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" ||
       fail "the loss did not fall: $first -> $last"
     ;;
+  llama_from_pytorch_example)
+    # examples/llama_from_pytorch at small size on 1 and 4 ranks: the same losses, a falling loss,
+    # and the exported weights give madpipe's last validation loss in PyTorch (check.py).
+    python_with_torch
+    example=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/examples/llama_from_pytorch/run.sh
+    for ranks in 1 4; do
+      MADPIPE=$madpipe PYTHON=$python SIZE=small STEPS=24 "$example" "$ranks" "run-$ranks" \
+        >"out-$ranks" 2>&1 || { cp "out-$ranks" out; fail "the example on $ranks ranks failed"; }
+      grep -q "validation loss: PyTorch .* (relative difference" "out-$ranks" ||
+        { cp "out-$ranks" out; fail "no check line on $ranks ranks"; }
+    done
+    same_losses run-4/run/metrics.jsonl run-1/run/metrics.jsonl ||
+      fail "the losses on 4 ranks differ from 1 rank's"
+    first=$(loss_of run-4/run/metrics.jsonl 1)
+    last=$(loss_of run-4/run/metrics.jsonl 24)
+    python3 -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" ||
+      fail "the loss did not fall: $first -> $last"
+    ;;
   mlp_tensor_file)
     # An MLP trains on the tensors of a file written by torch.save in Python; a file whose rows
     # the model does not take, or a truncated one, stops every rank before training.
@@ -756,6 +786,66 @@ PY
     [[ $status -ne 0 ]] || fail "2bw with replicas must fail"
     grep -q "data-parallel replicas need --mode sync" err || fail "message should name the mode"
     ;;
+  clipping_equals_plain_loop)
+    # Global gradient clipping, a warm-up and cosine schedule and weight decay of the matrices:
+    # on 2 and 4 pipeline ranks and on 2 replicas x 2 ranks, the losses and gradient norms of
+    # the plain loop over the unsplit model, the clipping acting at every step.
+    clip=(--model mlp --layers 4 --width 16 --inputs 6 --outputs 3 --micro-batch-size 2
+      --eval-every 0 --trace-steps 0 --optimizer adamw --steps 5 --learning-rate 0.01
+      --lr-schedule cosine --warmup-steps 2 --min-lr 0.001 --weight-decay 0.1
+      --clip-grad-norm 0.05)
+    mpi 1 "${clip[@]}" --gpus 1 --micro-batches 4 --plain-loop --output-dir plain
+    [[ $status -eq 0 ]] || fail "the plain loop failed: $(tail -3 err)"
+    clipped_everywhere plain/metrics.jsonl 0.05 || fail "the bound should clip every step"
+    grep -qE "^step 1/5  loss [0-9.]+  lr 0.00333  grad_norm [0-9.e+-]+  " out ||
+      fail "the progress line should show the learning rate and gradient norm: $(grep '^step 1/' out)"
+    python3 - plain/metrics.jsonl <<'PY' || fail "the learning rates should follow the schedule"
+import json, math, sys
+lrs = [json.loads(l)["lr"] for l in open(sys.argv[1])]
+expected = [0.01 / 3, 0.02 / 3, 0.01, 0.001 + 0.009 * 0.5 * (1 + math.cos(math.pi / 2)), 0.001]
+assert all(abs(a - b) <= 1e-12 for a, b in zip(lrs, expected)) and len(lrs) == 5, lrs
+PY
+    for variant in pipeline2 pipeline4 replicas; do
+      case $variant in
+        pipeline2) args=(--gpus 2 --micro-batches 4) ranks=2 ;;
+        pipeline4) args=(--gpus 4 --micro-batches 4) ranks=4 ;;
+        replicas) args=(--gpus 4 --replicas 2 --micro-batches 2) ranks=4 ;;
+      esac
+      mpi $ranks "${clip[@]}" "${args[@]}" --output-dir $variant
+      [[ $status -eq 0 ]] || fail "$variant failed: $(tail -3 err)"
+      same_losses $variant/metrics.jsonl plain/metrics.jsonl || fail "$variant: losses differ"
+      same_losses $variant/metrics.jsonl plain/metrics.jsonl grad_norm ||
+        fail "$variant: gradient norms differ from the plain loop's"
+    done
+    ;;
+  schedule_resumes)
+    # The schedule is a function of the step: a run resumed at step 3 goes on with the learning
+    # rates, gradient norms and losses of the uninterrupted run.
+    sched=("${small[@]}" --gpus 2 --steps 6 --lr-schedule linear --clip-grad-norm 0.5
+      --learning-rate 0.01 --warmup-steps 2)
+    mpi 2 "${sched[@]}" --checkpoint-every 3 --output-dir straight
+    [[ $status -eq 0 ]] || fail "uninterrupted run failed: $(tail -3 err)"
+    cp -r straight resumed
+    rm -rf resumed/checkpoints/step-6
+    echo 3 >resumed/checkpoints/latest
+    mpi 2 "${sched[@]}" --output-dir resumed --resume
+    [[ $status -eq 0 ]] || fail "resumed run failed: $(tail -3 err)"
+    grep -q "resumed from the checkpoint of step 3" out || fail "no resume message"
+    python3 - <<'PY' || fail "the resumed steps differ from the uninterrupted run's"
+import json
+def steps(path):
+    return {l["step"]: l for l in map(json.loads, open(path))}
+a, b = steps("straight/metrics.jsonl"), steps("resumed/metrics.jsonl")
+assert sorted(b) == list(range(1, 7)), sorted(b)
+for s in (4, 5, 6):
+    assert (a[s]["lr"], a[s]["loss"], a[s]["grad_norm"]) == (b[s]["lr"], b[s]["loss"], b[s]["grad_norm"]), (a[s], b[s])
+assert b[6]["lr"] == 0.0
+PY
+    mpi 2 "${sched[@]:0:${#sched[@]}-2}" --warmup-steps 1 --output-dir resumed --resume
+    [[ $status -eq 2 ]] || fail "a resume with another warm-up should exit 2, got $status"
+    grep -q "training.warmup_steps: the checkpoint.s run has 2, this run 1" err ||
+      fail "the refusal should name the warm-up: $(cat err)"
+    ;;
   options_checked_before_mpi)
     # Bad options fail in the command line, before MPI starts or anything is written.
     check_refused() {
@@ -781,6 +871,15 @@ PY
     check_refused "--on-nan skip needs --mode sync" --mode 2bw --on-nan skip
     check_refused "--gpus: must be at most 4096" --gpus 5000
     check_refused "--memory: must be > 0" --memory 0
+    check_refused "clip-grad-norm: must be > 0 (the largest global gradient norm), got 0" \
+      --clip-grad-norm 0
+    check_refused "clip-grad-norm: global gradient clipping needs --mode sync" --mode 2bw \
+      --clip-grad-norm 1
+    check_refused "warmup-steps: a warm-up of 8 steps leaves no step at the peak learning rate (--steps 8)" \
+      --steps 8 --warmup-steps 8
+    check_refused "--lr-schedule: unknown learning-rate schedule 'step' (valid: constant, cosine, linear)" \
+      --lr-schedule step
+    check_refused "min-lr: --min-lr is where --lr-schedule cosine or linear ends" --min-lr 0.0001
     ;;
   train_plans_as_plan_does)
     # Without --plan, train's plan is the one `madpipe plan` makes from the same profile and
@@ -908,19 +1007,23 @@ PY
     lm=(--model script --script tied.pt --data train.bin --data-format tokens-u16 --context 8
       --micro-batches 3 --micro-batch-size 4 --learning-rate 0.01 --weight-decay 0.1
       --eval-every 5 --steps 10)
+    clip=(--clip-grad-norm 0.1 --lr-schedule cosine --warmup-steps 2)  # the norm counts the tie once
     for ranks in 1 2 3; do
-      mpi "$ranks" "${lm[@]}" --gpus "$ranks" --output-dir "tied-$ranks"
+      mpi "$ranks" "${lm[@]}" "${clip[@]}" --gpus "$ranks" --output-dir "tied-$ranks"
       [[ $status -eq 0 ]] || fail "the tied model on $ranks ranks failed: $(tail -3 err)"
       grep -q "^tied parameters: 1 group(s), e.g. embed.weight and head.weight; trained as one tensor" out ||
         fail "no note of the tie on $ranks ranks: $(head -20 out)"
       "$madpipe" export-weights --run "tied-$ranks" --output "tied-$ranks.pt" >/dev/null 2>err ||
         fail "export-weights of tied-$ranks failed: $(cat err)"
     done
-    mpi 1 "${lm[@]}" --gpus 1 --plain-loop --output-dir tied-plain
+    mpi 1 "${lm[@]}" "${clip[@]}" --gpus 1 --plain-loop --output-dir tied-plain
     [[ $status -eq 0 ]] || fail "the tied model's plain loop failed: $(tail -3 err)"
+    clipped_everywhere tied-plain/metrics.jsonl 0.1 || fail "the bound should clip every step"
     for ranks in 1 2 3; do
       same_losses "tied-$ranks/metrics.jsonl" tied-plain/metrics.jsonl ||
         fail "the tied model's losses on $ranks ranks differ from the plain loop's"
+      same_losses "tied-$ranks/metrics.jsonl" tied-plain/metrics.jsonl grad_norm ||
+        fail "the tied model's gradient norms on $ranks ranks differ from the plain loop's"
     done
     "$python" - <<'PY' 2>/dev/null || fail "the tied weights came apart, or differ between 1 and 3 ranks"
 import sys, torch

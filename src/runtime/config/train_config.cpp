@@ -1,6 +1,8 @@
 #include "runtime/config/train_config.hpp"
 
 #include "core/error.hpp"
+#include "core/units.hpp"
+#include "runtime/config/learning_rate.hpp"
 
 #include <string>
 
@@ -77,4 +79,15 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
   if (!(c.replan_min_gain >= 0 && c.replan_min_gain < 1))
     invalid("replan-min-gain",
             "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
+  check_learning_rate_schedule(c);
+  if (c.weight_decay < 0)
+    invalid("weight-decay", "must be >= 0, got " + format_number(c.weight_decay));
+  if (c.clip_grad_norm && !(*c.clip_grad_norm > 0))
+    invalid("clip-grad-norm", "must be > 0 (the largest global gradient norm), got " +
+                                  format_number(*c.clip_grad_norm) +
+                                  "; leave it out for no clipping");
+  if (c.clip_grad_norm && c.mode != TrainingMode::Sync)
+    invalid("clip-grad-norm",
+            "global gradient clipping needs --mode sync (2bw updates each stage inside the "
+            "pipeline, before the other stages' gradients of that update exist)");
 }

@@ -3,6 +3,7 @@
 #include "core/names.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace madpipe::runtime {
@@ -24,6 +25,12 @@ enum class OptimizerKind { AdamW, Sgd };
 inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW, "adamw"},
                                                            {OptimizerKind::Sgd, "sgd"}};
 
+// How the learning rate moves over the steps after the warm-up (--lr-schedule).
+enum class LrSchedule { Constant, Cosine, Linear };
+inline constexpr Named<LrSchedule> kLrScheduleNames[] = {{LrSchedule::Constant, "constant"},
+                                                         {LrSchedule::Cosine, "cosine"},
+                                                         {LrSchedule::Linear, "linear"}};
+
 // What --data holds: text (the gpt's characters), token ids as little-endian unsigned integers
 // of 2 or 4 bytes (nanoGPT's train.bin), or the dict {"inputs": X, "targets": Y} of torch.save.
 enum class DataFormat { Text, TokensU16, TokensU32, Tensors };
@@ -42,9 +49,13 @@ struct TrainingSettings {
   int micro_batches = 8;  // per step
   int micro_batch_size = 8;
   OptimizerKind optimizer = OptimizerKind::AdamW;
-  double learning_rate = 1e-3;
-  double momentum = 0.9;  // sgd
-  double weight_decay = 0.0;
+  double learning_rate = 1e-3;  // the peak: after the warm-up, before the decay
+  LrSchedule lr_schedule = LrSchedule::Constant;
+  int warmup_steps = 0;
+  std::optional<double> min_lr;          // cosine, linear: the last step's (unset: 0)
+  double momentum = 0.9;                 // sgd
+  double weight_decay = 0.0;             // parameters of two or more dimensions only
+  std::optional<double> clip_grad_norm;  // the global gradient norm's bound (unset: no clipping)
   std::uint64_t seed = 1;
   int eval_every = 10;  // steps between validation losses; 0: never
   int eval_micro_batches = 8;

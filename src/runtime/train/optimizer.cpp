@@ -79,19 +79,45 @@ class AdamWInPlace final : public torch::optim::AdamW {
 };
 }  // namespace
 
+namespace {
+// nanoGPT's rule: weights of two or more dimensions (matrices, embeddings, convolutions) decay;
+// biases and norm scales do not. The optimizer's defaults are `kept` (no decay), and the group
+// that decays carries its own options: LibTorch fills a group's options that hold their type's
+// default value (a weight decay of 0) from the optimizer's defaults.
+std::vector<torch::optim::OptimizerParamGroup> decay_groups(
+    std::vector<torch::Tensor> parameters, const torch::optim::OptimizerOptions& decayed) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (torch::Tensor& p : parameters) (p.dim() >= 2 ? decay : no_decay).push_back(std::move(p));
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!no_decay.empty()) groups.emplace_back(std::move(no_decay));
+  if (!decay.empty()) groups.emplace_back(std::move(decay), decayed.clone());
+  return groups;
+}
+}  // namespace
+
 std::unique_ptr<torch::optim::Optimizer> madpipe::runtime::make_optimizer(
     const TrainingSettings& c, std::vector<torch::Tensor> parameters) {
   switch (c.optimizer) {
-    case OptimizerKind::AdamW:
+    case OptimizerKind::AdamW: {
+      const auto kept = torch::optim::AdamWOptions(c.learning_rate).weight_decay(0);
       return std::make_unique<AdamWInPlace>(
-          parameters, torch::optim::AdamWOptions(c.learning_rate).weight_decay(c.weight_decay));
-    case OptimizerKind::Sgd:
-      return std::make_unique<torch::optim::SGD>(parameters,
-                                                 torch::optim::SGDOptions(c.learning_rate)
-                                                     .momentum(c.momentum)
-                                                     .weight_decay(c.weight_decay));
+          decay_groups(std::move(parameters),
+                       torch::optim::AdamWOptions(kept).weight_decay(c.weight_decay)),
+          kept);
+    }
+    case OptimizerKind::Sgd: {
+      const auto kept = torch::optim::SGDOptions(c.learning_rate).momentum(c.momentum);
+      return std::make_unique<torch::optim::SGD>(
+          decay_groups(std::move(parameters),
+                       torch::optim::SGDOptions(kept).weight_decay(c.weight_decay)),
+          kept);
+    }
   }
   throw Error(ErrorKind::Internal, "", "optimizer", "an optimizer kind without its optimizer");
+}
+
+void madpipe::runtime::set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
 std::vector<torch::Tensor> madpipe::runtime::export_param_state(

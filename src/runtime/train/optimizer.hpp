@@ -11,10 +11,13 @@ namespace madpipe::runtime {
 
 struct TrainingSettings;
 
-// The optimizer of the config (adamw | sgd) over `parameters`; throws Error{InvalidInput} naming
-// `optimizer` for another name.
+// The optimizer of the config (adamw | sgd) over `parameters`, at --learning-rate; weight decay
+// applies to the parameters of two or more dimensions only (two parameter groups).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainingSettings& config,
                                                         std::vector<torch::Tensor> parameters);
+
+// Sets the learning rate of every parameter group (the schedule's value for the coming step).
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // An optimizer's state of one parameter as plain tensors (AdamW: step, exp_avg, exp_avg_sq and,
 // with amsgrad, max_exp_avg_sq; SGD: the momentum buffer), so that it can move to another rank

@@ -110,18 +110,23 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
                 {"vocab", c.vocab},
                 {"script", c.script},
                 {"loss", c.loss ? name_of(kLossNames, *c.loss) : ""}};
-  j["training"] = {{"data", c.data},
-                   {"data_format", name_of(kDataFormatNames, c.data_format)},
-                   {"validation_data", c.validation_data},
-                   {"mode", name_of(kTrainingModeNames, c.mode)},
-                   {"steps", c.steps},
-                   {"micro_batches", c.micro_batches},
-                   {"micro_batch_size", c.micro_batch_size},
-                   {"optimizer", name_of(kOptimizerNames, c.optimizer)},
-                   {"learning_rate", c.learning_rate},
-                   {"momentum", c.momentum},
-                   {"weight_decay", c.weight_decay},
-                   {"seed", c.seed}};
+  j["training"] = {
+      {"data", c.data},
+      {"data_format", name_of(kDataFormatNames, c.data_format)},
+      {"validation_data", c.validation_data},
+      {"mode", name_of(kTrainingModeNames, c.mode)},
+      {"steps", c.steps},
+      {"micro_batches", c.micro_batches},
+      {"micro_batch_size", c.micro_batch_size},
+      {"optimizer", name_of(kOptimizerNames, c.optimizer)},
+      {"learning_rate", c.learning_rate},
+      {"lr_schedule", name_of(kLrScheduleNames, c.lr_schedule)},
+      {"warmup_steps", c.warmup_steps},
+      {"min_lr", c.min_lr ? nlohmann::json(*c.min_lr) : nlohmann::json()},
+      {"momentum", c.momentum},
+      {"weight_decay", c.weight_decay},
+      {"clip_grad_norm", c.clip_grad_norm ? nlohmann::json(*c.clip_grad_norm) : nlohmann::json()},
+      {"seed", c.seed}};
   j["platform"] = {
       {"gpus", c.platform.gpus},
       {"replicas", c.replicas},
@@ -147,7 +152,7 @@ void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int
     throw Error(ErrorKind::InvalidInput, path.string(), "", std::string("not JSON: ") + e.what());
   }
   const nlohmann::json now = nlohmann::json::parse(run_record(config, step));
-  const std::set<std::string> may_change = {"steps", "learning_rate"};
+  const std::set<std::string> may_change = {"steps", "learning_rate", "min_lr"};
   for (const char* part : {"model", "training", "platform"}) {
     if (!saved.contains(part)) continue;
     for (const auto& [key, value] : saved[part].items()) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -205,49 +206,123 @@ bool all_finite(const std::vector<torch::Tensor>& parameters) {
     if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
   return true;
 }
+
+// The step's health reduction: minima of the first kMinima entries, sums of the others.
+enum HealthEntry {
+  kBadMicroBatch,
+  kBadStage,
+  kStopSignal,
+  kMinima,
+  kSquaredNorm = kMinima,
+  kLossSum,
+  kLossCount,
+  kHealthEntries
+};
+
+void reduce_health(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const double*>(in);
+  auto* b = static_cast<double*>(inout);
+  for (int i = 0; i < *count; ++i)
+    b[i] = i % kHealthEntries < kMinima ? std::min(a[i], b[i]) : a[i] + b[i];
+}
+
+MPI_Op health_op() {
+  static const MPI_Op op = [] {
+    MPI_Op made = MPI_OP_NULL;
+    MPI_Op_create(&reduce_health, 1, &made);
+    return made;
+  }();
+  return op;
+}
+
+// This rank's local stages with gradients, and for each the sum of its gradients' squares (in
+// double) over all of its parameters and over those the global norm counts here, read from the
+// device at once (a read per parameter would wait for the device as many times). The norm
+// reduces without a temporary of the gradient's size, where isfinite() holds several beyond the
+// memory the plan gives the stage; a sum is finite only if every value is (a NaN or an infinity
+// carries into it).
+struct GradientSquares {
+  std::vector<int> stages;
+  std::vector<double> all, counted;
+};
+
+GradientSquares gradient_squares(const SyncPipeline& pipeline, bool counts_norm) {
+  GradientSquares out;
+  std::set<const void*> seen;  // a tied tensor on two local stages is one parameter
+  std::vector<torch::Tensor> sums;
+  for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
+    std::vector<torch::Tensor> all, counted;
+    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s)) {
+      if (!p.grad().defined() || !seen.insert(param_key(p)).second) continue;
+      torch::Tensor square =
+          at::linalg_vector_norm(p.grad(), 2, std::nullopt, false, torch::kDouble).square();
+      all.push_back(square);
+      if (counts_norm && !(pipeline.tied && pipeline.tied->is_later_copy(p)))
+        counted.push_back(square);
+    }
+    if (all.empty()) continue;
+    out.stages.push_back(s);
+    sums.push_back(torch::stack(all).sum());
+    sums.push_back(counted.empty() ? torch::zeros({}, sums.back().options())
+                                   : torch::stack(counted).sum());
+  }
+  if (sums.empty()) return out;
+  pipeline.transport->await_compute("for this step's backward to finish");
+  const torch::Tensor on_host = torch::stack(sums).to(torch::kCPU);
+  const double* values = on_host.data_ptr<double>();
+  for (std::size_t k = 0; k < out.stages.size(); ++k) {
+    out.all.push_back(values[2 * k]);
+    out.counted.push_back(values[2 * k + 1]);
+  }
+  return out;
+}
 }  // namespace
 
-StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, double timeout_s) {
-  // Whether each local stage's gradients are all finite, read from the device at once (a read per
-  // parameter would wait for the device as many times). A gradient's sum is finite only if all
-  // its values are (a NaN or an infinity carries into it), and summing holds no tensor of the
-  // gradient's size, where isfinite() holds several beyond the memory the plan gives the stage;
-  // a stage with a sum that is not finite (it may only have overflowed) is checked value by value.
-  int bad_stage = INT_MAX;
-  std::vector<int> checked_stages;
-  std::vector<torch::Tensor> stage_finite;
-  for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
-    std::vector<torch::Tensor> sums;
-    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
-      if (p.grad().defined()) sums.push_back(p.grad().sum().to(torch::kFloat));
-    if (sums.empty()) continue;
-    checked_stages.push_back(s);
-    stage_finite.push_back(torch::isfinite(torch::stack(sums)).all());
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, const StepLoss& loss,
+                           bool counts_norm, double timeout_s) {
+  const GradientSquares squares = gradient_squares(pipeline, counts_norm);
+  double local[kHealthEntries] = {static_cast<double>(bad_micro_batch),
+                                  INT_MAX,
+                                  -static_cast<double>(madpipe::runtime::stop_signal()),
+                                  0.0,
+                                  loss.sum,
+                                  static_cast<double>(loss.count)};
+  for (std::size_t k = 0; k < squares.stages.size(); ++k) {
+    const int s = squares.stages[k];
+    if (!std::isfinite(squares.all[k]) && !all_finite(pipeline.executor->stage_parameters(s)))
+      local[kBadStage] = std::min(local[kBadStage], static_cast<double>(s));
+    local[kSquaredNorm] += squares.counted[k];
   }
-  if (!stage_finite.empty()) {
-    pipeline.transport->await_compute("for this step's backward to finish");
-    const torch::Tensor on_host = torch::stack(stage_finite).to(torch::kCPU);
-    const bool* finite = on_host.data_ptr<bool>();
-    for (std::size_t k = 0; k < checked_stages.size(); ++k)
-      if (!finite[k] && !all_finite(pipeline.executor->stage_parameters(checked_stages[k])))
-        bad_stage = std::min(bad_stage, checked_stages[k]);
-  }
-  int local[3] = {bad_micro_batch, bad_stage, -madpipe::runtime::stop_signal()};
-  int all[3];
-  all_reduce_within(local, all, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD, timeout_s,
+  double all[kHealthEntries];
+  all_reduce_within(local, all, kHealthEntries, MPI_DOUBLE, health_op(), MPI_COMM_WORLD, timeout_s,
                     "for the other ranks to end the step (is a rank stuck or gone? a longer "
                     "step needs a larger --transfer-timeout)");
   StepHealth health;
-  health.stop_signal = -all[2];
+  health.stop_signal = -static_cast<int>(all[kStopSignal]);
+  health.grad_norm = std::sqrt(all[kSquaredNorm]);
+  health.loss = all[kLossSum] / std::max(1.0, all[kLossCount]);
   const auto& stages = pipeline.plan.stages;
-  if (all[0] != INT_MAX)
-    health.problem = "the loss of micro-batch " + std::to_string(all[0]) + " (stage " +
+  if (all[kBadMicroBatch] != INT_MAX)
+    health.problem = "the loss of micro-batch " +
+                     std::to_string(static_cast<int>(all[kBadMicroBatch])) + " (stage " +
                      std::to_string(stages.size() - 1) + " on rank " +
                      std::to_string(stages.back().gpu) + ") is not finite";
-  else if (all[1] != INT_MAX)
-    health.problem = "a gradient of stage " + std::to_string(all[1]) + " (rank " +
-                     std::to_string(stages[all[1]].gpu) + ") is not finite";
+  else if (all[kBadStage] != INT_MAX)
+    health.problem =
+        "a gradient of stage " + std::to_string(static_cast<int>(all[kBadStage])) + " (rank " +
+        std::to_string(stages[static_cast<std::size_t>(all[kBadStage])].gpu) + ") is not finite";
   return health;
+}
+
+void clip_gradients(const SyncPipeline& pipeline, double grad_norm, double max_norm) {
+  // torch.nn.utils.clip_grad_norm_'s factor: the norm plus 1e-6 to max_norm, at most 1.
+  const double factor = max_norm / (grad_norm + 1e-6);
+  if (!(factor < 1)) return;
+  std::set<const void*> seen;
+  torch::NoGradGuard no_grad;
+  for (const auto& [s, optimizer] : pipeline.stage_optimizers)
+    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
+      if (p.grad().defined() && seen.insert(param_key(p)).second) p.grad().mul_(factor);
 }
 
 }  // namespace madpipe::runtime

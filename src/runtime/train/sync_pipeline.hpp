@@ -76,15 +76,27 @@ bool replan(const TrainConfig& c, const Profile& profile, double time_scale, int
             const LayerOutputs& outputs, const ReplicaGroups& groups, int rank, const Say& say);
 
 // What every rank must know after a step's forwards and backwards: a NaN or Inf loss (the
-// first such micro-batch) or gradient (the first such stage), and a request to stop.
+// first such micro-batch) or gradient (the first such stage), a request to stop, the step's
+// global gradient norm and its mean loss.
 struct StepHealth {
   std::string problem;  // empty: all finite
   int stop_signal = 0;
+  double grad_norm = 0;  // over every parameter of the model, each counted once
+  double loss = 0;       // mean over the step's micro-batches (all replicas)
 };
 
-// Collective: every rank learns of a NaN or Inf loss (`bad_micro_batch`, INT_MAX: none) or
-// gradient on any rank, and of a request to stop. Waits at most `timeout_s` (> 0) for the device's
-// compute (the receives it waits for) and for the other ranks.
-StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, double timeout_s);
+// Collective, one reduction of a few numbers: every rank learns of a NaN or Inf loss
+// (`bad_micro_batch`, INT_MAX: none) or gradient on any rank, of a request to stop, the global
+// gradient norm and the mean of the ranks' `loss`. The norm counts each tied group at its first
+// rank and, with replicas (whose averaged gradients are equal), only the ranks where
+// `counts_norm`. Waits at most `timeout_s` (> 0) for the device's compute (the receives it waits
+// for) and for the other ranks.
+StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, const StepLoss& loss,
+                           bool counts_norm, double timeout_s);
+
+// Scales this rank's gradients by max_norm / (grad_norm + 1e-6) when that is below 1, as
+// torch.nn.utils.clip_grad_norm_ does with the global norm (every rank scales its parameters,
+// tied copies included, by the same factor).
+void clip_gradients(const SyncPipeline& pipeline, double grad_norm, double max_norm);
 
 }  // namespace madpipe::runtime

@@ -26,13 +26,22 @@ madpipe::runtime::TiedGradients::TiedGradients(const ChainModel& model, const pl
     MPI_Comm_split(pipeline, local ? static_cast<int>(g) : MPI_UNDEFINED, position, &ranks);
     if (!local) continue;
     const auto parameters = model.layers.at(local->layer).ptr()->parameters();
-    groups_.push_back({ranks, parameters.at(static_cast<std::size_t>(local->index))});
+    int rank = 0;
+    MPI_Comm_rank(ranks, &rank);
+    groups_.push_back({ranks, parameters.at(static_cast<std::size_t>(local->index)), rank == 0});
   }
 }
 
 madpipe::runtime::TiedGradients::~TiedGradients() {
   for (Group& group : groups_)
     if (group.ranks != MPI_COMM_NULL) MPI_Comm_free(&group.ranks);
+}
+
+bool madpipe::runtime::TiedGradients::is_later_copy(const at::Tensor& parameter) const {
+  for (const Group& group : groups_)
+    if (group.parameter.unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl())
+      return !group.first;
+  return false;
 }
 
 void madpipe::runtime::TiedGradients::sum() {

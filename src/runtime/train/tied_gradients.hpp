@@ -30,11 +30,15 @@ class TiedGradients {
   // zero); after the replicas' averaging, before the optimizer steps. Throws Error{Unsupported}
   // for a dtype other than float and double.
   void sum();
+  // Whether `parameter` is this rank's copy of a group whose first rank holds it too: the global
+  // gradient norm counts each group once (at its first rank).
+  bool is_later_copy(const at::Tensor& parameter) const;
 
  private:
   struct Group {
     MPI_Comm ranks = MPI_COMM_NULL;
     at::Tensor parameter;
+    bool first = false;  // this rank is the group's first
   };
   std::vector<Group> groups_;  // this rank's
   int across_ranks_ = 0;

@@ -8,6 +8,7 @@
 #include "runtime/comm/nccl_api.hpp"
 #include "runtime/comm/replicas.hpp"
 #include "runtime/comm/transport.hpp"
+#include "runtime/config/learning_rate.hpp"
 #include "runtime/data/data.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/memory_meter.hpp"
@@ -176,7 +177,7 @@ class SyncSteps {
   StepLoss run_step(int step, int* bad_micro_batch);
   // Steps the optimizers, or skips the update (--on-nan skip); returns whether it skipped.
   bool update(int step, const StepHealth& health);
-  void record(int step, double loss, bool validated, bool skipped);
+  void record(int step, const StepHealth& health, bool validated, bool skipped);
   void checkpoint_after(int step, const StepHealth& health);
 
   TrainingRun& run_;
@@ -281,29 +282,38 @@ bool SyncSteps::update(int step, const StepHealth& health) {
              "; update skipped (--on-nan skip)");
     for (auto& optimizer : pipeline_->optimizers) optimizer->zero_grad();
   } else {
-    for (auto& optimizer : pipeline_->optimizers) optimizer->step();
+    if (c_.clip_grad_norm) clip_gradients(*pipeline_, health.grad_norm, *c_.clip_grad_norm);
+    const double lr = learning_rate_at(c_, step);
+    for (auto& optimizer : pipeline_->optimizers) {
+      set_learning_rate(*optimizer, lr);
+      optimizer->step();
+    }
   }
   return skipped;
 }
 
-void SyncSteps::record(int step, double loss, bool validated, bool skipped) {
+void SyncSteps::record(int step, const StepHealth& health, bool validated, bool skipped) {
   if (run_.rank() != 0) return;
   const double samples_per_s =
       run_.samples_per_s(step, c_.replicas * c_.micro_batches * c_.micro_batch_size);
   nlohmann::ordered_json line;
+  const double lr = learning_rate_at(c_, step);
   line["step"] = step;
-  line["loss"] = loss;
+  line["loss"] = health.loss;
   if (validated) line["val_loss"] = last_val_;
   if (skipped) line["skipped"] = true;
+  line["lr"] = lr;
+  line["grad_norm"] = health.grad_norm;
   line["samples_per_s"] = samples_per_s;
   line["seconds"] = run_.seconds();
   run_.append_metrics(line);
   if (validated || run_.prints_progress(step)) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  %.1f samples/s  eta %s", step,
-                  c_.steps, loss,
-                  validated ? ("  val " + std::to_string(last_val_).substr(0, 6)).c_str() : "",
-                  samples_per_s, run_.eta(step).c_str());
+    std::snprintf(buf, sizeof buf,
+                  "step %d/%d  loss %.4f%s  lr %.3g  grad_norm %.3g  %.1f samples/s  eta %s", step,
+                  c_.steps, health.loss,
+                  validated ? ("  val " + std::to_string(last_val_).substr(0, 6)).c_str() : "", lr,
+                  health.grad_norm, samples_per_s, run_.eta(step).c_str());
     run_.say(buf);
   }
 }
@@ -337,10 +347,11 @@ int SyncSteps::train() {
     if (step == first_measured_) pipeline_->executor->reset_stage_times();
     int bad_micro_batch = INT_MAX;
     const StepLoss local = run_step(step, &bad_micro_batch);
-    // Every rank learns of a non-finite loss or gradient, and of a request to stop.
-    const StepHealth health = agree_on_health(*pipeline_, bad_micro_batch, c_.transfer_timeout);
+    // Every rank learns of a non-finite loss or gradient, of a request to stop, the global
+    // gradient norm and the step's loss (replicas hold equal gradients: the first one counts).
+    const StepHealth health = agree_on_health(*pipeline_, bad_micro_batch, local,
+                                              groups_.layout().replica == 0, c_.transfer_timeout);
     const bool skipped = update(step, health);
-    const double loss = mean_over_ranks(local, c_.transfer_timeout);
     const bool validate = run_.validates_after(step);
     if (validate)
       last_val_ = mean_over_ranks(
@@ -350,7 +361,7 @@ int SyncSteps::train() {
                                                            p_.device);
                                         }),
           c_.transfer_timeout);
-    record(step, loss, validate, skipped);
+    record(step, health, validate, skipped);
     if (recorder_ && step == last_traced_) finish_trace();
     checkpoint_after(step, health);
     if (run_.stops_after(health.stop_signal, step)) return 0;

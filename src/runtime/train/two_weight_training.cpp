@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "runtime/comm/mpi_session.hpp"
+#include "runtime/config/learning_rate.hpp"
 #include "runtime/device/device.hpp"
 #include "runtime/device/memory_meter.hpp"
 #include "runtime/train/layer_migration.hpp"
@@ -109,6 +110,9 @@ TwoWeightWindows::TwoWeightWindows(TrainingRun& run, const plan::Plan& plan, Cha
   versions_ = std::make_unique<TwoWeightVersions>(
       executor, *second_, m_,
       [this](std::vector<torch::Tensor> p) { return make_optimizer(c_, std::move(p)); });
+  versions_->before_each_update([this](torch::optim::Optimizer& optimizer, int generation) {
+    set_learning_rate(optimizer, learning_rate_at(c_, window_first_ + generation));
+  });
 }
 
 // A checkpoint holds the newest version and its optimizer; the executor's buffers.
@@ -143,6 +147,7 @@ void TwoWeightWindows::count_loss(int i, double loss) {
   nlohmann::ordered_json line;
   line["step"] = step;
   line["loss"] = entry.first / m_;
+  line["lr"] = learning_rate_at(c_, step);
   line["samples_per_s"] = run_.samples_per_s(step, m_ * c_.micro_batch_size);
   line["seconds"] = run_.seconds();
   window_lines_.push_back(line);

@@ -77,6 +77,7 @@ void madpipe::runtime::TwoWeightVersions::update(int stage, int generation) {
           params[p].grad().defined() ? params[p].grad().detach() : torch::zeros_like(newest[p]);
       params[p].mutable_grad() = torch::Tensor();
     }
+    if (prepare_) prepare_(*it->second, generation);
     it->second->step();
     torch::NoGradGuard no_grad;
     for (std::size_t p = 0; p < params.size(); ++p) {

@@ -41,6 +41,12 @@ class TwoWeightVersions {
   // newest(), say), and the executor's model holds the newest version (for validation).
   void synchronize_copies();
 
+  // Called before each stage's optimizer step with the update's generation (0: the first of the
+  // program): sets what varies by step, such as the learning rate.
+  void before_each_update(std::function<void(torch::optim::Optimizer&, int generation)> prepare) {
+    prepare_ = std::move(prepare);
+  }
+
  private:
   int copy_of(int stage, int micro_batch);
   void update(int stage, int generation);
@@ -51,6 +57,7 @@ class TwoWeightVersions {
   std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers_;
   std::map<int, std::set<int>> in_flight_;  // stage -> its micro-batches between F and B
   int updates_ = 0;
+  std::function<void(torch::optim::Optimizer&, int)> prepare_;
 };
 
 }  // namespace madpipe::runtime

@@ -142,7 +142,13 @@ TEST(Optimizer, AdamWUpdatesAsLibTorchsWithOneTemporary) {
   settings.learning_rate = 0.01;
   settings.weight_decay = 0.1;
   const std::unique_ptr<torch::optim::Optimizer> optimizer = mr::make_optimizer(settings, ours);
-  torch::optim::AdamW reference(theirs, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
+  // The bias (one dimension) does not decay.
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{theirs[1]});
+  groups.emplace_back(std::vector<torch::Tensor>{theirs[0]},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.01).weight_decay(0.1)));
+  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(0.01).weight_decay(0));
   mr::MemoryMeter meter(torch::kCPU);
   const std::int64_t largest = 64 * 32 * 4;
   std::int64_t our_extra = 0, their_extra = 0;
