@@ -4,7 +4,8 @@
 # exports the weights, and check.py recomputes the last validation loss in PyTorch.
 #   examples/llama_from_pytorch/run.sh [RANKS [WORK_DIR]]
 # Environment: MADPIPE (default build/madpipe), PYTHON (default .venv/bin/python), STEPS (200),
-# SIZE=small (2 blocks of width 64, context 32: what the tests run).
+# SIZE=small (2 blocks of width 64, context 32: what the tests run), PRECISION (fp32 or bf16;
+# with bf16, check.py recomputes the loss in fp32 from the fp32 master weights and allows 2%).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,6 +15,9 @@ work=${2:-$(mktemp -d /tmp/llama_from_pytorch.XXXXXX)}
 madpipe=$(realpath "${MADPIPE:-$repo/build/madpipe}")
 python=${PYTHON:-$repo/.venv/bin/python}
 steps=${STEPS:-200}
+precision=${PRECISION:-fp32}
+tolerance=1e-5
+[[ $precision == bf16 ]] && tolerance=2e-2
 model=(--layers 4 --width 128 --heads 4 --kv-heads 2 --context 64)
 [[ ${SIZE:-} == small ]] && model=(--layers 2 --width 64 --heads 4 --kv-heads 2 --context 32)
 context=${model[9]}
@@ -22,11 +26,11 @@ mpi_flags=(--oversubscribe)
 
 mkdir -p "$work"
 cd "$work"
-"$python" "$here/prepare.py" --output-dir .
+"$python" "$here/../gpt_from_pytorch/prepare.py" --output-dir .  # the same byte tokens
 "$python" "$here/model.py" "${model[@]}" --output model.pt 2>/dev/null
 # 1. Profile the model as it will train (the same data and micro-batch size).
 "$madpipe" profile --model script --script model.pt --data train.bin --data-format tokens-u16 \
-  --context "$context" --micro-batch-size 8 --output profile.json
+  --context "$context" --micro-batch-size 8 --precision "$precision" --output profile.json
 # 2. Plan it for RANKS GPUs.
 "$madpipe" plan --profile profile.json --gpus "$ranks" --memory 1GiB --bandwidth 10GB/s \
   --output plan.json
@@ -35,9 +39,9 @@ cd "$work"
 mpirun "${mpi_flags[@]}" -np "$ranks" "$madpipe" train --model script --script model.pt \
   --data train.bin --validation-data val.bin --data-format tokens-u16 --vocab 256 \
   --context "$context" --micro-batch-size 8 --micro-batches 4 --plan plan.json --gpus "$ranks" \
-  --steps "$steps" --optimizer adamw --learning-rate 0.003 --lr-schedule cosine \
+  --steps "$steps" --precision "$precision" --optimizer adamw --learning-rate 0.003 --lr-schedule cosine \
   --warmup-steps "$((steps / 10))" --min-lr 0.0003 --weight-decay 0.1 --clip-grad-norm 1.0 \
   --eval-every "$((steps / 4))" --output-dir run
 # The weights back to PyTorch, and the last validation loss recomputed there.
 "$madpipe" export-weights --run run --output model_state.pt
-"$python" "$here/check.py" "${model[@]}" --run run --weights model_state.pt
+"$python" "$here/check.py" "${model[@]}" --run run --weights model_state.pt --tolerance "$tolerance"

@@ -44,6 +44,10 @@ po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
           ->default_value(c.micro_batch_size)
           ->notifier(at_least(1, "--micro-batch-size")),
       "samples per micro-batch: the batch the costs are for")(
+      "precision",
+      madpipe::cli::enum_value(c.precision, madpipe::runtime::kPrecisionNames, "precision",
+                               "--precision"),
+      "the dtype the layers are measured in (as madpipe train --precision): fp32 or bf16")(
       "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data");
   return g;
 }

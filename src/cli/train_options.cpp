@@ -3,6 +3,8 @@
 #include "cli/planner_options.hpp"
 #include "cli/platform_options.hpp"
 
+#include <algorithm>
+
 #include <boost/program_options/value_semantic.hpp>
 
 // Option groups double as INI sections: "[training] steps = 100" is "--steps 100".
@@ -68,6 +70,9 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
           ->default_value(c.micro_batch_size)
           ->notifier(at_least(1, "--micro-batch-size")),
       "samples per micro-batch")(
+      "precision", enum_value(c.precision, runtime::kPrecisionNames, "precision", "--precision"),
+      "fp32, or bf16: bf16 weights and activations, fp32 master weights, gradients and optimizer "
+      "state (fp16 is not built yet)")(
       "optimizer", enum_value(c.optimizer, runtime::kOptimizerNames, "optimizer", "--optimizer"),
       "adamw or sgd")("learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate),
                       "peak step size (after the warm-up, before the decay)")(
@@ -144,6 +149,10 @@ void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
   // version, its gradient and the newest version the optimizer updates.
   if (config.mode == runtime::TrainingMode::TwoWeightVersions)
     platform.weight_copies += runtime::kTwoWeightVersionsExtraCopies;
+  // bf16 weights are half the profile's fp32 bytes, and the run holds fp32 masters, their
+  // gradients and the optimizer's state besides: at least held_weight_copies of them.
+  if (config.precision != runtime::Precision::Fp32)
+    platform.weight_copies = std::max(platform.weight_copies, runtime::held_weight_copies(config));
   config.platform = to_platform(platform);
   config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
   config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step

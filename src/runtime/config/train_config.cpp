@@ -80,6 +80,17 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
     invalid("replan-min-gain",
             "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
   check_learning_rate_schedule(c);
+  if (c.precision == Precision::Fp16)
+    invalid("precision",
+            "fp16 (dynamic loss scaling) is not built yet; bf16 needs no loss scaling and trains "
+            "the same models: --precision bf16");
+  if (c.precision != Precision::Fp32 && c.mode != TrainingMode::Sync)
+    invalid("precision", std::string("--precision ") + name_of(kPrecisionNames, c.precision) +
+                             " trains in --mode sync only (2bw keeps no fp32 master weights yet)");
+  if (c.precision != Precision::Fp32 && c.replan_after > 0)
+    invalid("precision", std::string("--precision ") + name_of(kPrecisionNames, c.precision) +
+                             " does not re-plan yet (re-planning moves layers without their "
+                             "fp32 master weights): leave --replan-after out");
   if (c.weight_decay < 0)
     invalid("weight-decay", "must be >= 0, got " + format_number(c.weight_decay));
   if (c.clip_grad_norm && !(*c.clip_grad_norm > 0))

@@ -25,6 +25,12 @@ enum class OptimizerKind { AdamW, Sgd };
 inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW, "adamw"},
                                                            {OptimizerKind::Sgd, "sgd"}};
 
+// The dtype layers compute in (--precision): fp32, or bf16 weights and activations with fp32
+// master weights, gradients accumulated and reduced in fp32, and fp32 optimizer state.
+enum class Precision { Fp32, Bf16, Fp16 };
+inline constexpr Named<Precision> kPrecisionNames[] = {
+    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
+
 // How the learning rate moves over the steps after the warm-up (--lr-schedule).
 enum class LrSchedule { Constant, Cosine, Linear };
 inline constexpr Named<LrSchedule> kLrScheduleNames[] = {{LrSchedule::Constant, "constant"},
@@ -48,6 +54,7 @@ struct TrainingSettings {
   int steps = 100;
   int micro_batches = 8;  // per step
   int micro_batch_size = 8;
+  Precision precision = Precision::Fp32;
   OptimizerKind optimizer = OptimizerKind::AdamW;
   double learning_rate = 1e-3;  // the peak: after the warm-up, before the decay
   LrSchedule lr_schedule = LrSchedule::Constant;
@@ -64,10 +71,17 @@ struct TrainingSettings {
   bool plain_loop = false;
 };
 
-// Weight-sized copies a run holds per weight: the weights and their gradients, the optimizer's
-// state (AdamW: two moments; SGD: its momentum, if any), and 2BW's extra copies.
+// Weight-sized copies a run holds per weight, in units of the layers' weights (the profile's
+// weight bytes, measured in the run's precision): fp32 holds the weights and their gradients,
+// the optimizer's state (AdamW: two moments; SGD: its momentum, if any), and 2BW's extra copies;
+// bf16 holds bf16 weights and gradients (2 + 2 bytes a parameter) and, in fp32, the master
+// weights, their gradients and the optimizer's state (4 bytes each): AdamW 20 bytes, 10 copies.
+inline int optimizer_state_copies(const TrainingSettings& t) {
+  return t.optimizer == OptimizerKind::AdamW ? 2 : (t.momentum != 0 ? 1 : 0);
+}
 inline int held_weight_copies(const TrainingSettings& t) {
-  int copies = 2 + (t.optimizer == OptimizerKind::AdamW ? 2 : (t.momentum != 0 ? 1 : 0));
+  if (t.precision != Precision::Fp32) return 2 + 2 * (2 + optimizer_state_copies(t));
+  int copies = 2 + optimizer_state_copies(t);
   if (t.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
   return copies;
 }

@@ -9,7 +9,8 @@
 using madpipe::plan::TraceOpKind;
 
 madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel& model,
-                                                                     const Batch& sample) {
+                                                                     const Batch& sample,
+                                                                     torch::Dtype borrowed_dtype) {
   torch::NoGradGuard no_grad;
   const torch::Device device = sample.input.device();
   LayerOutputs outputs;
@@ -23,6 +24,7 @@ madpipe::runtime::LayerOutputs madpipe::runtime::probe_layer_outputs(ChainModel&
       for (std::size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(saved[b]);
     } else {
       model.materialize(l, device);  // for this forward alone
+      if (borrowed_dtype != torch::kFloat) model.layers[l].ptr()->to(borrowed_dtype);
       x = model.layers[l].forward(x);
       model.drop(l);
     }
@@ -193,9 +195,9 @@ torch::Tensor madpipe::runtime::PipelineExecutor::receive_buffer(
   return arena_.narrow(0, buffer.offset, bytes).view(dtype).view(shape);
 }
 
-madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(ChainModel& model, int micro_batches,
-                                                         const std::function<Batch(int)>& batch_of,
-                                                         const RandomKeyOf& key_of) {
+madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(
+    ChainModel& model, int micro_batches, const std::function<Batch(int)>& batch_of,
+    const RandomKeyOf& key_of, const std::function<void()>& after_backward) {
   StepLoss loss;
   for (int i = 0; i < micro_batches; ++i) {
     const Batch b = batch_of(i);
@@ -208,6 +210,7 @@ madpipe::runtime::StepLoss madpipe::runtime::run_unsplit(ChainModel& model, int 
     loss.sum += value.item<double>();
     ++loss.count;
     (value / micro_batches).backward();
+    if (after_backward) after_backward();
   }
   return loss;
 }

@@ -33,8 +33,10 @@ struct LayerOutputs {
 // The shapes at every layer boundary for a sample micro-batch: one forward without autograd,
 // layer by layer, through the held layers (their buffers restored afterwards) and through each
 // other layer built for its forward alone and dropped after it. The model may hold any subset of
-// its layers; besides them, one layer's weights are alive at a time.
-LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample);
+// its layers; besides them, one layer's weights are alive at a time. The layers built for it
+// compute in `borrowed_dtype` (the held ones in theirs).
+LayerOutputs probe_layer_outputs(ChainModel& model, const Batch& sample,
+                                 torch::Dtype borrowed_dtype = torch::kFloat);
 
 // Compute time a rank spent in the forwards and backwards of one stage (transfers excluded; on
 // the CPU the thread's CPU time, as madpipe train's own profile measures ops).
@@ -200,8 +202,10 @@ class PipelineExecutor {
 
 // Single-process reference: the unsplit model over the same micro-batches, gradients accumulated
 // the same way, in a plain autograd loop (no program, no executor). With `key_of`, each layer's
-// forward is seeded as PipelineExecutor::seed_layers_by does.
+// forward is seeded as PipelineExecutor::seed_layers_by does. `after_backward` runs after each
+// micro-batch's backward (as on_backward after a stage's).
 StepLoss run_unsplit(ChainModel& model, int micro_batches,
-                     const std::function<Batch(int)>& batch_of, const RandomKeyOf& key_of = {});
+                     const std::function<Batch(int)>& batch_of, const RandomKeyOf& key_of = {},
+                     const std::function<void()>& after_backward = {});
 
 }  // namespace madpipe::runtime

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "runtime/data/data.hpp"
 #include "runtime/device/device.hpp"
+#include "runtime/model/precision.hpp"
 #include "runtime/model/script_model.hpp"
 #include "runtime/profile/profiler.hpp"
 
@@ -25,6 +26,10 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
   options.warmup = c.warmup;
   options.repeats = c.repeats;
   if (!c.torchscript.empty()) {
+    if (c.workload.precision != Precision::Fp32)
+      throw Error(ErrorKind::InvalidInput, "", "precision",
+                  "--torchscript profiles in fp32; for bf16 profile the model as madpipe train "
+                  "runs it: --model script --script FILE with its --data");
     ScriptInput input;
     input.shape = parse_shape(c.input_shape, "input-shape");
     input.dtype = c.input_dtype;
@@ -38,7 +43,11 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
   ChainModel model = take_model(workload);
   if (workload.model.kind == ModelKind::Script)
     check_script_chain(model, workload.data->micro_batch(0, 0, false), workload.model.script);
-  const Batch sample = on_device(workload.data->micro_batch(0, 0, false), device);
+  const Precision precision = c.workload.precision;
+  options.layer_dtype = compute_dtype(precision);
+  if (precision != Precision::Fp32) compute_loss_in_fp32(model);
+  const Batch sample =
+      in_precision(on_device(workload.data->micro_batch(0, 0, false), device), precision);
   const std::string name = !c.name.empty() ? c.name
                            : workload.model.kind == ModelKind::Script
                                ? file_stem(workload.model.script)

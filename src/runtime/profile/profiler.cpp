@@ -262,6 +262,8 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     // A layer the model does not hold is built for its measurement and dropped after it.
     const bool borrowed = !model.holds(l);
     if (borrowed) model.materialize(l, options.device);
+    if (borrowed && options.layer_dtype != torch::kFloat)
+      model.layers[l].ptr()->to(options.layer_dtype);
     if (profile.dtype.empty()) profile.dtype = dtype_name(*model.layers[l].ptr());
     if (library_bytes < 0)
       library_bytes = out.memory_measured

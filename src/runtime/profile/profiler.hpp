@@ -18,6 +18,9 @@ struct ProfilerOptions {
   int warmup = 2;                      // untimed runs per layer before the timed ones
   int repeats = 10;                    // timed runs per layer; the profile keeps the median
   HostClock clock = HostClock::Wall;   // CPU: the clock of the times (op_timer.hpp)
+  // The dtype the layers the profiler builds compute in (--precision bf16: bfloat16); the sample
+  // must be in it already (in_precision) and the loss computed in fp32 (compute_loss_in_fp32).
+  torch::Dtype layer_dtype = torch::kFloat;
 };
 
 // Measures every layer of the chain with one micro-batch, on options.device: forward and backward

@@ -119,6 +119,7 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
       {"micro_batches", c.micro_batches},
       {"micro_batch_size", c.micro_batch_size},
       {"optimizer", name_of(kOptimizerNames, c.optimizer)},
+      {"precision", name_of(kPrecisionNames, c.precision)},
       {"learning_rate", c.learning_rate},
       {"lr_schedule", name_of(kLrScheduleNames, c.lr_schedule)},
       {"warmup_steps", c.warmup_steps},

@@ -84,10 +84,12 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
                                                   madpipe::runtime::ChainModel& model,
                                                   const madpipe::runtime::LayerOutputs& outputs,
                                                   const madpipe::runtime::ReplicaGroups& groups,
-                                                  const madpipe::runtime::ParamStates* states) {
+                                                  const madpipe::runtime::ParamStates* states,
+                                                  const madpipe::runtime::MasterWeights* masters) {
   using namespace madpipe;
   auto p = std::make_unique<SyncPipeline>();
   p->plan = plan;
+  p->masters = masters;
   p->program = lower_checked(p->plan, lower_options(c, p->plan, outputs, c.micro_batches, true));
   p->eval_program =
       lower_checked(p->plan, lower_options(c, p->plan, outputs, c.eval_micro_batches, false));
@@ -101,19 +103,26 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
                       : runtime::make_mpi_reducer(groups.replicas()),
         groups.layout().replicas, static_cast<int>(p->plan.stages.size()), c.micro_batches);
     p->averager->set_timeout(c.transfer_timeout);
+  }
+  // After each backward of a stage: bf16 gradients into the masters' fp32 ones, then the
+  // stage's all-reduce over the replicas once its last backward of the step is done.
+  if (masters || p->averager) {
     SyncPipeline* self = p.get();
     p->executor->on_backward([self](int s, int) {
-      self->averager->backward_done(s, [&] { return self->executor->stage_parameters(s); });
+      if (self->masters) self->masters->fold_gradients(self->executor->stage_parameters(s));
+      if (self->averager)
+        self->averager->backward_done(s, [&] { return self->trained_parameters(s); });
     });
   }
   if (!model.tied_parameters.empty())
-    p->tied = std::make_unique<runtime::TiedGradients>(model, p->plan, rank, groups.pipeline());
+    p->tied =
+        std::make_unique<runtime::TiedGradients>(model, p->plan, rank, groups.pipeline(), masters);
   // A tensor that several local layers share (tied parameters) is stepped once, by the optimizer
   // of the first stage that has it.
   std::set<const c10::TensorImpl*> stepped;
   for (int s : p->executor->local_stages()) {
     std::vector<torch::Tensor> parameters;
-    for (const torch::Tensor& parameter : p->executor->stage_parameters(s))
+    for (const torch::Tensor& parameter : p->trained_parameters(s))
       if (stepped.insert(parameter.unsafeGetTensorImpl()).second) parameters.push_back(parameter);
     torch::optim::Optimizer* optimizer = nullptr;
     if (!parameters.empty()) {
@@ -128,6 +137,11 @@ std::unique_ptr<SyncPipeline> build_sync_pipeline(const madpipe::runtime::TrainC
     p->stage_optimizers.emplace_back(s, optimizer);
   }
   return p;
+}
+
+std::vector<torch::Tensor> SyncPipeline::trained_parameters(int stage) const {
+  std::vector<torch::Tensor> parameters = executor->stage_parameters(stage);
+  return masters ? masters->masters_of(parameters) : parameters;
 }
 
 // The mean compute time of every stage since the executors' last reset, on every rank.
@@ -251,20 +265,22 @@ GradientSquares gradient_squares(const SyncPipeline& pipeline, bool counts_norm)
   std::set<const void*> seen;  // a tied tensor on two local stages is one parameter
   std::vector<torch::Tensor> sums;
   for (const auto& [s, optimizer] : pipeline.stage_optimizers) {
-    std::vector<torch::Tensor> all, counted;
-    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s)) {
+    torch::Tensor all, counted;  // running sums: two scalars per stage, one more at a time
+    for (const torch::Tensor& p : pipeline.trained_parameters(s)) {
       if (!p.grad().defined() || !seen.insert(param_key(p)).second) continue;
-      torch::Tensor square =
-          at::linalg_vector_norm(p.grad(), 2, std::nullopt, false, torch::kDouble).square();
-      all.push_back(square);
-      if (counts_norm && !(pipeline.tied && pipeline.tied->is_later_copy(p)))
-        counted.push_back(square);
+      // In the gradient's dtype (a dtype argument would cast the whole gradient first).
+      const torch::Tensor square = at::linalg_vector_norm(p.grad()).to(torch::kDouble).square_();
+      if (!all.defined()) {
+        all = torch::zeros({}, square.options());
+        counted = torch::zeros({}, square.options());
+      }
+      all.add_(square);
+      if (counts_norm && !(pipeline.tied && pipeline.tied->is_later_copy(p))) counted.add_(square);
     }
-    if (all.empty()) continue;
+    if (!all.defined()) continue;
     out.stages.push_back(s);
-    sums.push_back(torch::stack(all).sum());
-    sums.push_back(counted.empty() ? torch::zeros({}, sums.back().options())
-                                   : torch::stack(counted).sum());
+    sums.push_back(all);
+    sums.push_back(counted);
   }
   if (sums.empty()) return out;
   pipeline.transport->await_compute("for this step's backward to finish");
@@ -289,7 +305,7 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, co
                                   static_cast<double>(loss.count)};
   for (std::size_t k = 0; k < squares.stages.size(); ++k) {
     const int s = squares.stages[k];
-    if (!std::isfinite(squares.all[k]) && !all_finite(pipeline.executor->stage_parameters(s)))
+    if (!std::isfinite(squares.all[k]) && !all_finite(pipeline.trained_parameters(s)))
       local[kBadStage] = std::min(local[kBadStage], static_cast<double>(s));
     local[kSquaredNorm] += squares.counted[k];
   }
@@ -321,7 +337,7 @@ void clip_gradients(const SyncPipeline& pipeline, double grad_norm, double max_n
   std::set<const void*> seen;
   torch::NoGradGuard no_grad;
   for (const auto& [s, optimizer] : pipeline.stage_optimizers)
-    for (const torch::Tensor& p : pipeline.executor->stage_parameters(s))
+    for (const torch::Tensor& p : pipeline.trained_parameters(s))
       if (p.grad().defined() && seen.insert(param_key(p)).second) p.grad().mul_(factor);
 }
 

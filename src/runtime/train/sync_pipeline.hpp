@@ -8,6 +8,7 @@
 #include "runtime/comm/transport.hpp"
 #include "runtime/exec/executor.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/train/master_weights.hpp"
 #include "runtime/train/optimizer.hpp"
 #include "runtime/train/tied_gradients.hpp"
 #include "runtime/train/train_planning.hpp"
@@ -35,6 +36,11 @@ struct SyncPipeline {
   std::unique_ptr<GradientAverager> averager;
   // Tied parameters on several ranks: their gradients summed after the averaging (null: none).
   std::unique_ptr<TiedGradients> tied;
+  // --precision bf16: the fp32 weights that train (null: the layers' own weights train).
+  const MasterWeights* masters = nullptr;
+
+  // What trains of a local stage: the masters of its parameters, or its parameters.
+  std::vector<torch::Tensor> trained_parameters(int stage) const;
 };
 
 // This rank's transport for `plan`: NCCL over groups.nccl() when it is set (collective over the
@@ -56,11 +62,13 @@ void report_receive_arena(const PipelineExecutor& executor, const ReplicaLayout&
 
 // Lowers the plan, builds this rank's executor (on the replica's pipeline communicator), its
 // optimizers and, with replicas, the gradient averaging. `states`: optimizer state to restore
-// into the new optimizers, by parameter (null: fresh).
+// into the new optimizers, by parameter (null: fresh). `masters`: bf16 training's fp32 weights,
+// which the optimizers step (null: fp32).
 std::unique_ptr<SyncPipeline> build_sync_pipeline(const TrainConfig& c, const plan::Plan& plan,
                                                   ChainModel& model, const LayerOutputs& outputs,
                                                   const ReplicaGroups& groups,
-                                                  const ParamStates* states);
+                                                  const ParamStates* states,
+                                                  const MasterWeights* masters = nullptr);
 
 // Collective: the mean compute time of every stage since the executors' last reset, times
 // `time_scale` (agree_on_profile's cpu_sharing: what the profile's times were scaled by).

@@ -7,7 +7,8 @@
 #include <ATen/ATen.h>
 
 madpipe::runtime::TiedGradients::TiedGradients(const ChainModel& model, const plan::Plan& plan,
-                                               int position, MPI_Comm pipeline) {
+                                               int position, MPI_Comm pipeline,
+                                               const MasterWeights* masters) {
   std::vector<int> gpu_of_layer(static_cast<std::size_t>(model.size()), -1);
   for (const schedule::Stage& stage : plan.stages)
     for (int l = stage.first_layer; l <= stage.last_layer; ++l)
@@ -28,7 +29,8 @@ madpipe::runtime::TiedGradients::TiedGradients(const ChainModel& model, const pl
     const auto parameters = model.layers.at(local->layer).ptr()->parameters();
     int rank = 0;
     MPI_Comm_rank(ranks, &rank);
-    groups_.push_back({ranks, parameters.at(static_cast<std::size_t>(local->index)), rank == 0});
+    const at::Tensor& parameter = parameters.at(static_cast<std::size_t>(local->index));
+    groups_.push_back({ranks, masters ? masters->master_of(parameter) : parameter, rank == 0});
   }
 }
 

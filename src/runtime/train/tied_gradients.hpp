@@ -2,6 +2,7 @@
 
 #include "plan/plan.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/train/master_weights.hpp"
 
 #include <vector>
 
@@ -19,7 +20,9 @@ namespace madpipe::runtime {
 class TiedGradients {
  public:
   // Collective over `pipeline` (ranked by position): `model` holds this rank's layers of `plan`.
-  TiedGradients(const ChainModel& model, const plan::Plan& plan, int position, MPI_Comm pipeline);
+  // With `masters` (bf16 training), the groups' masters are what is summed.
+  TiedGradients(const ChainModel& model, const plan::Plan& plan, int position, MPI_Comm pipeline,
+                const MasterWeights* masters = nullptr);
   ~TiedGradients();
   TiedGradients(const TiedGradients&) = delete;
   TiedGradients& operator=(const TiedGradients&) = delete;

@@ -8,6 +8,7 @@
 #include "plan/validate.hpp"
 #include "runtime/comm/mpi_session.hpp"
 #include "runtime/device/op_timer.hpp"
+#include "runtime/model/precision.hpp"
 #include "runtime/profile/profiler.hpp"
 
 #include <algorithm>
@@ -129,6 +130,17 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
         throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/layers",
                              "the profile has " + std::to_string(profile.layers.size()) +
                                  " layers but the model has " + std::to_string(model.size()));
+      const std::string measured = profile.dtype.empty() ? "float32" : profile.dtype;
+      const std::string wanted = c.precision == madpipe::runtime::Precision::Bf16   ? "bfloat16"
+                                 : c.precision == madpipe::runtime::Precision::Fp16 ? "float16"
+                                                                                    : "float32";
+      const bool reduced = measured == "bfloat16" || measured == "float16" || wanted != "float32";
+      if (reduced && measured != wanted)
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/dtype",
+                             "the profile was measured in " + measured +
+                                 " but this run trains in " + wanted + " (--precision " +
+                                 name_of(madpipe::runtime::kPrecisionNames, c.precision) +
+                                 "): profile again with the same --precision");
       say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
       return written(profile);
     });
@@ -139,6 +151,7 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
       madpipe::runtime::ProfilerOptions options;
       options.device = device;
       options.clock = madpipe::runtime::HostClock::ThreadCpu;
+      options.layer_dtype = madpipe::runtime::compute_dtype(c.precision);
       const auto wall_start = std::chrono::steady_clock::now();
       const double cpu_start = thread_cpu_seconds();
       profile = madpipe::runtime::profile_model(

@@ -13,6 +13,7 @@
 #include "runtime/device/device.hpp"
 #include "runtime/device/memory_meter.hpp"
 #include "runtime/exec/executor.hpp"
+#include "runtime/model/precision.hpp"
 #include "runtime/model/saved_tensors.hpp"
 #include "runtime/model/script_model.hpp"
 #include "runtime/train/layer_migration.hpp"
@@ -45,8 +46,9 @@ struct Prepared {
   ResumePoint resume;
   std::unique_ptr<DataSource> data;
   ChainModel model;
-  Batch sample;            // micro-batch 0 on the device, for probing
-  double cpu_sharing = 1;  // what the profile's times were scaled by
+  Batch sample;  // micro-batch 0 on the device (in the compute dtype), for probing
+  std::unique_ptr<MasterWeights> masters;  // --precision bf16: the fp32 weights that train
+  double cpu_sharing = 1;                  // what the profile's times were scaled by
   Profile profile;
   plan::Plan first_plan;
 };
@@ -112,7 +114,8 @@ Prepared prepare(TrainConfig& c, MpiSession& session, const Say& say) {
   say("data: " + p.data->description());
   if (!p.device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + p.device.str() + ")");
   fs::create_directories(c.output_dir);
-  p.sample = on_device(p.data->micro_batch(0, 0, false), p.device);
+  if (c.precision != Precision::Fp32) compute_loss_in_fp32(p.model);
+  p.sample = in_precision(on_device(p.data->micro_batch(0, 0, false), p.device), c.precision);
   p.profile = agree_on_profile(c, p.model, p.sample, p.device, rank, say, &p.cpu_sharing);
   p.first_plan = agree_on_plan(c, p.profile, rank, say);
   if (rank == 0) plan::write_plan(p.first_plan, (fs::path(c.output_dir) / "plan.json").string());
@@ -194,6 +197,7 @@ class SyncSteps {
   MemoryMeter meter_;
   std::unique_ptr<TraceRecorder> recorder_;
   double last_val_ = -1;
+  const MasterWeights* masters_;  // --precision bf16 (null: fp32)
 };
 
 SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& groups,
@@ -204,9 +208,16 @@ SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& 
       groups_(groups),
       outputs_(outputs),
       first_micro_batch_(groups.layout().replica * run.config().micro_batches),
-      meter_(prepared.device) {
+      meter_(prepared.device),
+      masters_(prepared.masters.get()) {
   if (c_.replicas > 1) say_replicas(c_, run_.sayer());
-  pipeline_ = build_sync_pipeline(c_, p_.first_plan, p_.model, outputs, groups, nullptr);
+  if (masters_)
+    run_.say(std::string("precision: ") + name_of(kPrecisionNames, c_.precision) +
+             " weights and activations, fp32 master weights, gradients accumulated, reduced and "
+             "clipped in fp32; " +
+             std::to_string(2 * held_weight_copies(c_)) + " bytes per parameter with " +
+             name_of(kOptimizerNames, c_.optimizer));
+  pipeline_ = build_sync_pipeline(c_, p_.first_plan, p_.model, outputs, groups, nullptr, masters_);
   if (p_.model.release_source) p_.model.release_source();  // this rank's layers are built
   if (c_.plain_loop)
     run_.say("plain loop: each step runs the unsplit model in one autograd loop, not the plan");
@@ -215,10 +226,14 @@ SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& 
 TrainingRun::StageStates SyncSteps::stage_states(bool with_keys) const {
   TrainingRun::StageStates states;
   for (const auto& [s, optimizer] : pipeline_->stage_optimizers)
-    states.emplace_back(s, with_keys
-                               ? pipeline_->executor->stage_state(s, optimizer)
-                               : StageState{pipeline_->executor->stage_parameters(s),
-                                            pipeline_->executor->stage_buffers(s), optimizer});
+    if (with_keys) {
+      StageState state = pipeline_->executor->stage_state(s, optimizer);
+      state.parameters = pipeline_->trained_parameters(s);  // bf16: the fp32 masters
+      states.emplace_back(s, std::move(state));
+    } else {
+      states.emplace_back(s, StageState{pipeline_->trained_parameters(s),
+                                        pipeline_->executor->stage_buffers(s), optimizer});
+    }
   return states;
 }
 
@@ -244,7 +259,7 @@ StepLoss SyncSteps::run_step(int step, int* bad_micro_batch) {
   for (auto& optimizer : pipeline_->optimizers) optimizer->zero_grad();
   if (pipeline_->averager && !c_.plain_loop)  // gradients as views of the all-reduce's buckets
     for (int s : pipeline_->executor->local_stages())
-      pipeline_->averager->bind_gradients(s, pipeline_->executor->stage_parameters(s));
+      pipeline_->averager->bind_gradients(s, pipeline_->trained_parameters(s));
   pipeline_->executor->on_loss([bad_micro_batch](int i, double value) {
     if (!std::isfinite(value)) *bad_micro_batch = std::min(*bad_micro_batch, i);
   });
@@ -253,13 +268,17 @@ StepLoss SyncSteps::run_step(int step, int* bad_micro_batch) {
   pipeline_->executor->seed_layers_by(
       [seed, step, first](int i) { return micro_batch_random_key(seed, step, first + i); });
   auto batch_of = [&](int i) {
-    return on_device(p_.data->micro_batch(step, first + i, false), p_.device);
+    return in_precision(on_device(p_.data->micro_batch(step, first + i, false), p_.device),
+                        c_.precision);
   };
   const StepLoss local =
-      c_.plain_loop
-          ? run_unsplit(p_.model, c_.micro_batches, batch_of,
-                        [seed, step](int i) { return micro_batch_random_key(seed, step, i); })
-          : pipeline_->executor->run(pipeline_->program, batch_of);
+      c_.plain_loop ? run_unsplit(
+                          p_.model, c_.micro_batches, batch_of,
+                          [seed, step](int i) { return micro_batch_random_key(seed, step, i); },
+                          [this] {
+                            if (masters_) masters_->fold_all_gradients();
+                          })
+                    : pipeline_->executor->run(pipeline_->program, batch_of);
   if (pipeline_->averager) pipeline_->averager->finish();
   if (pipeline_->tied) pipeline_->tied->sum();
   if (step == run_.first_step() && c_.receive_buffers == plan::ReceivePosting::Arena &&
@@ -288,6 +307,7 @@ bool SyncSteps::update(int step, const StepHealth& health) {
       set_learning_rate(*optimizer, lr);
       optimizer->step();
     }
+    if (masters_) masters_->copy_to_layers();
   }
   return skipped;
 }
@@ -331,6 +351,7 @@ void SyncSteps::checkpoint_after(int step, const StepHealth& health) {
 int SyncSteps::train() {
   const int first_step = run_.start(
       p_.resume, [this] { return stage_states(false); }, p_.device);
+  if (masters_) masters_->copy_to_layers();  // a checkpoint's weights were loaded into them
   replanning_ = c_.replan_after >= first_step && c_.replan_after < c_.steps;
   if (c_.replan_after > 0 && !replanning_)
     run_.say("no re-planning: the run resumes after step " + std::to_string(c_.replan_after));
@@ -354,13 +375,14 @@ int SyncSteps::train() {
     const bool skipped = update(step, health);
     const bool validate = run_.validates_after(step);
     if (validate)
-      last_val_ = mean_over_ranks(
-          pipeline_->executor->evaluate(pipeline_->eval_program,
-                                        [&](int i) {  // the same validation set every time
-                                          return on_device(p_.data->micro_batch(0, i, true),
-                                                           p_.device);
-                                        }),
-          c_.transfer_timeout);
+      last_val_ = mean_over_ranks(pipeline_->executor->evaluate(
+                                      pipeline_->eval_program,
+                                      [&](int i) {  // the same validation set every time
+                                        return in_precision(
+                                            on_device(p_.data->micro_batch(0, i, true), p_.device),
+                                            c_.precision);
+                                      }),
+                                  c_.transfer_timeout);
     record(step, health, validate, skipped);
     if (recorder_ && step == last_traced_) finish_trace();
     checkpoint_after(step, health);
@@ -395,7 +417,9 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const LayerFilter mine = layers_of_rank(p.first_plan, position);
     for (int l = 0; l < p.model.size(); ++l)
       if (mine(l)) p.model.materialize(l, p.device);
-    const LayerOutputs outputs = probe_layer_outputs(p.model, p.sample);
+    if (c.precision != Precision::Fp32)  // fp32 copies first, then the layers in bf16
+      p.masters = std::make_unique<MasterWeights>(p.model, compute_dtype(c.precision));
+    const LayerOutputs outputs = probe_layer_outputs(p.model, p.sample, compute_dtype(c.precision));
     p.sample = Batch{};  // not held through the run, whose memory the plan accounts for
     check_tied_parameters(c, p.model, say);
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));

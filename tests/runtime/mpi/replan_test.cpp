@@ -210,7 +210,7 @@ TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
   const mr::StepLoss loss{static_cast<double>(mt::world_rank() + 1), 1};
   const mr::StepHealth healthy = mr::agree_on_health(pipeline, INT_MAX, loss, true, 0);
   EXPECT_EQ(healthy.problem, "");
-  EXPECT_NEAR(healthy.grad_norm, std::sqrt(count), 1e-9 * std::sqrt(count));
+  EXPECT_NEAR(healthy.grad_norm, std::sqrt(count), 1e-6 * std::sqrt(count));  // float norms
   EXPECT_DOUBLE_EQ(healthy.loss, (P + 1) / 2.0);
   // A rank that does not count (a later replica) leaves its gradients out of the norm.
   const mr::StepHealth partial =
