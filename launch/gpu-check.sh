@@ -13,8 +13,13 @@
 #       prediction (target within 10%);
 #   (f) profiles of the GPT and ResNet-style models, twice: the run-to-run spread;
 #   (g) split backwards: zb-h1 against 1f1b on 2 ranks sharing the GPU over MPI: the same losses,
-#       the step time ratio, each rank's CUDA peak within the program's memory bound.
-# About 15-25 minutes on one GPU. Exit status: 0 when every check passed.
+#       the step time ratio, each rank's CUDA peak within the program's memory bound;
+#   (h) a Llama-style model of about 1B parameters in bf16 (bench/llama_gpu/run.sh): tokens/s and
+#       MFU of madpipe on 1 rank and on 2 ranks over MPI against the plain loop and an eager
+#       PyTorch loop (target: 1 rank >= 0.97x the plain loop), peak memory against the plan
+#       (target within 10%).
+# About 20-30 minutes on one GPU (MADPIPE_GPU_CHECK_ONLY runs a part). Exit status: 0 when every
+# check passed.
 #
 # Environment:
 #   MADPIPE_PYTHON       the Python whose torch to build against (default: python3, then .venv)
@@ -22,7 +27,7 @@
 #   MADPIPE_GPU_BUILD    build directory (default: build-gpu)
 #   MADPIPE_GPU_CHECK_DEVICE  cuda (default); cpu runs (b)-(f) on the CPU, to try the script
 #   MADPIPE_GPU_CHECK_SKIP_TESTS=1  skips the test suite
-#   MADPIPE_GPU_CHECK_ONLY=d,e  runs only these checks (of a-g)
+#   MADPIPE_GPU_CHECK_ONLY=d,e  runs only these checks (of a-h)
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -337,6 +342,19 @@ PY
     ) && record g pass "$detail" || record g FAIL "$detail"
   else
     record g FAIL "${detail:-a run failed: $out/g-*/log}"
+  fi
+fi
+
+# --- (h) a 1B Llama-style model in bf16: throughput against plain loops, memory against the plan --
+if wants h; then
+  if [[ $device == cuda ]]; then
+    if MADPIPE=$madpipe PYTHON=$python DEVICE=$gpu bench/llama_gpu/run.sh "$out/h" >"$out/h.log" 2>&1; then
+      record h pass "$(grep 'target' "$out/h.log")"
+    else
+      record h FAIL "$(grep 'target' "$out/h.log" || echo "see $out/h.log")"
+    fi
+  else
+    record h skipped "no GPU ($device); SIZE=tiny DEVICE=cpu bench/llama_gpu/run.sh tries the script"
   fi
 fi
 

@@ -4,8 +4,9 @@
 # exports the weights, and check.py recomputes the last validation loss in PyTorch.
 #   examples/llama_from_pytorch/run.sh [RANKS [WORK_DIR]]
 # Environment: MADPIPE (default build/madpipe), PYTHON (default .venv/bin/python), STEPS (200),
-# SIZE=small (2 blocks of width 64, context 32: what the tests run), PRECISION (fp32 or bf16;
-# with bf16, check.py recomputes the loss in fp32 from the fp32 master weights and allows 2%).
+# SIZE=small (2 blocks of width 64, context 32: what the tests run), PRECISION (fp32, bf16 or
+# fp16; in bf16 and fp16, check.py recomputes the loss in fp32 from the fp32 master weights and
+# allows 2%).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,11 +18,7 @@ python=${PYTHON:-$repo/.venv/bin/python}
 steps=${STEPS:-200}
 precision=${PRECISION:-fp32}
 tolerance=1e-5
-copies=4  # what the run holds per weight: AdamW in fp32 holds 16 bytes a parameter
-if [[ $precision == bf16 ]]; then
-  tolerance=2e-2
-  copies=10  # 20 bytes a parameter (madpipe train's "precision:" line), in bf16 weights' units
-fi
+[[ $precision == fp32 ]] || tolerance=2e-2
 model=(--layers 4 --width 128 --heads 4 --kv-heads 2 --context 64)
 [[ ${SIZE:-} == small ]] && model=(--layers 2 --width 64 --heads 4 --kv-heads 2 --context 32)
 context=${model[9]}
@@ -35,9 +32,9 @@ cd "$work"
 # 1. Profile the model as it will train (the same data and micro-batch size).
 "$madpipe" profile --model script --script model.pt --data train.bin --data-format tokens-u16 \
   --context "$context" --micro-batch-size 8 --precision "$precision" --output profile.json
-# 2. Plan it for RANKS GPUs.
+# 2. Plan it for RANKS GPUs, counting the weight memory the run's precision and optimizer hold.
 "$madpipe" plan --profile profile.json --gpus "$ranks" --memory 1GiB --bandwidth 10GB/s \
-  --weight-copies "$copies" --output plan.json
+  --precision "$precision" --optimizer adamw --output plan.json
 # 3. Train it with that plan, one process per rank: AdamW, a warm-up over the first tenth of the
 #    steps, then a cosine decay to a tenth of the peak, gradients clipped to norm 1.
 mpirun "${mpi_flags[@]}" -np "$ranks" "$madpipe" train --model script --script model.pt \

@@ -140,7 +140,8 @@ static void store_config_file(const std::string& path, const po::options_descrip
 
 bool madpipe::cli::parse_options(const std::vector<std::string>& args, const CommandSyntax& syntax,
                                  const po::options_description& options,
-                                 const std::vector<ConfigSection>& config_sections) {
+                                 const std::vector<ConfigSection>& config_sections,
+                                 po::variables_map* parsed) {
   const bool with_config = !config_sections.empty();
   po::options_description all(kLineLength);
   all.add(options).add(generic_options(with_config));
@@ -172,5 +173,10 @@ bool madpipe::cli::parse_options(const std::vector<std::string>& args, const Com
     store_config_file(vm["config"].as<std::string>(), all, config_sections, vm);
   }
   po::notify(vm);
+  if (parsed) *parsed = vm;
   return true;
+}
+
+bool madpipe::cli::given(const po::variables_map& vm, const std::string& name) {
+  return vm.count(name) > 0 && !vm[name].defaulted();
 }

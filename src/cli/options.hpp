@@ -9,6 +9,7 @@
 
 #include <boost/program_options/options_description.hpp>
 #include <boost/program_options/value_semantic.hpp>
+#include <boost/program_options/variables_map.hpp>
 
 namespace madpipe::cli {
 
@@ -70,10 +71,15 @@ std::vector<std::string> option_names(const po::options_description& group);
 // `config_sections` is not empty, --config FILE. The command line is stored first, then the
 // config file, so the command line wins; then one notify() runs the notifiers and the checks of
 // required options. Returns false when --help was given: the help text went to stdout and the
-// command must not run. Throws boost::program_options::error or madpipe::Error.
+// command must not run. Throws boost::program_options::error or madpipe::Error. `parsed` (if
+// set) receives what was parsed, for commands whose options depend on which others were given.
 bool parse_options(const std::vector<std::string>& args, const CommandSyntax& syntax,
                    const po::options_description& options,
-                   const std::vector<ConfigSection>& config_sections = {});
+                   const std::vector<ConfigSection>& config_sections = {},
+                   po::variables_map* parsed = nullptr);
+
+// Whether `vm` holds `name` from the command line or a config file (not its default).
+bool given(const po::variables_map& vm, const std::string& name);
 
 // The --help text of a subcommand.
 std::string help_text(const CommandSyntax& syntax, const po::options_description& options,

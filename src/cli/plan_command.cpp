@@ -30,6 +30,14 @@ po::options_description madpipe::cli::plan_options_description(PlanOptions& opti
   add_plan("output,o", po::value(&options.output_path)->value_name("FILE"),
            "write the plan (madpipe.plan/1 JSON) to FILE");
   add_plan("quiet,q", po::bool_switch(&options.quiet), "no progress lines on stderr");
+  add_plan("precision",
+           optional_enum_value(options.precision, kPrecisionNames, "precision", "--precision"),
+           "the precision training runs in (fp32, bf16, fp16; as madpipe train --precision): "
+           "with --optimizer, sets the weight copies C to the bytes it holds per parameter");
+  add_plan("optimizer",
+           optional_enum_value(options.optimizer, kOptimizerNames, "optimizer", "--optimizer"),
+           "the optimizer training runs (adamw, sgd with momentum): with --precision, sets the "
+           "weight copies C (instead of --weight-copies)");
   po::options_description planner = planner_options_description(options.planner);
   // all_algorithms() ends with ilp.
   add_algorithm_option(planner, options.algorithm,
@@ -81,8 +89,9 @@ static void print_node_crossings(const madpipe::plan::Plan& plan) {
   if (printed == 0) std::cout << label << "none: every stage boundary stays inside a node\n";
 }
 
+// `weights`: what --precision and --optimizer hold per parameter (empty: not given).
 static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profile& profile,
-                          double planning_seconds) {
+                          const std::string& weights, double planning_seconds) {
   using namespace madpipe;
   using cli::Align;
   const schedule::Pattern& pattern = plan.pattern;
@@ -90,7 +99,8 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
   std::cout << "profile      " << profile.name << " (" << profile.layers.size() << " layers"
             << (profile.device.empty() ? "" : ", measured on " + profile.device) << ")\n"
             << "platform     " << cli::describe(plan.platform) << '\n'
-            << "algorithm    " << plan.algorithm << ": " << num_stages << " stages, "
+            << (weights.empty() ? "" : "weights      " + weights + "\n") << "algorithm    "
+            << plan.algorithm << ": " << num_stages << " stages, "
             << (schedule::is_contiguous_allocation(plan.stages) ? "contiguous" : "non-contiguous")
             << " allocation, " << pattern.k << "-periodic pattern\n\n";
 
@@ -172,9 +182,35 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
             << "planned in   " << cli::fixed(planning_seconds, 2) << " s\n";
 }
 
+// --precision, --optimizer: C from what training holds per parameter, in units of the profile's
+// weights, which must have been measured in that precision.
+static std::string count_weight_copies(const madpipe::cli::PlanOptions& options,
+                                       const madpipe::Profile& profile,
+                                       madpipe::cli::PlatformOptions& platform) {
+  using namespace madpipe;
+  if (!options.precision && !options.optimizer) return "";
+  const Precision precision = options.precision.value_or(Precision::Fp32);
+  const OptimizerKind optimizer = options.optimizer.value_or(OptimizerKind::AdamW);
+  const std::string measured = profile.dtype.empty() ? "float32" : profile.dtype;
+  if (measured != compute_dtype_name(precision))
+    throw Error(ErrorKind::InvalidInput, options.profile_path, "/dtype",
+                "the profile was measured in " + measured + " but --precision " +
+                    name_of(kPrecisionNames, precision) + " trains in " +
+                    compute_dtype_name(precision) + ": profile with madpipe profile --precision " +
+                    name_of(kPrecisionNames, precision));
+  const WeightMemory memory = weight_memory(precision, optimizer);
+  platform.weight_copies = memory.copies;
+  return std::to_string(memory.bytes_per_parameter) + " bytes per parameter (" + memory.breakdown +
+         "; " + name_of(kPrecisionNames, precision) + " " + name_of(kOptimizerNames, optimizer) +
+         "): C = " + std::to_string(memory.copies) + " copies of the " +
+         compute_dtype_name(precision) + " weights";
+}
+
 int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
-  const Platform platform = to_platform(options.platform);
+  PlatformOptions platform_options = options.platform;
+  const std::string weights = count_weight_copies(options, profile, platform_options);
+  const Platform platform = to_platform(platform_options);
   partition::PlannerOptions planner =
       to_planner_options(options.planner, options.algorithm, platform);
   if (!options.quiet)
@@ -187,7 +223,7 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
     };
   const partition::PlanResult result =
       partition::plan_or_explain(profile, platform, planner, explaining);
-  print_summary(result.plan, profile, result.planning_seconds);
+  print_summary(result.plan, profile, weights, result.planning_seconds);
   if (result.plan.solver) {
     const plan::SolverInfo& solver = *result.plan.solver;
     std::cout << "solver       " << solver.backend << ", " << solver.status << " in "
@@ -206,9 +242,14 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
 int madpipe::cli::plan_command(const std::vector<std::string>& args) {
   PlanOptions options;
   const po::options_description description = plan_options_description(options);
+  po::variables_map parsed;
   if (!parse_options(args, kSyntax, description,
-                     {platform_config_section(), planner_config_section()})) {
+                     {platform_config_section(), planner_config_section()}, &parsed)) {
     return 0;
   }
+  if ((options.precision || options.optimizer) && given(parsed, "weight-copies"))
+    throw_invalid("", "--weight-copies",
+                  "give either --weight-copies or --precision and --optimizer (which count the "
+                  "copies training holds), not both");
   return run_plan(options);
 }

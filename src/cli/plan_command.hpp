@@ -2,8 +2,10 @@
 
 #include "cli/planner_options.hpp"
 #include "cli/platform_options.hpp"
+#include "core/weight_memory.hpp"
 #include "partition/planner.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,10 @@ struct PlanOptions {
   partition::Algorithm algorithm = partition::Algorithm::MadPipe;
   std::string output_path;  // empty: no file
   bool quiet = false;       // no progress lines on stderr
+  // Either given: the platform's weight copies are what training in this precision with this
+  // optimizer holds (weight_memory), not --weight-copies. Unset: fp32, adamw.
+  std::optional<Precision> precision;
+  std::optional<OptimizerKind> optimizer;
 };
 
 po::options_description plan_options_description(PlanOptions& options);

@@ -55,12 +55,15 @@ po::options_description madpipe::cli::platform_options_description(
                            }),
                        defaults ? format_bandwidth(defaults->platform.bandwidth_bytes_per_ms) : ""),
       "bandwidth between any two GPUs (beta), e.g. 12GB/s, 100Gbit/s");
-  add_group("weight-copies",
-            po::value(&options.weight_copies)
-                ->value_name("C")
-                ->default_value(options.weight_copies)
-                ->notifier(at_least(1, "--weight-copies")),
-            "weight-sized copies per stage (weights, gradients, optimizer...)");
+  po::typed_value<int>* copies =
+      po::value(&options.weight_copies)->value_name("C")->notifier(at_least(1, "--weight-copies"));
+  // train counts what its precision, optimizer and mode hold unless told (finish_train_config).
+  if (!defaults) copies->default_value(options.weight_copies);
+  add_group("weight-copies", copies,
+            defaults ? "weight-sized copies per weight (weights, gradients, optimizer state); "
+                       "default: what --precision, --optimizer and --mode hold"
+                     : "weight-sized copies per weight (weights, gradients, optimizer state); "
+                       "madpipe plan --precision and --optimizer count them");
   add_group(
       "host-bandwidth",
       po::value<std::string>()->value_name("RATE")->notifier([&options](const std::string& text) {

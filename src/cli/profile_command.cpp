@@ -47,7 +47,7 @@ po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
       "precision",
       madpipe::cli::enum_value(c.precision, madpipe::runtime::kPrecisionNames, "precision",
                                "--precision"),
-      "the dtype the layers are measured in (as madpipe train --precision): fp32 or bf16")(
+      "the dtype the layers are measured in (as madpipe train --precision): fp32, bf16 or fp16")(
       "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data");
   return g;
 }

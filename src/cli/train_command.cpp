@@ -25,7 +25,9 @@ int madpipe::cli::train_command(const std::vector<std::string>& args) {
   const po::options_description output = output_group(config);
   all.add(model).add(training).add(platform).add(planner).add(output);
   const std::vector<ConfigSection> sections = train_config_sections();
-  if (!parse_options(args, kSyntax, all, sections)) return 0;
+  po::variables_map parsed;
+  if (!parse_options(args, kSyntax, all, sections, &parsed)) return 0;
+  planning.weight_copies_given = given(parsed, "weight-copies");
   finish_train_config(planning, config);
 #ifdef MADPIPE_HAS_RUNTIME
   runtime::check_train_config(config);  // before MPI starts: every rank would fail alike

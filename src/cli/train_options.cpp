@@ -71,8 +71,13 @@ madpipe::cli::po::options_description madpipe::cli::training_group(
           ->notifier(at_least(1, "--micro-batch-size")),
       "samples per micro-batch")(
       "precision", enum_value(c.precision, runtime::kPrecisionNames, "precision", "--precision"),
-      "fp32, or bf16: bf16 weights and activations, fp32 master weights, gradients and optimizer "
-      "state (fp16 is not built yet)")(
+      "fp32, or bf16 or fp16: weights and activations in it, fp32 master weights, gradients and "
+      "optimizer state (fp16 also scales the loss dynamically)")(
+      "loss-scale", optional_value(c.loss_scale, "S"),
+      "fp16: the loss scale of the first step (default 65536); it halves on each step whose "
+      "gradients overflow (the step is skipped)")(
+      "loss-scale-growth-interval", optional_value(c.loss_scale_growth_interval, "N"),
+      "fp16: steps without overflow after which the loss scale doubles (default 2000)")(
       "optimizer", enum_value(c.optimizer, runtime::kOptimizerNames, "optimizer", "--optimizer"),
       "adamw or sgd")("learning-rate", po::value(&c.learning_rate)->default_value(c.learning_rate),
                       "peak step size (after the warm-up, before the decay)")(
@@ -145,14 +150,12 @@ madpipe::cli::po::options_description madpipe::cli::planner_group(
 void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
                                        madpipe::runtime::TrainConfig& config) {
   PlatformOptions platform = options.platform;
-  // 2BW holds three more weight-sized copies per stage than synchronous training: the second
-  // version, its gradient and the newest version the optimizer updates.
-  if (config.mode == runtime::TrainingMode::TwoWeightVersions)
+  if (!options.weight_copies_given)
+    platform.weight_copies = runtime::held_weight_copies(config);
+  else if (config.mode == runtime::TrainingMode::TwoWeightVersions)
+    // 2BW holds three more weight-sized copies per stage than synchronous training: the second
+    // version, its gradient and the newest version the optimizer updates.
     platform.weight_copies += runtime::kTwoWeightVersionsExtraCopies;
-  // bf16 weights are half the profile's fp32 bytes, and the run holds fp32 masters, their
-  // gradients and the optimizer's state besides: at least held_weight_copies of them.
-  if (config.precision != runtime::Precision::Fp32)
-    platform.weight_copies = std::max(platform.weight_copies, runtime::held_weight_copies(config));
   config.platform = to_platform(platform);
   config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
   config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step

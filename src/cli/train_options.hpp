@@ -24,6 +24,9 @@ struct TrainPlanningOptions {
   PlatformOptions platform;
   PlannerSettings planner;
   partition::Algorithm algorithm = partition::Algorithm::MadPipe;
+  // --weight-copies given: the plan counts it (plus 2BW's extra copies); else what the run's
+  // precision, optimizer and mode hold (runtime::held_weight_copies).
+  bool weight_copies_given = false;
 };
 // [platform]: `plan`'s platform options (--gpus counting every rank), --replicas and --device.
 po::options_description platform_group(TrainPlanningOptions& options,

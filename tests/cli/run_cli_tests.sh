@@ -176,6 +176,37 @@ case_plan_and_simulate() {
   expect_in out "simulated      12 micro-batches, asap policy"
 }
 
+case_plan_weight_memory() {
+  # --precision and --optimizer set C to what training holds per parameter, in copies of the
+  # profile's weights (measured in that precision), and plan prints the count.
+  run plan --profile "$gpt2" "${platform[@]}" --precision bf16 --optimizer adamw --output bf16.json
+  expect_status 0
+  expect_in out "weights      20 bytes per parameter (bf16 weights 2 + gradients 2 + fp32 master weights 4 + their gradients 4 + AdamW moments 8; bf16 adamw): C = 10 copies of the bfloat16 weights"
+  expect_in out ", C = 10"
+  expect_in bf16.json '"weight_copies": 10'
+  run plan --profile "$resnet" "${platform[@]}" --optimizer sgd
+  expect_status 0
+  expect_in out "weights      12 bytes per parameter (fp32 weights 4 + gradients 4 + SGD momentum 4; fp32 sgd): C = 3 copies of the float32 weights"
+  run plan --profile "$resnet" "${platform[@]}" --precision fp32
+  expect_status 0
+  expect_in out "weights      16 bytes per parameter (fp32 weights 4 + gradients 4 + AdamW moments 8; fp32 adamw): C = 4 copies of the float32 weights"
+  run plan --profile "$resnet" "${platform[@]}"
+  expect_status 0
+  expect_not_in out "bytes per parameter"
+  run plan --profile "$resnet" "${platform[@]}" --precision bf16
+  expect_status 2
+  expect_in err "resnet50.json: /dtype: the profile was measured in float32 but --precision bf16 trains in bfloat16: profile with madpipe profile --precision bf16"
+  run plan --profile "$gpt2" "${platform[@]}" --precision fp16
+  expect_status 2
+  expect_in err "/dtype: the profile was measured in bfloat16 but --precision fp16 trains in float16"
+  run plan --profile "$resnet" "${platform[@]}" --precision fp32 --weight-copies 4
+  expect_status 2
+  expect_in err "madpipe: error: --weight-copies: give either --weight-copies or --precision and --optimizer (which count the copies training holds), not both"
+  run plan --profile "$resnet" "${platform[@]}" --precision fp8
+  expect_status 2
+  expect_in err "--precision: unknown precision 'fp8' (valid: fp32, bf16, fp16)"
+}
+
 case_plan_every_algorithm() {
   for algorithm in madpipe contiguous pipedream 1f1b gpipe; do
     run plan --profile "$gpt2" --gpus 4 --memory 16GiB --bandwidth 12GB/s --quiet \

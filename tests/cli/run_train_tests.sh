@@ -347,7 +347,7 @@ PY
       --output plan3.json >/dev/null 2>&1 || fail "plan from the profile failed"
     mpi 2 "${gpt[@]}" --gpus 2 --plan plan3.json --output-dir three
     [[ $status -eq 0 ]] || fail "training with plan3.json failed: $(tail -3 err)"
-    grep -q "note: the plan counts 3 weight-sized copies per weight, this run holds 4 (adamw)" out ||
+    grep -q "note: the plan counts 3 weight-sized copies per weight, this run holds 4 (16 bytes per parameter: fp32 weights 4 + gradients 4 + AdamW moments 8); plan with --precision fp32 --optimizer adamw to count them" out ||
       fail "no note on the weight copies: $(head -5 out)"
     python3 - three/trace.json <<'PY' || fail "plan3: $(grep 'rank [0-9]: peak' out)"
 import json, sys
@@ -836,7 +836,7 @@ PY
       --lr-schedule cosine --warmup-steps 1 --clip-grad-norm 1 --weight-decay 0.1)
     mpi 1 "${lm[@]}" --precision bf16 --gpus 1 --plain-loop --output-dir plain
     [[ $status -eq 0 ]] || fail "the bf16 plain loop failed: $(tail -3 err)"
-    grep -q "^precision: bf16 weights and activations, fp32 master weights, gradients accumulated, reduced and clipped in fp32; 20 bytes per parameter with adamw" out ||
+    grep -q "^precision: bf16 weights and activations, fp32 master weights, gradients accumulated, reduced and clipped in fp32; 20 bytes per parameter: bf16 weights 2 + gradients 2 + fp32 master weights 4 + their gradients 4 + AdamW moments 8" out ||
       fail "no precision line: $(head -12 out)"
     grep -q '"dtype": "bfloat16"' plain/profile.json || fail "the profile should be measured in bf16"
     for ranks in 2 3; do
@@ -879,6 +879,63 @@ PY
     [[ $status -eq 2 ]] || fail "an fp32 profile for a bf16 run should exit 2"
     grep -q "fp32/profile.json: /dtype: the profile was measured in float32 but this run trains in bfloat16" err ||
       fail "the refusal should name the profile's dtype: $(cat err)"
+    ;;
+  fp16_loss_scaling)
+    # --precision fp16: the loss is scaled dynamically. From a scale at which the gradients
+    # overflow in fp16, steps are skipped and the scale halves each time; after two good steps in
+    # a row (--loss-scale-growth-interval 2) it doubles. On 2 and 3 ranks the run is the fp16
+    # plain loop's (losses, gradient norms, scales, skipped steps), and a run resumed from a
+    # checkpoint continues exactly: the scaler's state is in the checkpoint's run.json.
+    lm=(--model gpt --layers 2 --width 32 --heads 2 --context 16 --micro-batches 4
+      --micro-batch-size 4 --steps 10 --eval-every 5 --trace-steps 0 --learning-rate 0.003
+      --lr-schedule cosine --warmup-steps 1 --clip-grad-norm 1 --precision fp16
+      --loss-scale 1e8 --loss-scale-growth-interval 2)
+    mpi 1 "${lm[@]}" --gpus 1 --plain-loop --output-dir plain
+    [[ $status -eq 0 ]] || fail "the fp16 plain loop failed: $(tail -3 err)"
+    grep -q "^loss scaling: from 100000000, halved on each step whose gradients overflow" out ||
+      fail "no loss scaling line: $(head -12 out)"
+    grep -q '"dtype": "float16"' plain/profile.json || fail "the profile should be measured in fp16"
+    grep -q "^step 1: the gradients overflowed at loss scale 100000000; update skipped, loss scale now 50000000" out ||
+      fail "the first step should overflow: $(grep '^step' out | head -3)"
+    python3 - plain/metrics.jsonl <<'PY' || fail "the loss scale should halve on overflows and double after 2 good steps"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+skipped = [s["step"] for s in steps if s.get("skipped")]
+assert skipped and skipped[0] == 1 and len(skipped) < len(steps), skipped
+assert steps[-1]["skipped_steps"] == len(skipped), (steps[-1], skipped)
+grown = False
+for a, b in zip(steps, steps[1:]):
+    if a.get("skipped"):
+        assert a["grad_norm"] is None and b["loss_scale"] == a["loss_scale"] / 2, (a, b)
+    else:
+        assert b["loss_scale"] in (a["loss_scale"], 2 * a["loss_scale"]), (a, b)
+        grown = grown or b["loss_scale"] == 2 * a["loss_scale"]
+assert grown, [s["loss_scale"] for s in steps]
+PY
+    same_steps() {  # the same loss, gradient norm (null when skipped), scale and skips per step
+      python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+close = lambda x, y: x == y or (x is not None and y is not None and abs(x - y) <= 1e-5 * abs(y))
+assert len(a) == len(b) == 10, (len(a), len(b))
+for x, y in zip(a, b):
+    for key in ("loss", "grad_norm", "loss_scale", "skipped_steps"):
+        assert close(x[key], y[key]), (key, x, y)
+PY
+    }
+    for ranks in 2 3; do
+      mpi $ranks "${lm[@]}" --gpus $ranks --checkpoint-every 4 --output-dir fp16-$ranks
+      [[ $status -eq 0 ]] || fail "fp16 on $ranks ranks failed: $(tail -3 err)"
+      same_steps fp16-$ranks/metrics.jsonl plain/metrics.jsonl ||
+        fail "fp16 on $ranks ranks differs from the fp16 plain loop"
+    done
+    grep -q '"loss_scale"' fp16-2/checkpoints/step-4/run.json || fail "run.json should keep the scaler's state"
+    cp -r fp16-2 resumed
+    rm -rf resumed/checkpoints/step-8 resumed/checkpoints/step-10
+    echo 4 >resumed/checkpoints/latest
+    mpi 2 "${lm[@]}" --gpus 2 --output-dir resumed --resume
+    [[ $status -eq 0 ]] || fail "fp16 resume failed: $(tail -3 err)"
+    same_steps resumed/metrics.jsonl fp16-2/metrics.jsonl || fail "the resumed fp16 run differs"
     ;;
   schedule_resumes)
     # The schedule is a function of the step: a run resumed at step 3 goes on with the learning
@@ -941,7 +998,13 @@ PY
       --steps 8 --warmup-steps 8
     check_refused "--lr-schedule: unknown learning-rate schedule 'step' (valid: constant, cosine, linear)" \
       --lr-schedule step
-    check_refused "precision: fp16 (dynamic loss scaling) is not built yet" --precision fp16
+    check_refused "loss-scale: loss scaling is fp16's (--precision fp16); bf16 and fp32 need none" \
+      --precision bf16 --loss-scale 1024
+    check_refused "loss-scale: must be a finite number > 0, got 0" --precision fp16 --loss-scale 0
+    check_refused "loss-scale-growth-interval: must be >= 1, got 0" --precision fp16 \
+      --loss-scale-growth-interval 0
+    check_refused "precision: --precision fp16 trains in --mode sync only" --precision fp16 \
+      --mode 2bw
     check_refused "precision: --precision bf16 trains in --mode sync only" --precision bf16 \
       --mode 2bw
     check_refused "min-lr: --min-lr is where --lr-schedule cosine or linear ends" --min-lr 0.0001

@@ -4,6 +4,7 @@
 #include "core/units.hpp"
 #include "runtime/config/learning_rate.hpp"
 
+#include <cmath>
 #include <string>
 
 int madpipe::runtime::pipeline_ranks(const PlanningSettings& c) {
@@ -80,10 +81,14 @@ void madpipe::runtime::check_train_config(const TrainConfig& c) {
     invalid("replan-min-gain",
             "must be a fraction in [0, 1), got " + std::to_string(c.replan_min_gain));
   check_learning_rate_schedule(c);
-  if (c.precision == Precision::Fp16)
-    invalid("precision",
-            "fp16 (dynamic loss scaling) is not built yet; bf16 needs no loss scaling and trains "
-            "the same models: --precision bf16");
+  if (c.precision != Precision::Fp16 && (c.loss_scale || c.loss_scale_growth_interval))
+    invalid(c.loss_scale ? "loss-scale" : "loss-scale-growth-interval",
+            "loss scaling is fp16's (--precision fp16); bf16 and fp32 need none");
+  if (c.loss_scale && !(*c.loss_scale > 0 && std::isfinite(*c.loss_scale)))
+    invalid("loss-scale", "must be a finite number > 0, got " + format_number(*c.loss_scale));
+  if (c.loss_scale_growth_interval && *c.loss_scale_growth_interval < 1)
+    invalid("loss-scale-growth-interval",
+            "must be >= 1, got " + std::to_string(*c.loss_scale_growth_interval));
   if (c.precision != Precision::Fp32 && c.mode != TrainingMode::Sync)
     invalid("precision", std::string("--precision ") + name_of(kPrecisionNames, c.precision) +
                              " trains in --mode sync only (2bw keeps no fp32 master weights yet)");

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "core/names.hpp"
+#include "core/weight_memory.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -20,16 +21,11 @@ inline constexpr Named<TrainingMode> kTrainingModeNames[] = {
 // gradients, optimizer state): the second weight version, its gradient and the newest version.
 inline constexpr int kTwoWeightVersionsExtraCopies = 3;
 
-// The optimizer of every stage (--optimizer).
-enum class OptimizerKind { AdamW, Sgd };
-inline constexpr Named<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::AdamW, "adamw"},
-                                                           {OptimizerKind::Sgd, "sgd"}};
-
-// The dtype layers compute in (--precision): fp32, or bf16 weights and activations with fp32
-// master weights, gradients accumulated and reduced in fp32, and fp32 optimizer state.
-enum class Precision { Fp32, Bf16, Fp16 };
-inline constexpr Named<Precision> kPrecisionNames[] = {
-    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
+// --precision and --optimizer (core/weight_memory.hpp: what they hold per parameter).
+using madpipe::kOptimizerNames;
+using madpipe::kPrecisionNames;
+using madpipe::OptimizerKind;
+using madpipe::Precision;
 
 // How the learning rate moves over the steps after the warm-up (--lr-schedule).
 enum class LrSchedule { Constant, Cosine, Linear };
@@ -63,6 +59,10 @@ struct TrainingSettings {
   double momentum = 0.9;                 // sgd
   double weight_decay = 0.0;             // parameters of two or more dimensions only
   std::optional<double> clip_grad_norm;  // the global gradient norm's bound (unset: no clipping)
+  // fp16's dynamic loss scaling: the first step's scale, and the steps without overflow after
+  // which it doubles (unset: kDefaultLossScale, kDefaultLossScaleGrowthInterval).
+  std::optional<double> loss_scale;
+  std::optional<int> loss_scale_growth_interval;
   std::uint64_t seed = 1;
   int eval_every = 10;  // steps between validation losses; 0: never
   int eval_micro_batches = 8;
@@ -71,19 +71,25 @@ struct TrainingSettings {
   bool plain_loop = false;
 };
 
+// torch.amp.GradScaler's defaults.
+inline constexpr double kDefaultLossScale = 65536;
+inline constexpr int kDefaultLossScaleGrowthInterval = 2000;
+
 // Weight-sized copies a run holds per weight, in units of the layers' weights (the profile's
-// weight bytes, measured in the run's precision): fp32 holds the weights and their gradients,
-// the optimizer's state (AdamW: two moments; SGD: its momentum, if any), and 2BW's extra copies;
-// bf16 holds bf16 weights and gradients (2 + 2 bytes a parameter) and, in fp32, the master
-// weights, their gradients and the optimizer's state (4 bytes each): AdamW 20 bytes, 10 copies.
-inline int optimizer_state_copies(const TrainingSettings& t) {
-  return t.optimizer == OptimizerKind::AdamW ? 2 : (t.momentum != 0 ? 1 : 0);
+// weight bytes, measured in the run's precision): weight_memory's for the precision and the
+// optimizer, plus 2BW's extra copies.
+inline WeightMemory held_weight_memory(const TrainingSettings& t) {
+  return weight_memory(t.precision, t.optimizer, t.momentum != 0);
 }
 inline int held_weight_copies(const TrainingSettings& t) {
-  if (t.precision != Precision::Fp32) return 2 + 2 * (2 + optimizer_state_copies(t));
-  int copies = 2 + optimizer_state_copies(t);
+  int copies = held_weight_memory(t).copies;
   if (t.mode == TrainingMode::TwoWeightVersions) copies += kTwoWeightVersionsExtraCopies;
   return copies;
+}
+// "20 bytes per parameter: bf16 weights 2 + gradients 2 + ...", 2BW's copies left out.
+inline std::string weight_bytes_text(const TrainingSettings& t) {
+  const WeightMemory memory = held_weight_memory(t);
+  return std::to_string(memory.bytes_per_parameter) + " bytes per parameter: " + memory.breakdown;
 }
 
 }  // namespace madpipe::runtime

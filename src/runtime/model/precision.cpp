@@ -1,5 +1,7 @@
 #include "runtime/model/precision.hpp"
 
+#include "core/error.hpp"
+
 torch::Dtype madpipe::runtime::compute_dtype(Precision precision) {
   switch (precision) {
     case Precision::Bf16:
@@ -22,4 +24,27 @@ void madpipe::runtime::compute_loss_in_fp32(ChainModel& model) {
   model.loss = [loss = model.loss](const torch::Tensor& output, const torch::Tensor& target) {
     return loss(output.is_floating_point() ? output.to(torch::kFloat) : output, target);
   };
+}
+
+void madpipe::runtime::scale_loss_gradient(ChainModel& model, std::shared_ptr<const double> scale) {
+  model.loss = [loss = model.loss, scale = std::move(scale)](const torch::Tensor& output,
+                                                             const torch::Tensor& target) {
+    torch::Tensor value = loss(output, target);
+    if (value.requires_grad())
+      value.register_hook([scale](const torch::Tensor& grad) { return grad * *scale; });
+    return value;
+  };
+}
+
+void madpipe::runtime::check_precision_runs(Precision precision, const torch::Device& device) {
+  if (precision == Precision::Fp32) return;
+  try {
+    const torch::Tensor x =
+        torch::ones({4, 4}, torch::dtype(compute_dtype(precision)).device(device));
+    torch::softmax(x.matmul(x), -1).sum().item<double>();
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::Unsupported, "", "precision",
+                std::string("--precision ") + name_of(kPrecisionNames, precision) +
+                    " does not run on " + device.str() + ": " + e.what_without_backtrace());
+  }
 }

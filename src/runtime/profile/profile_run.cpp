@@ -21,15 +21,17 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
   if (c.threads < 1) throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
   const torch::Device device = device_of(c.device);
   torch::set_num_threads(c.threads);
+  check_precision_runs(c.workload.precision, device);
   ProfilerOptions options;
   options.device = device;
   options.warmup = c.warmup;
   options.repeats = c.repeats;
   if (!c.torchscript.empty()) {
     if (c.workload.precision != Precision::Fp32)
-      throw Error(ErrorKind::InvalidInput, "", "precision",
-                  "--torchscript profiles in fp32; for bf16 profile the model as madpipe train "
-                  "runs it: --model script --script FILE with its --data");
+      throw Error(
+          ErrorKind::InvalidInput, "", "precision",
+          "--torchscript profiles in fp32; for bf16 or fp16 profile the model as madpipe train "
+          "runs it: --model script --script FILE with its --data");
     ScriptInput input;
     input.shape = parse_shape(c.input_shape, "input-shape");
     input.dtype = c.input_dtype;

@@ -31,14 +31,17 @@ std::vector<torch::Tensor> madpipe::runtime::MasterWeights::masters_of(
 void madpipe::runtime::MasterWeights::fold_gradients(
     const std::vector<torch::Tensor>& parameters) const {
   torch::NoGradGuard no_grad;
+  const double factor = scale_ ? 1.0 / *scale_ : 1.0;
   for (const torch::Tensor& p : parameters) {
     const auto it = by_parameter_.find(p.unsafeGetTensorImpl());
     if (it == by_parameter_.end() || !p.grad().defined()) continue;
     torch::Tensor& grad = it->second.master.mutable_grad();
-    if (grad.defined())
-      grad.add_(p.grad());
-    else
+    if (grad.defined()) {
+      grad.add_(p.grad(), factor);
+    } else {
       grad = p.grad().to(torch::kFloat);
+      if (factor != 1.0) grad.mul_(factor);
+    }
     it->second.parameter.mutable_grad() = torch::Tensor();
   }
 }

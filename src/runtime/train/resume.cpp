@@ -33,6 +33,20 @@ std::string shared_plan_text(const std::string& path, int rank) {
   return madpipe::runtime::broadcast_string(text, 0);
 }
 
+// run.json's "state" of a checkpoint, read by rank 0, on every rank (null: none recorded).
+nlohmann::json saved_state(const std::string& output_dir, int step, int rank) {
+  std::string text;
+  if (rank == 0) {
+    const fs::path path = madpipe::runtime::checkpoint_dir(output_dir, step) / "run.json";
+    std::ifstream in(path);
+    const nlohmann::json record =
+        in ? nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+    if (record.is_object() && record.contains("state")) text = record["state"].dump();
+  }
+  text = madpipe::runtime::broadcast_string(text, 0);
+  return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
+}
+
 std::string join(const std::vector<int>& steps) {
   std::string out;
   for (int s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
@@ -71,7 +85,7 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
       if (!damaged.empty())
         say("checkpoints of step " + join(damaged) + " are damaged; resuming from step " +
             std::to_string(step));
-      return {step, plan_path.string()};
+      return {step, plan_path.string(), saved_state(output_dir, step, rank)};
     }
     damaged.push_back(step);
   }
@@ -94,7 +108,8 @@ void madpipe::runtime::truncate_metrics(const std::string& path, int step) {
   write_file_atomically(path, kept);
 }
 
-std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
+std::string madpipe::runtime::run_record(const TrainConfig& c, int step,
+                                         const nlohmann::json& state) {
   nlohmann::ordered_json j;
   j["format"] = "madpipe.run/1";
   j["step"] = step;
@@ -127,6 +142,10 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
       {"momentum", c.momentum},
       {"weight_decay", c.weight_decay},
       {"clip_grad_norm", c.clip_grad_norm ? nlohmann::json(*c.clip_grad_norm) : nlohmann::json()},
+      {"loss_scale", c.loss_scale ? nlohmann::json(*c.loss_scale) : nlohmann::json()},
+      {"loss_scale_growth_interval", c.loss_scale_growth_interval
+                                         ? nlohmann::json(*c.loss_scale_growth_interval)
+                                         : nlohmann::json()},
       {"seed", c.seed}};
   j["platform"] = {
       {"gpus", c.platform.gpus},
@@ -138,6 +157,7 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step) {
       {"gpus_per_node", c.platform.gpus_per_node},
       {"inter_node_bandwidth_bytes_per_ms", c.platform.inter_node_bandwidth_bytes_per_ms},
       {"algorithm", partition::to_string(c.planner.algorithm)}};
+  if (!state.is_null()) j["state"] = state;
   return j.dump(1) + "\n";
 }
 
@@ -153,7 +173,8 @@ void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int
     throw Error(ErrorKind::InvalidInput, path.string(), "", std::string("not JSON: ") + e.what());
   }
   const nlohmann::json now = nlohmann::json::parse(run_record(config, step));
-  const std::set<std::string> may_change = {"steps", "learning_rate", "min_lr"};
+  // The first step's loss scale no longer matters: the checkpoint's scaler state continues.
+  const std::set<std::string> may_change = {"steps", "learning_rate", "min_lr", "loss_scale"};
   for (const char* part : {"model", "training", "platform"}) {
     if (!saved.contains(part)) continue;
     for (const auto& [key, value] : saved[part].items()) {

@@ -5,11 +5,14 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace madpipe::runtime {
 
 struct ResumePoint {
   int step = 0;           // 0: start from step 1
   std::string plan_path;  // the plan the checkpoint's stages belong to
+  nlohmann::json state;   // run.json's "state": the trainer's own (fp16's loss scaler), or null
 };
 
 // Collective. The newest complete checkpoint in <output_dir>/checkpoints whose stage files are
@@ -25,7 +28,9 @@ void truncate_metrics(const std::string& path, int step);
 
 // run.json of a checkpoint: the run's settings and where the data continues (micro-batches are a
 // function of seed, step and index, so the next step is the data loader's whole state).
-std::string run_record(const TrainConfig& config, int step);
+// `state`: what the trainer keeps besides stages (fp16's loss scaler), under "state".
+std::string run_record(const TrainConfig& config, int step,
+                       const nlohmann::json& state = nlohmann::json());
 
 // Throws Error{InvalidInput} naming the checkpoint's run.json and the first setting of the model,
 // the data and the training that differs between it and `config` (--steps and --learning-rate

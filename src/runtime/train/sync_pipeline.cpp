@@ -323,10 +323,12 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, co
                      std::to_string(static_cast<int>(all[kBadMicroBatch])) + " (stage " +
                      std::to_string(stages.size() - 1) + " on rank " +
                      std::to_string(stages.back().gpu) + ") is not finite";
-  else if (all[kBadStage] != INT_MAX)
+  else if (all[kBadStage] != INT_MAX) {
+    health.only_gradients = true;
     health.problem =
         "a gradient of stage " + std::to_string(static_cast<int>(all[kBadStage])) + " (rank " +
         std::to_string(stages[static_cast<std::size_t>(all[kBadStage])].gpu) + ") is not finite";
+  }
   return health;
 }
 

@@ -88,6 +88,9 @@ bool replan(const TrainConfig& c, const Profile& profile, double time_scale, int
 // global gradient norm and its mean loss.
 struct StepHealth {
   std::string problem;  // empty: all finite
+  // The problem is a gradient's while every loss is finite: under fp16 loss scaling, an overflow
+  // that the scaler answers by skipping the step.
+  bool only_gradients = false;
   int stop_signal = 0;
   double grad_norm = 0;  // over every parameter of the model, each counted once
   double loss = 0;       // mean over the step's micro-batches (all replicas)

@@ -131,9 +131,7 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                              "the profile has " + std::to_string(profile.layers.size()) +
                                  " layers but the model has " + std::to_string(model.size()));
       const std::string measured = profile.dtype.empty() ? "float32" : profile.dtype;
-      const std::string wanted = c.precision == madpipe::runtime::Precision::Bf16   ? "bfloat16"
-                                 : c.precision == madpipe::runtime::Precision::Fp16 ? "float16"
-                                                                                    : "float32";
+      const std::string wanted = madpipe::compute_dtype_name(c.precision);
       const bool reduced = measured == "bfloat16" || measured == "float16" || wanted != "float32";
       if (reduced && measured != wanted)
         throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/dtype",

@@ -17,6 +17,7 @@
 #include "runtime/model/saved_tensors.hpp"
 #include "runtime/model/script_model.hpp"
 #include "runtime/train/layer_migration.hpp"
+#include "runtime/train/loss_scaler.hpp"
 #include "runtime/train/resume.hpp"
 #include "runtime/train/sync_pipeline.hpp"
 #include "runtime/train/train_planning.hpp"
@@ -47,7 +48,7 @@ struct Prepared {
   std::unique_ptr<DataSource> data;
   ChainModel model;
   Batch sample;  // micro-batch 0 on the device (in the compute dtype), for probing
-  std::unique_ptr<MasterWeights> masters;  // --precision bf16: the fp32 weights that train
+  std::unique_ptr<MasterWeights> masters;  // --precision bf16, fp16: the fp32 weights that train
   double cpu_sharing = 1;                  // what the profile's times were scaled by
   Profile profile;
   plan::Plan first_plan;
@@ -88,6 +89,7 @@ Prepared prepare(TrainConfig& c, MpiSession& session, const Say& say) {
   const int rank = session.rank();
   Prepared p;
   p.device = choose_device(c, session, say);
+  check_precision_runs(c.precision, p.device);
   // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
   if (c.resume && !c.dry_run) {
     p.resume = find_resume_point(c.output_dir, rank, say);
@@ -182,6 +184,8 @@ class SyncSteps {
   bool update(int step, const StepHealth& health);
   void record(int step, const StepHealth& health, bool validated, bool skipped);
   void checkpoint_after(int step, const StepHealth& health);
+  // fp16: whether the step's gradients overflowed (then the scale halves), counting a good step.
+  bool skips_overflow(int step, const StepHealth& health);
 
   TrainingRun& run_;
   const TrainConfig& c_;
@@ -197,7 +201,9 @@ class SyncSteps {
   MemoryMeter meter_;
   std::unique_ptr<TraceRecorder> recorder_;
   double last_val_ = -1;
-  const MasterWeights* masters_;  // --precision bf16 (null: fp32)
+  const MasterWeights* masters_;        // --precision bf16, fp16 (null: fp32)
+  std::unique_ptr<LossScaler> scaler_;  // --precision fp16
+  double step_loss_scale_ = 1;          // the scale the last step ran with (fp16)
 };
 
 SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& groups,
@@ -215,8 +221,20 @@ SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& 
     run_.say(std::string("precision: ") + name_of(kPrecisionNames, c_.precision) +
              " weights and activations, fp32 master weights, gradients accumulated, reduced and "
              "clipped in fp32; " +
-             std::to_string(2 * held_weight_copies(c_)) + " bytes per parameter with " +
-             name_of(kOptimizerNames, c_.optimizer));
+             weight_bytes_text(c_));
+  if (c_.precision == Precision::Fp16) {
+    scaler_ = std::make_unique<LossScaler>(
+        c_.loss_scale.value_or(kDefaultLossScale),
+        c_.loss_scale_growth_interval.value_or(kDefaultLossScaleGrowthInterval));
+    scale_loss_gradient(p_.model, scaler_->shared_scale());
+    prepared.masters->unscale_gradients_by(scaler_->shared_scale());
+    run_.say(
+        "loss scaling: from " + format_number(scaler_->scale()) +
+        ", halved on each step whose gradients overflow (the step is skipped), doubled "
+        "after " +
+        std::to_string(c_.loss_scale_growth_interval.value_or(kDefaultLossScaleGrowthInterval)) +
+        " steps without");
+  }
   pipeline_ = build_sync_pipeline(c_, p_.first_plan, p_.model, outputs, groups, nullptr, masters_);
   if (p_.model.release_source) p_.model.release_source();  // this rank's layers are built
   if (c_.plain_loop)
@@ -290,7 +308,19 @@ StepLoss SyncSteps::run_step(int step, int* bad_micro_batch) {
   return local;
 }
 
+bool SyncSteps::skips_overflow(int step, const StepHealth& health) {
+  if (!scaler_ || !(health.problem.empty() || health.only_gradients)) return false;
+  step_loss_scale_ = scaler_->scale();
+  if (!scaler_->update(!health.problem.empty())) return false;
+  run_.say("step " + std::to_string(step) + ": the gradients overflowed at loss scale " +
+           format_number(step_loss_scale_) + "; update skipped, loss scale now " +
+           format_number(scaler_->scale()));
+  for (auto& optimizer : pipeline_->optimizers) optimizer->zero_grad();
+  return true;
+}
+
 bool SyncSteps::update(int step, const StepHealth& health) {
+  if (skips_overflow(step, health)) return true;
   const bool skipped = !health.problem.empty();
   if (skipped && c_.on_nan == OnNonFinite::Stop)
     throw Error(ErrorKind::Runtime, "", "on-nan",
@@ -324,16 +354,22 @@ void SyncSteps::record(int step, const StepHealth& health, bool validated, bool 
   if (skipped) line["skipped"] = true;
   line["lr"] = lr;
   line["grad_norm"] = health.grad_norm;
+  if (scaler_) {
+    line["loss_scale"] = step_loss_scale_;
+    line["skipped_steps"] = scaler_->skipped_steps();  // overflows since the run's first step
+  }
   line["samples_per_s"] = samples_per_s;
   line["seconds"] = run_.seconds();
   run_.append_metrics(line);
   if (validated || run_.prints_progress(step)) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "step %d/%d  loss %.4f%s  lr %.3g  grad_norm %.3g  %.1f samples/s  eta %s", step,
-                  c_.steps, health.loss,
+                  "step %d/%d  loss %.4f%s  lr %.3g  grad_norm %.3g%s  %.1f samples/s  eta %s",
+                  step, c_.steps, health.loss,
                   validated ? ("  val " + std::to_string(last_val_).substr(0, 6)).c_str() : "", lr,
-                  health.grad_norm, samples_per_s, run_.eta(step).c_str());
+                  health.grad_norm,
+                  scaler_ ? ("  loss_scale " + format_number(step_loss_scale_)).c_str() : "",
+                  samples_per_s, run_.eta(step).c_str());
     run_.say(buf);
   }
 }
@@ -345,13 +381,17 @@ void SyncSteps::checkpoint_after(int step, const StepHealth& health) {
                                p_.model, outputs_, groups_, run_.rank(), run_.sayer());
   if (switched || run_.checkpoints_after(step) || health.stop_signal != 0)
     // Replicas hold the same weights: the first one writes them.
-    run_.checkpoint(step, pipeline_->plan, stage_states(true), groups_.layout().replica == 0);
+    run_.checkpoint(step, pipeline_->plan, stage_states(true), groups_.layout().replica == 0,
+                    scaler_ ? scaler_->state() : nlohmann::json());
 }
 
 int SyncSteps::train() {
   const int first_step = run_.start(
       p_.resume, [this] { return stage_states(false); }, p_.device);
   if (masters_) masters_->copy_to_layers();  // a checkpoint's weights were loaded into them
+  if (scaler_ && p_.resume.step > 0)
+    scaler_->restore(p_.resume.state,
+                     (checkpoint_dir(c_.output_dir, p_.resume.step) / "run.json").string());
   replanning_ = c_.replan_after >= first_step && c_.replan_after < c_.steps;
   if (c_.replan_after > 0 && !replanning_)
     run_.say("no re-planning: the run resumes after step " + std::to_string(c_.replan_after));
@@ -417,7 +457,7 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     const LayerFilter mine = layers_of_rank(p.first_plan, position);
     for (int l = 0; l < p.model.size(); ++l)
       if (mine(l)) p.model.materialize(l, p.device);
-    if (c.precision != Precision::Fp32)  // fp32 copies first, then the layers in bf16
+    if (c.precision != Precision::Fp32)  // fp32 copies first, then the layers in bf16 or fp16
       p.masters = std::make_unique<MasterWeights>(p.model, compute_dtype(c.precision));
     const LayerOutputs outputs = probe_layer_outputs(p.model, p.sample, compute_dtype(c.precision));
     p.sample = Batch{};  // not held through the run, whose memory the plan accounts for

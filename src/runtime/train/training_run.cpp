@@ -87,13 +87,14 @@ void madpipe::runtime::TrainingRun::append_metrics(const nlohmann::ordered_json&
 }
 
 void madpipe::runtime::TrainingRun::checkpoint(int step, const plan::Plan& plan,
-                                               const StageStates& states, bool writes) const {
+                                               const StageStates& states, bool writes,
+                                               const nlohmann::json& trainer_state) const {
   if (writes)
     for (const auto& [s, state] : states) save_stage(c_.output_dir, step, s, state);
   if (rank_ == 0) {
     plan::write_plan(plan, checkpoint_plan_path(c_.output_dir, step).string());
     write_file_atomically((checkpoint_dir(c_.output_dir, step) / "run.json").string(),
-                          run_record(c_, step));
+                          run_record(c_, step, trainer_state));
   }
   MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
   if (rank_ == 0) mark_complete(c_.output_dir, step);
@@ -136,9 +137,14 @@ void madpipe::runtime::note_program_memory(const TrainConfig& c, const plan::Pla
   if (plan.platform.weight_copies < held)
     say("note: the plan counts " + std::to_string(plan.platform.weight_copies) +
         " weight-sized copies per weight, this run holds " + std::to_string(held) + " (" +
-        name_of(kOptimizerNames, c.optimizer) +
-        (c.mode == TrainingMode::TwoWeightVersions ? ", 2bw" : "") +
-        "): plan with --weight-copies " + std::to_string(held) + " to count them");
+        weight_bytes_text(c) +
+        (c.mode == TrainingMode::TwoWeightVersions ? ", and 2bw's three more copies" : "") +
+        "); plan with " +
+        (c.mode == TrainingMode::TwoWeightVersions
+             ? "--weight-copies " + std::to_string(held)
+             : std::string("--precision ") + name_of(kPrecisionNames, c.precision) +
+                   " --optimizer " + name_of(kOptimizerNames, c.optimizer)) +
+        " to count them");
   const std::vector<plan::ProgramMemory> bounds =
       plan::program_memory(as_held(c, plan), program, data_bytes);
   std::string over;

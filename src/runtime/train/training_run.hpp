@@ -61,7 +61,9 @@ class TrainingRun {
 
   // Collective: the checkpoint of `step`. Each rank that `writes` saves its stages; rank 0 writes
   // the plan and the run's record, and marks the checkpoint complete once every rank saved.
-  void checkpoint(int step, const plan::Plan& plan, const StageStates& states, bool writes) const;
+  // `trainer_state`: the trainer's own, kept in run.json (ResumePoint::state when resumed).
+  void checkpoint(int step, const plan::Plan& plan, const StageStates& states, bool writes,
+                  const nlohmann::json& trainer_state = nlohmann::json()) const;
   // A stop request after `step`: says where the run stopped, when steps were left.
   bool stops_after(int signal, int step) const;
   void say_done(const std::string& what) const;
