@@ -171,6 +171,12 @@ madpipe::cli::po::options_description madpipe::cli::output_group(
           ->default_value(c.checkpoint_every)
           ->notifier(at_least(0, "--checkpoint-every")),
       "steps between checkpoints (0: only after the last step)")(
+      "keep-checkpoints",
+      po::value(&c.keep_checkpoints)
+          ->default_value(c.keep_checkpoints)
+          ->notifier(at_least(0, "--keep-checkpoints")),
+      "complete checkpoints kept: once a new one is complete, older ones beyond the newest N are "
+      "deleted (0: keep all)")(
       "trace-steps",
       po::value(&c.trace_steps)
           ->default_value(c.trace_steps)

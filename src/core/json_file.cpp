@@ -10,7 +10,9 @@
 #include <iterator>
 #include <string_view>
 
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 // nlohmann's messages start with "[json.exception.parse_error.101] "; keep what follows.
 static std::string strip_exception_id(const char* what) {
@@ -69,9 +71,31 @@ void madpipe::write_file_atomically(const std::string& path, const std::string& 
       throw Error(ErrorKind::Io, path, "", "cannot write '" + tmp + "'");
     }
   }
+  try {
+    sync_to_disk(tmp);
+  } catch (const Error&) {
+    std::remove(tmp.c_str());
+    throw;
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);
     std::remove(tmp.c_str());
     throw Error(ErrorKind::Io, path, "", "cannot rename '" + tmp + "' to it: " + reason);
   }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  sync_to_disk(parent.empty() ? "." : parent.string());
+}
+
+void madpipe::sync_to_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw Error(ErrorKind::Io, path, "",
+                std::string("cannot open it to flush it to the disk: ") + std::strerror(errno));
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  // Some file systems cannot flush a directory (EINVAL): the rename is as durable as they make it.
+  if (result != 0 && error != EINVAL)
+    throw Error(ErrorKind::Io, path, "",
+                std::string("cannot flush it to the disk: ") + std::strerror(error));
 }

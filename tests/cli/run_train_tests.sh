@@ -200,24 +200,23 @@ PY
     mpi 3 "${small[@]}" --gpus 3 --steps 2 --output-dir resumed
     [[ $status -eq 0 ]] || fail "first half failed"
     [[ $(cat resumed/checkpoints/latest) == 2 ]] || fail "latest should name step 2"
-    ls resumed/checkpoints/step-2/stage-*.pt >/dev/null || fail "no stage files"
-    # A resumed run is the same run: another optimizer or plan is refused on every rank, naming
-    # what differs, before anything is loaded.
+    ls resumed/checkpoints/step-2/layers/layer-*.pt >/dev/null || fail "no layer files"
+    # A resumed run is the same run: another optimizer is refused on every rank, naming what
+    # differs, before anything is loaded; another plan is not (the checkpoint is keyed by the
+    # model's layers).
     mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume --optimizer sgd
     [[ $status -eq 2 ]] || fail "a resume with another optimizer should exit 2, got $status"
     [[ $(grep -c 'resumed/checkpoints/step-2/run.json: training.optimizer: the checkpoint.s run has "adamw", this run "sgd"; --resume continues the same run' err) -eq 3 ]] ||
       fail "every rank should name the setting: $(cat err)"
-    python3 - <<'PY' || fail "could not write the other plan"
-import json
-plan = json.load(open("resumed/checkpoints/step-2/plan.json"))
-a, b = plan["stages"][0], plan["stages"][1]
-a["gpu"], b["gpu"] = b["gpu"], a["gpu"]  # the same stages, placed otherwise
-json.dump(plan, open("other.json", "w"))
-PY
-    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume --plan other.json
-    [[ $status -eq 2 ]] || fail "a resume with another plan should exit 2, got $status"
-    [[ $(grep -c "other.json: /stages/0: stage 0 has layers 0-[0-9]* on GPU [0-9], but the checkpoint's plan .* has layers 0-[0-9]* on GPU [0-9]; checkpoints hold the stages of their plan: resume without --plan" err) -eq 3 ]] ||
-      fail "every rank should name the differing stage: $(cat err)"
+    "$madpipe" plan --profile resumed/profile.json --gpus 3 --memory 16GiB --bandwidth 12GB/s \
+      --precision fp32 --optimizer adamw --algorithm 1f1b --output other.json >/dev/null 2>&1 ||
+      fail "could not write the other plan"
+    cp -r resumed replaced
+    mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir replaced --resume --plan other.json
+    [[ $status -eq 0 ]] || fail "a resume with another plan failed: $(tail -3 err)"
+    grep -q "resuming the checkpoint of step 2 on other.json: each rank loads the layers its plan gives it" out ||
+      fail "the resume should say that it loads into another plan: $(head -5 out)"
+    same_losses replaced/metrics.jsonl straight/metrics.jsonl || fail "the resume on another plan differs"
     mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir resumed --resume
     [[ $status -eq 0 ]] || fail "resumed run failed"
     grep -q "resumed from the checkpoint of step 2" out || fail "no resume message"
@@ -727,17 +726,17 @@ PY
   damaged_checkpoint_falls_back)
     mpi 2 "${small[@]}" --gpus 2 --steps 4 --checkpoint-every 2 --output-dir run
     [[ $status -eq 0 ]] || fail "first run failed"
-    printf 'x' >>run/checkpoints/step-4/stage-1.pt
+    printf 'x' >>run/checkpoints/step-4/layers/layer-1.pt
     mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir run --resume
     [[ $status -eq 0 ]] || fail "resume with a damaged newest checkpoint failed"
-    grep -q "checkpoint of step 4 is not usable: .*stage-1.pt: checksum" err || fail "the damaged file should be named"
+    grep -q "checkpoint of step 4 is not usable: .*layer-1.pt: checksum" err || fail "the damaged file should be named"
     grep -q "checkpoints of step 4 are damaged; resuming from step 2" out || fail "no fallback message"
     [[ $(wc -l <run/metrics.jsonl) -eq 6 ]] || fail "metrics should hold steps 1..6 once each"
     mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir straight
     a=$(loss_of straight/metrics.jsonl 6); b=$(loss_of run/metrics.jsonl 6)
     [[ -n $a && $a == "$b" ]] || fail "step 6: loss $b after the fallback, $a straight"
-    rm run/checkpoints/step-2/stage-0.pt.sum
-    printf 'x' >>run/checkpoints/step-6/stage-0.pt
+    rm run/checkpoints/step-2/layers/layer-0.pt.sum
+    printf 'x' >>run/checkpoints/step-6/layers/layer-0.pt
     mpi 2 "${small[@]}" --gpus 2 --steps 8 --output-dir run --resume
     [[ $status -ne 0 ]] || fail "no whole checkpoint must fail"
     grep -q "no whole checkpoint to resume from (damaged: step 6, 4, 2)" err || fail "message should list the damaged steps"
@@ -879,6 +878,135 @@ PY
     [[ $status -eq 2 ]] || fail "an fp32 profile for a bf16 run should exit 2"
     grep -q "fp32/profile.json: /dtype: the profile was measured in float32 but this run trains in bfloat16" err ||
       fail "the refusal should name the profile's dtype: $(cat err)"
+    ;;
+  resume_on_other_gpus)
+    # Checkpoints are keyed by the model's layers: a run checkpointed on 2 ranks resumes on 3 and
+    # on 1 (planned anew from the run's profile), and a 2 x 2 data-parallel run on 1 x 3 (the same
+    # micro-batches per step); the losses and the final weights are the uninterrupted run's.
+    base=(--model gpt --layers 3 --width 32 --heads 2 --context 16 --micro-batch-size 4
+      --steps 6 --eval-every 0 --trace-steps 0 --learning-rate 0.003 --weight-decay 0.1)
+    mpi 2 "${base[@]}" --micro-batches 4 --gpus 2 --checkpoint-every 3 --output-dir straight
+    [[ $status -eq 0 ]] || fail "the uninterrupted run failed: $(tail -3 err)"
+    python_with_torch
+    "$madpipe" export-weights --run straight --output straight.pt >/dev/null 2>err ||
+      fail "export failed: $(cat err)"
+    # from_step_3 DIR: a copy of the uninterrupted run as its checkpoint of step 3 left it.
+    from_step_3() {
+      cp -r straight "$1"
+      rm -rf "$1/checkpoints/step-6"
+      echo 3 >"$1/checkpoints/latest"
+    }
+    same_weights() {  # same_weights RUN [REFERENCE.pt]
+      "$madpipe" export-weights --run "$1" --output "$1.pt" >/dev/null 2>err || fail "export failed: $(cat err)"
+      "$python" - "$1.pt" "${2:-straight.pt}" <<'PY'
+import sys, torch
+a, b = (torch.load(f) for f in sys.argv[1:3])
+assert a.keys() == b.keys(), (a.keys(), b.keys())
+for key in a:  # relative to the tensor's norm (Adam magnifies the order of a sum where g ~ 0)
+    assert (a[key] - b[key]).norm() <= 1e-5 * b[key].norm(), (key, (a[key] - b[key]).norm() / b[key].norm())
+PY
+    }
+    for ranks in 3 1; do
+      from_step_3 on-$ranks
+      mpi $ranks "${base[@]}" --micro-batches 4 --gpus $ranks --resume --output-dir on-$ranks
+      [[ $status -eq 0 ]] || fail "the resume on $ranks ranks failed: $(tail -3 err)"
+      grep -q "resuming the checkpoint of step 3 on a new plan from on-$ranks/profile.json (gpus 2 -> $ranks): each rank loads the layers its plan gives it" out ||
+        fail "the resume should say what changed: $(head -8 out)"
+      same_losses on-$ranks/metrics.jsonl straight/metrics.jsonl || fail "$ranks ranks: losses differ"
+      same_weights on-$ranks || fail "$ranks ranks: the final weights differ"
+    done
+    # Replicas sum gradients in another order, which Adam magnifies where a gradient is about 0
+    # (the attention's key bias): an MLP, whose gradients are not, shows the weights equal.
+    wide=(--model mlp --layers 4 --width 16 --inputs 6 --outputs 3 --micro-batch-size 2 --steps 6
+      --eval-every 0 --trace-steps 0)
+    mpi 2 "${wide[@]}" --micro-batches 4 --gpus 2 --output-dir mlp
+    "$madpipe" export-weights --run mlp --output mlp.pt >/dev/null 2>err || fail "export failed: $(cat err)"
+    mpi 4 "${wide[@]}" --micro-batches 2 --gpus 4 --replicas 2 --checkpoint-every 3 --output-dir dp
+    [[ $status -eq 0 ]] || fail "the 2 x 2 run failed: $(tail -3 err)"
+    rm -rf dp/checkpoints/step-6
+    echo 3 >dp/checkpoints/latest
+    mpi 3 "${wide[@]}" --micro-batches 2 --gpus 3 --resume --output-dir dp
+    [[ $status -eq 2 ]] || fail "fewer micro-batches per step must be refused"
+    grep -q "training.micro_batches: the checkpoint's run has 2 micro-batches per replica x 2 replicas = 4 per step, this run 2 x 1 = 2" err ||
+      fail "the refusal should count the micro-batches of a step: $(cat err)"
+    mpi 3 "${wide[@]}" --micro-batches 4 --gpus 3 --resume --output-dir dp
+    [[ $status -eq 0 ]] || fail "the resume of 2 x 2 on 1 x 3 failed: $(tail -3 err)"
+    same_losses dp/metrics.jsonl mlp/metrics.jsonl || fail "2 x 2 then 1 x 3: losses differ"
+    same_weights dp mlp.pt || fail "2 x 2 then 1 x 3: the final weights differ"
+    # Dropout masks are a function of (seed, step, micro-batch, layer): they continue too.
+    cat >make.py <<'PY'
+import torch, torch.nn as nn
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.3), nn.ReLU(), nn.Linear(32, 32),
+                    nn.Dropout(0.3), nn.Tanh(), nn.Linear(32, 2))
+torch.jit.save(torch.jit.script(net), "drop.pt")
+x = torch.randn(200, 8)
+torch.save({"inputs": x, "targets": torch.tanh(x[:, :2])}, "data.pt")
+PY
+    "$python" make.py 2>/dev/null || fail "could not write the TorchScript module"
+    drop=(--model script --script drop.pt --loss mse --data data.pt --data-format tensors
+      --micro-batches 4 --micro-batch-size 5 --eval-every 0 --trace-steps 0)
+    mpi 1 "${drop[@]}" --steps 6 --gpus 1 --output-dir drop-straight
+    mpi 3 "${drop[@]}" --steps 3 --gpus 3 --output-dir drop
+    [[ $status -eq 0 ]] || fail "the dropout run failed: $(tail -3 err)"
+    mpi 2 "${drop[@]}" --steps 6 --gpus 2 --resume --output-dir drop
+    [[ $status -eq 0 ]] || fail "the dropout resume failed: $(tail -3 err)"
+    same_losses drop/metrics.jsonl drop-straight/metrics.jsonl || fail "with dropout: losses differ"
+    # 2BW checkpoints hold each stage's two weight versions: they resume only where they ran.
+    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 4 --output-dir twobw
+    [[ $status -eq 0 ]] || fail "the 2bw run failed: $(tail -3 err)"
+    mpi 3 "${small[@]}" --mode 2bw --gpus 3 --steps 6 --resume --output-dir twobw
+    [[ $status -eq 2 ]] || fail "a 2bw resume on other GPUs must be refused"
+    grep -q "this checkpoint holds the stages of its plan (--mode 2bw keeps its two weight versions per stage): it resumes only where it was trained, but gpus 2 -> 3" err ||
+      fail "the refusal should say why: $(cat err)"
+    ;;
+  checkpoints_bounded_and_durable)
+    # --keep-checkpoints 2 keeps the newest two complete checkpoints; a checkpoint that fails
+    # between a file and its rename (MADPIPE_CHECKPOINT_FAULT) ends the run on every rank with
+    # the previous checkpoint whole, and the run resumes from it to the uninterrupted losses.
+    mpi 2 "${small[@]}" --gpus 2 --steps 5 --checkpoint-every 1 --keep-checkpoints 2 --output-dir kept
+    [[ $status -eq 0 ]] || fail "the run failed: $(tail -3 err)"
+    [[ $(cd kept/checkpoints && echo step-*) == "step-4 step-5" ]] ||
+      fail "only steps 4 and 5 should be kept: $(ls kept/checkpoints)"
+    grep -q "deleted the checkpoint of step 3 (--keep-checkpoints 2)" out || fail "no deletion line"
+    mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir straight
+    export MADPIPE_CHECKPOINT_FAULT=4
+    mpi 2 "${small[@]}" --gpus 2 --steps 6 --checkpoint-every 2 --output-dir faulty
+    unset MADPIPE_CHECKPOINT_FAULT
+    [[ $status -ne 0 ]] || fail "a checkpoint that cannot be written must end the run"
+    grep -q "layer-[0-9]*.pt: fault injected before the rename" err || fail "the failing file should be named: $(cat err)"
+    [[ $(cat faulty/checkpoints/latest) == 2 ]] || fail "latest should still name step 2"
+    [[ ! -e faulty/checkpoints/step-4/complete ]] || fail "the failed checkpoint must not be complete"
+    mpi 2 "${small[@]}" --gpus 2 --steps 6 --output-dir faulty --resume
+    [[ $status -eq 0 ]] || fail "the resume after the failed checkpoint failed: $(tail -3 err)"
+    grep -q "resumed from the checkpoint of step 2" out || fail "the run should resume from step 2"
+    same_losses faulty/metrics.jsonl straight/metrics.jsonl || fail "the resumed run differs"
+    [[ ! -e faulty/checkpoints/step-4 ]] || [[ -e faulty/checkpoints/step-4/complete ]] ||
+      fail "the failed checkpoint's files should be gone or replaced"
+    ;;
+  elastic_restart)
+    # launch/madpipe-run --max-restarts 1: a rank killed (SIGKILL) mid-run; the launcher restarts
+    # the run on the 2 ranks left, re-planned from the run's profile, from the newest complete
+    # checkpoint, and it finishes with the uninterrupted run's losses.
+    long=("${small[@]}" --steps 200 --checkpoint-every 5 --trace-steps 0)
+    mpi 2 "${long[@]}" --gpus 2 --output-dir straight
+    [[ $status -eq 0 ]] || fail "the uninterrupted run failed: $(tail -3 err)"
+    MADPIPE=$madpipe MPIRUN=$mpirun_bin "$(dirname "${BASH_SOURCE[0]}")/../../launch/madpipe-run" \
+      -np 3 --max-restarts 1 "${long[@]}" "${transport[@]}" --output-dir elastic >out 2>err &
+    job=$!
+    wait_for_lines elastic/metrics.jsonl 12
+    victim=$(pgrep -f "^[^ ]*madpipe train .*--output-dir elastic" | sed -n 2p)
+    [[ -n $victim ]] || fail "no rank to kill"
+    kill -KILL "$victim"
+    wait $job
+    status=$?
+    [[ $status -eq 0 ]] || fail "the elastic run should finish, exit $status: $(tail -5 err)"
+    grep "^madpipe-run: " err
+    grep -qE "^madpipe-run: 1 rank\(s\) lost during step [0-9]+; the newest complete checkpoint is step [0-9]+ \([0-9]+ step\(s\) to redo\); restart 1 of 1 on 2 rank\(s\) \(was 3\), re-planned from elastic/profile.json" err ||
+      fail "the launcher should say what it restarts: $(grep madpipe-run err)"
+    grep -qE "^madpipe-run: period per micro-batch: [0-9.]+ ms on 3 rank\(s\) before the restart, [0-9.]+ ms on 2 after" err ||
+      fail "the launcher should compare the periods"
+    same_losses elastic/metrics.jsonl straight/metrics.jsonl || fail "the elastic run's losses differ"
     ;;
   fp16_loss_scaling)
     # --precision fp16: the loss is scaled dynamically. From a scale at which the gradients

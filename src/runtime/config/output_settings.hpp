@@ -16,6 +16,7 @@ inline constexpr Named<OnNonFinite> kOnNonFiniteNames[] = {{OnNonFinite::Stop, "
 struct OutputSettings {
   std::string output_dir = "runs/default";
   int checkpoint_every = 0;       // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 3;       // complete checkpoints kept, the newest (0: all)
   int trace_steps = 5;            // steps recorded in <output_dir>/trace.json (0: no trace)
   bool resume = false;            // continue from the newest whole checkpoint in <output_dir>
   double transfer_timeout = 600;  // seconds a rank waits for a transfer (0: for ever)

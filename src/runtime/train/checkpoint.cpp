@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/json_file.hpp"
+#include "runtime/train/checkpoint_files.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,33 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 fs::path stage_file(const std::string& dir, int step, int stage) {
   return madpipe::runtime::checkpoint_dir(dir, step) / ("stage-" + std::to_string(stage) + ".pt");
-}
-
-fs::path sum_file(const fs::path& file) { return file.string() + ".sum"; }
-
-// FNV-1a 64 of a file's bytes, as 16 hex digits; empty when the file cannot be read.
-std::string checksum_of(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return "";
-  std::uint64_t hash = 1469598103934665603ULL;
-  char buffer[1 << 16];
-  while (in) {
-    in.read(buffer, sizeof buffer);
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      hash ^= static_cast<unsigned char>(buffer[i]);
-      hash *= 1099511628211ULL;
-    }
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-std::string read_first_line(const fs::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);
-  return line;
 }
 }  // namespace
 
@@ -72,45 +46,18 @@ void madpipe::runtime::save_stage(const std::string& dir, int step, int stage,
     state.optimizer->save(optimizer);
     archive.write("optimizer", optimizer);
   }
-  const fs::path target = stage_file(dir, step, stage);
-  const fs::path tmp = target.string() + ".tmp";
-  try {
-    archive.save_to(tmp.string());
-  } catch (const c10::Error& e) {
-    throw Error(ErrorKind::Io, tmp.string(), "",
-                std::string("cannot write checkpoint: ") + e.what_without_backtrace());
-  }
-  const std::string sum = checksum_of(tmp);
-  if (sum.empty())
-    throw Error(ErrorKind::Io, tmp.string(), "", "cannot read back the checkpoint just written");
-  fs::rename(tmp, target);
-  write_file_atomically(sum_file(target).string(), sum + "\n");
+  save_archive(archive, stage_file(dir, step, stage), checkpoint_fault_requested(step));
 }
 
 std::string madpipe::runtime::verify_stage(const std::string& dir, int step, int stage) {
-  const fs::path file = stage_file(dir, step, stage);
-  if (!fs::exists(file)) return file.string() + ": missing";
-  const std::string expected = read_first_line(sum_file(file));
-  if (expected.empty()) return sum_file(file).string() + ": missing or empty checksum";
-  const std::string actual = checksum_of(file);
-  if (actual != expected)
-    return file.string() + ": checksum " + actual + " differs from the recorded " + expected +
-           " (the file is damaged or partial)";
-  return "";
+  return verify_file(stage_file(dir, step, stage));
 }
 
 void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
                                   const StageState& state, const torch::Device& device) {
   const fs::path file = stage_file(dir, step, stage);
-  const std::string problem = verify_stage(dir, step, stage);
-  if (!problem.empty()) throw Error(ErrorKind::Io, file.string(), "", problem);
   torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(file.string(), device);
-  } catch (const c10::Error& e) {
-    throw Error(ErrorKind::Io, file.string(), "",
-                std::string("cannot read checkpoint: ") + e.what_without_backtrace());
-  }
+  load_archive(archive, file, device);
   torch::NoGradGuard no_grad;
   for (const auto& [kind, tensors] :
        {std::pair{"parameter", &state.parameters}, std::pair{"buffer", &state.buffers}}) {
@@ -142,15 +89,8 @@ void madpipe::runtime::load_stage(const std::string& dir, int step, int stage,
 std::vector<std::pair<std::string, torch::Tensor>> madpipe::runtime::read_stage_tensors(
     const std::string& dir, int step, int stage) {
   const fs::path file = stage_file(dir, step, stage);
-  const std::string problem = verify_stage(dir, step, stage);
-  if (!problem.empty()) throw Error(ErrorKind::Io, file.string(), "", problem);
   torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(file.string(), torch::kCPU);
-  } catch (const c10::Error& e) {
-    throw Error(ErrorKind::Io, file.string(), "",
-                std::string("cannot read checkpoint: ") + e.what_without_backtrace());
-  }
+  load_archive(archive, file, torch::kCPU);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [kind, field] :
        {std::pair{"parameter", "parameter_keys"}, std::pair{"buffer", "buffer_keys"}}) {
@@ -201,6 +141,37 @@ std::vector<int> madpipe::runtime::complete_checkpoints(const std::string& dir) 
     steps.push_back(latest);
   std::sort(steps.rbegin(), steps.rend());
   return steps;
+}
+
+std::vector<int> madpipe::runtime::prune_checkpoints(const std::string& dir, int step, int keep) {
+  std::vector<int> deleted;
+  const fs::path root = fs::path(dir) / "checkpoints";
+  static const std::regex kStepDir("step-([0-9]+)");
+  std::vector<std::pair<int, bool>> steps;  // step, complete
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(root, ignored)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, kStepDir) && std::stoi(match[1]) <= step)
+      steps.emplace_back(std::stoi(match[1]), fs::exists(entry.path() / "complete"));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  int complete = 0;
+  for (const auto& [s, whole] : steps) {
+    const bool kept = s == step || (whole && (keep == 0 || ++complete <= keep));
+    if (whole && s == step) ++complete;
+    if (kept) continue;
+    remove_tree(checkpoint_dir(dir, s));
+    if (whole) deleted.push_back(s);
+  }
+  std::sort(deleted.begin(), deleted.end());
+  return deleted;
+}
+
+std::string madpipe::runtime::join_steps(const std::vector<int>& steps) {
+  std::string out;
+  for (int s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
 }
 
 int madpipe::runtime::read_latest(const std::string& dir) {

@@ -39,6 +39,12 @@ std::vector<std::pair<std::string, torch::Tensor>> read_stage_tensors(const std:
 void mark_complete(const std::string& dir, int step);
 // Steps of the complete checkpoints, newest first (a `latest` without markers counts too).
 std::vector<int> complete_checkpoints(const std::string& dir);
+// Rank 0, after the checkpoint of `step` is complete: deletes the complete checkpoints of steps
+// up to `step` beyond the newest `keep` (0: keeps all), and the incomplete ones before `step`
+// (written by a run that failed while writing them). Returns the complete ones deleted.
+std::vector<int> prune_checkpoints(const std::string& dir, int step, int keep);
+// "2, 4, 6".
+std::string join_steps(const std::vector<int>& steps);
 
 std::filesystem::path checkpoint_dir(const std::string& dir, int step);
 // <dir>/checkpoints/step-<k>/plan.json: the plan whose stages the checkpoint holds.

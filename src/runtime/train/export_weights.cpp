@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "plan/plan.hpp"
 #include "runtime/train/checkpoint.hpp"
+#include "runtime/train/layer_checkpoint.hpp"
 #include "runtime/train/torch_file.hpp"
 
 #include <filesystem>
@@ -27,11 +28,16 @@ madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::st
                 "missing: no checkpoint of step " + std::to_string(out.step));
   const plan::Plan plan = plan::read_plan(plan_path.string());
   c10::Dict<std::string, at::Tensor> state;
-  for (int s = 0; s < static_cast<int>(plan.stages.size()); ++s) {
-    for (auto& [key, tensor] : read_stage_tensors(run_dir, out.step, s)) {
+  // A checkpoint keyed by the model holds a file per layer; an older one, a file per stage.
+  const bool by_layer = holds_layer_files(run_dir, out.step);
+  const int files =
+      by_layer ? plan.stages.back().last_layer + 1 : static_cast<int>(plan.stages.size());
+  for (int f = 0; f < files; ++f) {
+    for (auto& [key, tensor] : by_layer ? read_layer_tensors(run_dir, out.step, f)
+                                        : read_stage_tensors(run_dir, out.step, f)) {
       if (state.contains(key))
         throw Error(ErrorKind::InvalidInput, checkpoint_dir(run_dir, out.step).string(), key,
-                    "two stages hold this tensor");
+                    "two files of the checkpoint hold this tensor");
       out.bytes += static_cast<std::int64_t>(tensor.nbytes());
       state.insert(key, tensor);
       ++out.tensors;

@@ -5,6 +5,7 @@
 #include "plan/plan.hpp"
 #include "runtime/comm/mpi_session.hpp"
 #include "runtime/train/checkpoint.hpp"
+#include "runtime/train/layer_checkpoint.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -47,10 +48,27 @@ nlohmann::json saved_state(const std::string& output_dir, int step, int rank) {
   return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
 }
 
-std::string join(const std::vector<int>& steps) {
-  std::string out;
-  for (int s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
-  return out;
+std::string join(const std::vector<int>& steps) { return madpipe::runtime::join_steps(steps); }
+
+// The first problem of the files of a checkpoint this rank verifies: in a checkpoint keyed by
+// the model, the layers l with l % ranks == rank (whatever plan wrote them); in one per stage, the
+// stages `plan` places on this rank.
+std::string first_problem(const std::string& output_dir, int step, const madpipe::plan::Plan& plan,
+                          int rank, int ranks) {
+  if (madpipe::runtime::holds_layer_files(output_dir, step)) {
+    const int layers = plan.stages.back().last_layer + 1;
+    for (int l = rank; l < layers; l += ranks) {
+      std::string problem = madpipe::runtime::verify_layer(output_dir, step, l);
+      if (!problem.empty()) return problem;
+    }
+    return "";
+  }
+  for (const auto& stage : plan.stages)
+    if (stage.gpu == rank) {
+      std::string problem = madpipe::runtime::verify_stage(output_dir, step, stage.id);
+      if (!problem.empty()) return problem;
+    }
+  return "";
 }
 }  // namespace
 
@@ -71,9 +89,9 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
     std::string problem = text.empty() ? plan_path.string() + ": missing or unreadable plan" : "";
     if (problem.empty()) {
       const plan::Plan plan = plan::plan_from_json(nlohmann::json::parse(text), plan_path.string());
-      for (const auto& stage : plan.stages)
-        if (stage.gpu == rank && problem.empty())
-          problem = verify_stage(output_dir, step, stage.id);
+      int ranks = 1;
+      MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+      problem = first_problem(output_dir, step, plan, rank, ranks);
     }
     // Every rank's verdict; the first problem is printed by the rank that found it.
     int whole = problem.empty() ? 1 : 0, all_whole = 0;
@@ -161,11 +179,12 @@ std::string madpipe::runtime::run_record(const TrainConfig& c, int step,
   return j.dump(1) + "\n";
 }
 
-void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int step,
-                                              const TrainConfig& config) {
+std::vector<std::string> madpipe::runtime::check_resumed_settings(const std::string& output_dir,
+                                                                  int step,
+                                                                  const TrainConfig& config) {
   const fs::path path = checkpoint_dir(output_dir, step) / "run.json";
   std::ifstream in(path);
-  if (!in) return;
+  if (!in) return {};
   nlohmann::json saved;
   try {
     saved = nlohmann::json::parse(in);
@@ -173,14 +192,14 @@ void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int
     throw Error(ErrorKind::InvalidInput, path.string(), "", std::string("not JSON: ") + e.what());
   }
   const nlohmann::json now = nlohmann::json::parse(run_record(config, step));
-  // The first step's loss scale no longer matters: the checkpoint's scaler state continues.
-  const std::set<std::string> may_change = {"steps", "learning_rate", "min_lr", "loss_scale"};
-  for (const char* part : {"model", "training", "platform"}) {
+  // The first step's loss scale no longer matters: the checkpoint's scaler state continues. The
+  // micro-batches per replica may change with the replicas (below).
+  const std::set<std::string> may_change = {"steps", "learning_rate", "min_lr", "loss_scale",
+                                            "micro_batches"};
+  for (const char* part : {"model", "training"}) {
     if (!saved.contains(part)) continue;
     for (const auto& [key, value] : saved[part].items()) {
       if (may_change.count(key) || !now[part].contains(key)) continue;
-      // Where the run trains may change (device, memory, bandwidth, planner), not what it trains.
-      if (std::string(part) == "platform" && key != "gpus" && key != "replicas") continue;
       if (now[part][key] != value)
         throw Error(ErrorKind::InvalidInput, path.string(), std::string(part) + "." + key,
                     "the checkpoint's run has " + value.dump() + ", this run " +
@@ -189,6 +208,29 @@ void madpipe::runtime::check_resumed_settings(const std::string& output_dir, int
                         "in another --output-dir)");
     }
   }
+  // Where the run trains may change (GPUs, replicas, device, memory, planner), not what a step
+  // is: its micro-batches in all.
+  const nlohmann::json platform = saved.value("platform", nlohmann::json::object());
+  const int saved_replicas = platform.value("replicas", 1);
+  const nlohmann::json training = saved.value("training", nlohmann::json::object());
+  if (training.contains("micro_batches") && training["micro_batches"].is_number_integer()) {
+    const int per_replica = training["micro_batches"].get<int>();
+    if (per_replica * saved_replicas != config.micro_batches * config.replicas)
+      throw Error(ErrorKind::InvalidInput, path.string(), "training.micro_batches",
+                  "the checkpoint's run has " + std::to_string(per_replica) +
+                      " micro-batches per replica x " + std::to_string(saved_replicas) +
+                      " replicas = " + std::to_string(per_replica * saved_replicas) +
+                      " per step, this run " + std::to_string(config.micro_batches) + " x " +
+                      std::to_string(config.replicas) + " = " +
+                      std::to_string(config.micro_batches * config.replicas) +
+                      "; a resumed run keeps the micro-batches of a step (--micro-batches x "
+                      "--replicas)");
+  }
+  std::vector<std::string> changes;
+  for (const auto& [key, value] : platform.items())
+    if (now["platform"].contains(key) && now["platform"][key] != value)
+      changes.push_back(key + " " + value.dump() + " -> " + now["platform"][key].dump());
+  return changes;
 }
 
 void madpipe::runtime::check_resumed_plan(const std::string& given_path,

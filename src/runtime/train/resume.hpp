@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,10 +34,13 @@ std::string run_record(const TrainConfig& config, int step,
                        const nlohmann::json& state = nlohmann::json());
 
 // Throws Error{InvalidInput} naming the checkpoint's run.json and the first setting of the model,
-// the data and the training that differs between it and `config` (--steps and --learning-rate
-// may change; settings the file does not record are not compared). A missing run.json is no
-// error (checkpoints of older versions).
-void check_resumed_settings(const std::string& output_dir, int step, const TrainConfig& config);
+// the data and the training that differs between it and `config` (--steps, --learning-rate,
+// --min-lr and --loss-scale may change, and the micro-batches per replica with the replicas when
+// their product, the micro-batches of a step, stays; settings the file does not record are not
+// compared). Returns the platform settings that changed ("gpus 2 -> 3"): where the run trains.
+// A missing run.json is no error (checkpoints of older versions).
+std::vector<std::string> check_resumed_settings(const std::string& output_dir, int step,
+                                                const TrainConfig& config);
 
 // Throws Error{InvalidInput} naming both files when the plan given with --resume splits the layers
 // into other stages or places them on other GPUs than the checkpoint's plan.

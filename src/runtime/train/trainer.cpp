@@ -16,6 +16,7 @@
 #include "runtime/model/precision.hpp"
 #include "runtime/model/saved_tensors.hpp"
 #include "runtime/model/script_model.hpp"
+#include "runtime/train/layer_checkpoint.hpp"
 #include "runtime/train/layer_migration.hpp"
 #include "runtime/train/loss_scaler.hpp"
 #include "runtime/train/resume.hpp"
@@ -29,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include <mpi.h>
@@ -83,8 +85,48 @@ torch::Device choose_device(const TrainConfig& c, const MpiSession& session, con
   return device;
 }
 
-// Device, resume point, data, model, profile and first plan. `c` takes the checkpoint's plan
-// when the run resumes without --plan.
+// The plan of a resumed run, in `c`: the checkpoint's when the run trains where it did (the same
+// GPUs, replicas, memory, planner) and no --plan is given; else --plan or a new plan, made from
+// --profile or the run's measured profile.json: a checkpoint keyed by the model loads into any
+// plan. One per stage (2BW's, or an older madpipe's) loads only into its own plan.
+void choose_resumed_plan(TrainConfig& c, const ResumePoint& resume, const Say& say) {
+  const std::vector<std::string> changes = check_resumed_settings(c.output_dir, resume.step, c);
+  std::string changed;
+  bool replans = false;
+  for (const std::string& change : changes) {
+    changed += (changed.empty() ? "" : ", ") + change;
+    replans = replans || change.rfind("device ", 0) != 0;  // a device alone keeps the plan
+  }
+  if (!holds_layer_files(c.output_dir, resume.step)) {
+    if (replans)
+      throw Error(ErrorKind::InvalidInput, checkpoint_dir(c.output_dir, resume.step).string(), "",
+                  "this checkpoint holds the stages of its plan (" +
+                      std::string(c.mode == TrainingMode::TwoWeightVersions
+                                      ? "--mode 2bw keeps its two weight versions per stage"
+                                      : "written by an older madpipe") +
+                      "): it resumes only where it was trained, but " + changed);
+    if (c.plan.empty())
+      c.plan = resume.plan_path;
+    else
+      check_resumed_plan(c.plan, resume.plan_path);
+    return;
+  }
+  if (c.plan.empty() && !replans) {
+    c.plan = resume.plan_path;
+    if (!changed.empty()) say("resuming with the checkpoint's plan (" + changed + ")");
+    return;
+  }
+  const fs::path measured = fs::path(c.output_dir) / "profile.json";
+  if (c.plan.empty() && c.profile.empty() && fs::exists(measured)) c.profile = measured.string();
+  say("resuming the checkpoint of step " + std::to_string(resume.step) + " on " +
+      (c.plan.empty() ? "a new plan from " + (c.profile.empty() ? "a new profile" : c.profile)
+                      : c.plan) +
+      (changed.empty() ? "" : " (" + changed + ")") +
+      ": each rank loads the layers its plan gives it");
+}
+
+// Device, resume point, data, model, profile and first plan. `c` takes the resumed run's plan
+// (choose_resumed_plan).
 Prepared prepare(TrainConfig& c, MpiSession& session, const Say& say) {
   const int rank = session.rank();
   Prepared p;
@@ -93,13 +135,7 @@ Prepared prepare(TrainConfig& c, MpiSession& session, const Say& say) {
   // A resumed run continues with the plan it checkpointed, whatever a new profile would say.
   if (c.resume && !c.dry_run) {
     p.resume = find_resume_point(c.output_dir, rank, say);
-    if (p.resume.step > 0) {
-      if (c.plan.empty())
-        c.plan = p.resume.plan_path;
-      else
-        check_resumed_plan(c.plan, p.resume.plan_path);
-      check_resumed_settings(c.output_dir, p.resume.step, c);
-    }
+    if (p.resume.step > 0) choose_resumed_plan(c, p.resume, say);
   }
   torch::set_num_threads(1);
   install_cpu_memory_counter();  // before the model, so that traces count its tensors
@@ -176,7 +212,10 @@ class SyncSteps {
   int train();
 
  private:
-  TrainingRun::StageStates stage_states(bool with_keys) const;
+  // This rank's layers as a checkpoint keyed by the model holds them (what trains: the masters).
+  std::vector<LayerState> layer_states() const;
+  void load_checkpoint(int step);
+  void save_checkpoint(int step) const;
   void start_trace();
   void finish_trace();
   StepLoss run_step(int step, int* bad_micro_batch);
@@ -241,18 +280,50 @@ SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& 
     run_.say("plain loop: each step runs the unsplit model in one autograd loop, not the plan");
 }
 
-TrainingRun::StageStates SyncSteps::stage_states(bool with_keys) const {
-  TrainingRun::StageStates states;
-  for (const auto& [s, optimizer] : pipeline_->stage_optimizers)
-    if (with_keys) {
-      StageState state = pipeline_->executor->stage_state(s, optimizer);
-      state.parameters = pipeline_->trained_parameters(s);  // bf16: the fp32 masters
-      states.emplace_back(s, std::move(state));
-    } else {
-      states.emplace_back(s, StageState{pipeline_->trained_parameters(s),
-                                        pipeline_->executor->stage_buffers(s), optimizer});
+std::vector<LayerState> SyncSteps::layer_states() const {
+  std::map<const void*, torch::optim::Optimizer*> stepped_by;
+  for (const auto& optimizer : pipeline_->optimizers)
+    for (const auto& group : optimizer->param_groups())
+      for (const torch::Tensor& parameter : group.params())
+        stepped_by.emplace(param_key(parameter), optimizer.get());
+  std::vector<LayerState> states;
+  for (const auto& [s, optimizer] : pipeline_->stage_optimizers) {
+    const schedule::Stage& stage = pipeline_->plan.stages[static_cast<std::size_t>(s)];
+    for (int l = stage.first_layer; l <= stage.last_layer; ++l) {
+      LayerState state;
+      state.layer = l;
+      state.parameter_keys = p_.model.parameter_keys(l, l);
+      state.buffer_keys = p_.model.buffer_keys(l, l);
+      for (const torch::Tensor& parameter : p_.model.parameters(l, l)) {
+        const torch::Tensor trained = masters_ ? masters_->master_of(parameter) : parameter;
+        const auto it = stepped_by.find(param_key(trained));
+        state.parameters.push_back(trained);
+        state.optimizers.push_back(it == stepped_by.end() ? nullptr : it->second);
+      }
+      state.buffers = p_.model.buffers(l, l);
+      states.push_back(std::move(state));
     }
+  }
   return states;
+}
+
+void SyncSteps::load_checkpoint(int step) {
+  if (holds_layer_files(c_.output_dir, step)) {
+    for (const LayerState& state : layer_states())
+      load_layer(c_.output_dir, step, state, p_.device);
+    return;
+  }
+  // A checkpoint per stage (an older madpipe's), of this very plan (choose_resumed_plan).
+  for (const auto& [s, optimizer] : pipeline_->stage_optimizers)
+    load_stage(c_.output_dir, step, s,
+               StageState{pipeline_->trained_parameters(s), pipeline_->executor->stage_buffers(s),
+                          optimizer},
+               p_.device);
+}
+
+void SyncSteps::save_checkpoint(int step) const {
+  if (groups_.layout().replica != 0) return;  // replicas hold the same weights: the first writes
+  for (const LayerState& state : layer_states()) save_layer(c_.output_dir, step, state);
 }
 
 void SyncSteps::start_trace() {
@@ -381,13 +452,13 @@ void SyncSteps::checkpoint_after(int step, const StepHealth& health) {
                                p_.model, outputs_, groups_, run_.rank(), run_.sayer());
   if (switched || run_.checkpoints_after(step) || health.stop_signal != 0)
     // Replicas hold the same weights: the first one writes them.
-    run_.checkpoint(step, pipeline_->plan, stage_states(true), groups_.layout().replica == 0,
-                    scaler_ ? scaler_->state() : nlohmann::json());
+    run_.checkpoint(
+        step, pipeline_->plan, [this](int at) { save_checkpoint(at); },
+        scaler_ ? scaler_->state() : nlohmann::json());
 }
 
 int SyncSteps::train() {
-  const int first_step = run_.start(
-      p_.resume, [this] { return stage_states(false); }, p_.device);
+  const int first_step = run_.start(p_.resume, [this](int step) { load_checkpoint(step); });
   if (masters_) masters_->copy_to_layers();  // a checkpoint's weights were loaded into them
   if (scaler_ && p_.resume.step > 0)
     scaler_->restore(p_.resume.state,

@@ -33,13 +33,10 @@ plan::Plan as_held(const TrainConfig& c, const plan::Plan& plan) {
 madpipe::runtime::TrainingRun::TrainingRun(const TrainConfig& c, int rank, bool reports, Say say)
     : c_(c), rank_(rank), reports_(reports), say_(std::move(say)) {}
 
-int madpipe::runtime::TrainingRun::start(const ResumePoint& resume,
-                                         const std::function<StageStates()>& states,
-                                         const torch::Device& device) {
+int madpipe::runtime::TrainingRun::start(const ResumePoint& resume, const CheckpointFiles& load) {
   first_step_ = 1;
   if (resume.step > 0) {
-    for (const auto& [s, state] : states())
-      load_stage(c_.output_dir, resume.step, s, state, device);
+    load(resume.step);
     first_step_ = resume.step + 1;
     // By the rank that appends to it: the truncation replaces the file, which another rank could
     // already have opened.
@@ -87,17 +84,21 @@ void madpipe::runtime::TrainingRun::append_metrics(const nlohmann::ordered_json&
 }
 
 void madpipe::runtime::TrainingRun::checkpoint(int step, const plan::Plan& plan,
-                                               const StageStates& states, bool writes,
+                                               const CheckpointFiles& save,
                                                const nlohmann::json& trainer_state) const {
-  if (writes)
-    for (const auto& [s, state] : states) save_stage(c_.output_dir, step, s, state);
+  save(step);
   if (rank_ == 0) {
     plan::write_plan(plan, checkpoint_plan_path(c_.output_dir, step).string());
     write_file_atomically((checkpoint_dir(c_.output_dir, step) / "run.json").string(),
                           run_record(c_, step, trainer_state));
   }
-  MPI_Barrier(MPI_COMM_WORLD);  // every stage is on disk before the checkpoint is complete
-  if (rank_ == 0) mark_complete(c_.output_dir, step);
+  MPI_Barrier(MPI_COMM_WORLD);  // every file is on disk before the checkpoint is complete
+  if (rank_ != 0) return;
+  mark_complete(c_.output_dir, step);
+  const std::vector<int> deleted = prune_checkpoints(c_.output_dir, step, c_.keep_checkpoints);
+  if (!deleted.empty())
+    say("deleted the checkpoint" + std::string(deleted.size() > 1 ? "s" : "") + " of step " +
+        join_steps(deleted) + " (--keep-checkpoints " + std::to_string(c_.keep_checkpoints) + ")");
 }
 
 bool madpipe::runtime::TrainingRun::stops_after(int signal, int step) const {

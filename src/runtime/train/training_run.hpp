@@ -34,11 +34,13 @@ class TrainingRun {
   // rank of the last stage, which computes the losses).
   TrainingRun(const TrainConfig& c, int rank, bool reports, Say say);
 
-  // Loads `states` from the checkpoint of `resume` (or says that there is none to resume from),
-  // truncates metrics.jsonl to the resumed step, installs the stop handlers and opens
-  // metrics.jsonl. Returns the first step to run.
-  int start(const ResumePoint& resume, const std::function<StageStates()>& states,
-            const torch::Device& device);
+  // What this rank reads from or writes into the checkpoint of a step (its layers, or its stages).
+  using CheckpointFiles = std::function<void(int step)>;
+
+  // Loads this rank's part of the checkpoint of `resume` with `load` (or says that there is none
+  // to resume from), truncates metrics.jsonl to the resumed step, installs the stop handlers and
+  // opens metrics.jsonl. Returns the first step to run.
+  int start(const ResumePoint& resume, const CheckpointFiles& load);
   // The clock of the run's rates and ETA starts now.
   void start_clock() { started_ = std::chrono::steady_clock::now(); }
 
@@ -59,10 +61,11 @@ class TrainingRun {
   // One line of metrics.jsonl (only on the reporting rank).
   void append_metrics(const nlohmann::ordered_json& line);
 
-  // Collective: the checkpoint of `step`. Each rank that `writes` saves its stages; rank 0 writes
-  // the plan and the run's record, and marks the checkpoint complete once every rank saved.
+  // Collective: the checkpoint of `step`. Each rank writes its files with `save`; rank 0 writes
+  // the plan and the run's record, marks the checkpoint complete once every rank saved, and
+  // deletes the complete checkpoints beyond the newest --keep-checkpoints.
   // `trainer_state`: the trainer's own, kept in run.json (ResumePoint::state when resumed).
-  void checkpoint(int step, const plan::Plan& plan, const StageStates& states, bool writes,
+  void checkpoint(int step, const plan::Plan& plan, const CheckpointFiles& save,
                   const nlohmann::json& trainer_state = nlohmann::json()) const;
   // A stop request after `step`: says where the run stopped, when steps were left.
   bool stops_after(int signal, int step) const;

@@ -223,8 +223,10 @@ void TwoWeightWindows::report_memory() const {
 }
 
 int TwoWeightWindows::train(const ResumePoint& resume) {
-  run_.start(
-      resume, [this] { return stage_states(); }, device_);
+  run_.start(resume, [this](int step) {
+    for (const auto& [s, state] : stage_states())
+      load_stage(c_.output_dir, step, s, state, device_);
+  });
   if (resume.step > 0) versions_->synchronize_copies();
   run_.say("2bw: " + std::to_string(c_.steps) + " updates of " + std::to_string(m_) +
            " micro-batches; two weight versions per stage, no flush within a window of steps "
@@ -243,7 +245,9 @@ int TwoWeightWindows::train(const ResumePoint& resume) {
     for (const auto& line : window_lines_) run_.append_metrics(line);
     window_lines_.clear();
     if (run_.checkpoints_after(last) || stop != 0)
-      run_.checkpoint(last, plan_, stage_states(), true);
+      run_.checkpoint(last, plan_, [this](int step) {
+        for (const auto& [s, state] : stage_states()) save_stage(c_.output_dir, step, s, state);
+      });
     if (run_.stops_after(stop, last)) return 0;
     first = last + 1;
   }

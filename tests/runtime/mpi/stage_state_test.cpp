@@ -11,6 +11,7 @@
 #include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/train/checkpoint.hpp"
+#include "runtime/train/layer_checkpoint.hpp"
 #include "runtime/train/optimizer.hpp"
 
 #include <cstdio>
@@ -121,6 +122,82 @@ TEST(Checkpoint, KeepsAStagesBuffers) {
   } catch (const madpipe::Error& e) {
     EXPECT_NE(std::string(e.what()).find("buffers"), std::string::npos) << e.what();
   }
+  remove_tree(dir);
+}
+
+// A checkpoint keyed by the model: each layer's file holds its tensors by key and each
+// parameter's optimizer state, and loads into a model whose optimizers group the parameters
+// otherwise (another plan); a layer of another model is refused, naming the keys.
+TEST(Checkpoint, LayerFilesLoadIntoAnyGrouping) {
+  mr::ModelConfig config = small_config("mlp", 3);
+  mr::ChainModel trained = mr::build_model(config);
+  mr::ChainModel fresh = mr::build_model(config);
+  const int layers = trained.size();
+  mr::TrainConfig settings;
+  settings.optimizer = mr::OptimizerKind::AdamW;
+  // Trained: one optimizer over every layer; fresh: one per layer.
+  auto all = mr::make_optimizer(settings, trained.parameters(0, layers - 1));
+  for (const torch::Tensor& p : trained.parameters(0, layers - 1))
+    p.mutable_grad() = torch::ones_like(p);
+  all->step();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("madpipe_layer_files_" + std::to_string(world_rank())))
+                              .string();
+  remove_tree(dir);
+  auto state_of = [](mr::ChainModel& model, int l, torch::optim::Optimizer* optimizer) {
+    mr::LayerState state;
+    state.layer = l;
+    state.parameter_keys = model.parameter_keys(l, l);
+    state.buffer_keys = model.buffer_keys(l, l);
+    state.parameters = model.parameters(l, l);
+    state.buffers = model.buffers(l, l);
+    state.optimizers.assign(state.parameters.size(), optimizer);
+    return state;
+  };
+  for (int l = 0; l < layers; ++l) mr::save_layer(dir, 7, state_of(trained, l, all.get()));
+  EXPECT_TRUE(mr::holds_layer_files(dir, 7));
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> per_layer;
+  for (int l = 0; l < layers; ++l) {
+    per_layer.push_back(mr::make_optimizer(settings, fresh.parameters(l, l)));
+    mr::load_layer(dir, 7, state_of(fresh, l, per_layer.back().get()), torch::kCPU);
+    EXPECT_EQ(mr::verify_layer(dir, 7, l), "");
+  }
+  EXPECT_TRUE(all_equal(trained.parameters(0, layers - 1), fresh.parameters(0, layers - 1)));
+  for (int l = 0; l < layers; ++l)
+    for (const torch::Tensor& p : fresh.parameters(l, l)) {
+      const std::vector<torch::Tensor> state = mr::export_param_state(*per_layer[l], p);
+      ASSERT_EQ(state.size(), 3u);  // step, exp_avg, exp_avg_sq
+      EXPECT_EQ(state[0].item<std::int64_t>(), 1);
+      EXPECT_TRUE(torch::allclose(state[1], torch::full_like(p, 0.1)));  // (1 - beta1) * 1
+    }
+  mr::LayerState other = state_of(fresh, 1, nullptr);
+  other.layer = 0;  // layer 1's tensors against layer 0's file
+  try {
+    mr::load_layer(dir, 7, other, torch::kCPU);
+    FAIL() << "expected an error";
+  } catch (const madpipe::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("layer-0.pt: parameter_keys: the checkpoint's layer 0 holds"),
+        std::string::npos)
+        << e.what();
+  }
+  remove_tree(dir);
+}
+
+// --keep-checkpoints: the newest complete checkpoints stay, older ones and failed ones go.
+TEST(Checkpoint, PruneKeepsTheNewestComplete) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("madpipe_prune_" + std::to_string(world_rank())))
+          .string();
+  remove_tree(dir);
+  for (int step = 1; step <= 6; ++step) {
+    std::filesystem::create_directories(mr::checkpoint_dir(dir, step));
+    if (step != 2 && step != 6) mr::mark_complete(dir, step);  // 2 failed; 6 is newer
+  }
+  EXPECT_EQ(mr::prune_checkpoints(dir, 5, 2), (std::vector<int>{1, 3}));
+  for (int step = 1; step <= 6; ++step)
+    EXPECT_EQ(std::filesystem::exists(mr::checkpoint_dir(dir, step)), step >= 4) << step;
+  EXPECT_TRUE(mr::prune_checkpoints(dir, 5, 0).empty());  // 0: keep all
   remove_tree(dir);
 }
 
