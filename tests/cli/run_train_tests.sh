@@ -846,6 +846,17 @@ PY
       same_losses bf16-$ranks/metrics.jsonl plain/metrics.jsonl grad_norm ||
         fail "bf16 on $ranks ranks: gradient norms differ from the bf16 plain loop's"
     done
+    # Rematerialization recomputes in bf16 as the first forward computed (a plan of this memory
+    # must recompute); the plan may cut the chain elsewhere, and a cut moves bf16 roundings of
+    # the weights: within 1e-4.
+    mpi 2 "${lm[@]}" --precision bf16 --gpus 2 --memory 430KiB --remat rotor --output-dir remat
+    [[ $status -eq 0 ]] || fail "bf16 with rematerialization failed: $(tail -3 err)"
+    grep -q '"strategy": "rotor"' remat/plan.json || fail "the plan should recompute"
+    python3 - remat/metrics.jsonl plain/metrics.jsonl <<'PY' || fail "bf16 with rematerialization: losses differ from the plain loop's"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:3])
+assert len(a) == len(b) == 6 and all(abs(x - y) <= 1e-4 * y for x, y in zip(a, b)), (a, b)
+PY
     mpi 2 "${lm[@]}" --gpus 2 --output-dir fp32
     [[ $status -eq 0 ]] || fail "fp32 failed: $(tail -3 err)"
     python3 - <<'PY' || fail "bf16 activations should be half of fp32's, and bf16 losses near fp32's"
@@ -992,17 +1003,18 @@ PY
     mpi 2 "${long[@]}" --gpus 2 --output-dir straight
     [[ $status -eq 0 ]] || fail "the uninterrupted run failed: $(tail -3 err)"
     MADPIPE=$madpipe MPIRUN=$mpirun_bin "$(dirname "${BASH_SOURCE[0]}")/../../launch/madpipe-run" \
-      -np 3 --max-restarts 1 "${long[@]}" "${transport[@]}" --output-dir elastic >out 2>err &
+      -np 3 --max-restarts 1 "${long[@]}" "${transport[@]}" --output-dir "$PWD/elastic" >out 2>err &
     job=$!
     wait_for_lines elastic/metrics.jsonl 12
-    victim=$(pgrep -f "^[^ ]*madpipe train .*--output-dir elastic" | sed -n 2p)
+    # A rank of this run (its output directory is this case's own: other cases run meanwhile).
+    victim=$(pgrep -f "^[^ ]*madpipe train .*--output-dir $PWD/elastic" | sed -n 2p)
     [[ -n $victim ]] || fail "no rank to kill"
     kill -KILL "$victim"
     wait $job
     status=$?
     [[ $status -eq 0 ]] || fail "the elastic run should finish, exit $status: $(tail -5 err)"
     grep "^madpipe-run: " err
-    grep -qE "^madpipe-run: 1 rank\(s\) lost during step [0-9]+; the newest complete checkpoint is step [0-9]+ \([0-9]+ step\(s\) to redo\); restart 1 of 1 on 2 rank\(s\) \(was 3\), re-planned from elastic/profile.json" err ||
+    grep -qE "^madpipe-run: 1 rank\(s\) lost during step [0-9]+; the newest complete checkpoint is step [0-9]+ \([0-9]+ step\(s\) to redo\); restart 1 of 1 on 2 rank\(s\) \(was 3\), re-planned from $PWD/elastic/profile.json" err ||
       fail "the launcher should say what it restarts: $(grep madpipe-run err)"
     grep -qE "^madpipe-run: period per micro-batch: [0-9.]+ ms on 3 rank\(s\) before the restart, [0-9.]+ ms on 2 after" err ||
       fail "the launcher should compare the periods"
