@@ -94,8 +94,10 @@ void madpipe::sync_to_disk(const std::string& path) {
   const int result = ::fsync(fd);
   const int error = errno;
   ::close(fd);
-  // Some file systems cannot flush a directory (EINVAL): the rename is as durable as they make it.
-  if (result != 0 && error != EINVAL)
+  // Some file systems cannot flush a directory (EINVAL, ENOTSUP, ENOSYS, EBADF on FUSE and network
+  // file systems): the rename is as durable as they make it.
+  const bool unsupported = error == EINVAL || error == ENOTSUP || error == ENOSYS || error == EBADF;
+  if (result != 0 && !(unsupported && std::filesystem::is_directory(path)))
     throw Error(ErrorKind::Io, path, "",
                 std::string("cannot flush it to the disk: ") + std::strerror(error));
 }

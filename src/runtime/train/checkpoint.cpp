@@ -143,7 +143,8 @@ std::vector<int> madpipe::runtime::complete_checkpoints(const std::string& dir) 
   return steps;
 }
 
-std::vector<int> madpipe::runtime::prune_checkpoints(const std::string& dir, int step, int keep) {
+std::vector<int> madpipe::runtime::prune_checkpoints(const std::string& dir, int step, int keep,
+                                                     int previous) {
   std::vector<int> deleted;
   const fs::path root = fs::path(dir) / "checkpoints";
   static const std::regex kStepDir("step-([0-9]+)");
@@ -152,16 +153,19 @@ std::vector<int> madpipe::runtime::prune_checkpoints(const std::string& dir, int
   for (const auto& entry : fs::directory_iterator(root, ignored)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, kStepDir) && std::stoi(match[1]) <= step)
-      steps.emplace_back(std::stoi(match[1]), fs::exists(entry.path() / "complete"));
+    if (!std::regex_match(name, match, kStepDir) || std::stoi(match[1]) > step) continue;
+    const int s = std::stoi(match[1]);
+    steps.emplace_back(s, s == previous || fs::exists(entry.path() / "complete"));
   }
   std::sort(steps.rbegin(), steps.rend());
   int complete = 0;
   for (const auto& [s, whole] : steps) {
-    const bool kept = s == step || (whole && (keep == 0 || ++complete <= keep));
+    const bool failed = !whole && s > previous;  // an incomplete one older than `previous`: left
+    const bool kept =
+        s == step || (whole && (keep == 0 || ++complete <= keep)) || (!whole && !failed);
     if (whole && s == step) ++complete;
     if (kept) continue;
-    remove_tree(checkpoint_dir(dir, s));
+    remove_tree(checkpoint_dir(dir, s));  // throws naming the directory
     if (whole) deleted.push_back(s);
   }
   std::sort(deleted.begin(), deleted.end());

@@ -40,9 +40,11 @@ void mark_complete(const std::string& dir, int step);
 // Steps of the complete checkpoints, newest first (a `latest` without markers counts too).
 std::vector<int> complete_checkpoints(const std::string& dir);
 // Rank 0, after the checkpoint of `step` is complete: deletes the complete checkpoints of steps
-// up to `step` beyond the newest `keep` (0: keeps all), and the incomplete ones before `step`
-// (written by a run that failed while writing them). Returns the complete ones deleted.
-std::vector<int> prune_checkpoints(const std::string& dir, int step, int keep);
+// up to `step` beyond the newest `keep` (0: keeps all), and the incomplete ones between
+// `previous` (the newest complete one before, which counts as complete even without a marker, as
+// in older layouts) and `step`: written by a run that failed while writing them. Returns the
+// complete ones deleted; throws Error{Io} naming a directory it could not delete.
+std::vector<int> prune_checkpoints(const std::string& dir, int step, int keep, int previous);
 // "2, 4, 6".
 std::string join_steps(const std::vector<int>& steps);
 

@@ -1,6 +1,7 @@
 #include "runtime/train/loss_scaler.hpp"
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 
 #include <cmath>
 
@@ -8,6 +9,8 @@ namespace {
 // GradScaler's defaults: halve on an overflow, double after the growth interval.
 constexpr double kBackoffFactor = 0.5;
 constexpr double kGrowthFactor = 2.0;
+// Below fp16's smallest subnormal (2^-24) a scale cannot undo an overflow.
+constexpr double kSmallestScale = 1.0 / (1 << 24);
 }  // namespace
 
 madpipe::runtime::LossScaler::LossScaler(double initial_scale, int growth_interval)
@@ -15,6 +18,12 @@ madpipe::runtime::LossScaler::LossScaler(double initial_scale, int growth_interv
 
 bool madpipe::runtime::LossScaler::update(bool gradients_overflowed) {
   if (gradients_overflowed) {
+    if (*scale_ * kBackoffFactor < kSmallestScale)
+      throw Error(ErrorKind::Runtime, "", "loss-scale",
+                  "the gradients are not finite at every loss scale down to " +
+                      format_number(*scale_) +
+                      ": not an fp16 overflow but a NaN or an infinity in the model (try "
+                      "--precision bf16 or fp32 to find it)");
     *scale_ *= kBackoffFactor;
     good_steps_ = 0;
     ++skipped_steps_;

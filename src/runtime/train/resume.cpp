@@ -228,7 +228,9 @@ std::vector<std::string> madpipe::runtime::check_resumed_settings(const std::str
   }
   std::vector<std::string> changes;
   for (const auto& [key, value] : platform.items())
-    if (now["platform"].contains(key) && now["platform"][key] != value)
+    // The weight copies follow the precision and optimizer, which are compared above (older runs
+    // recorded 4 whatever the optimizer).
+    if (key != "weight_copies" && now["platform"].contains(key) && now["platform"][key] != value)
       changes.push_back(key + " " + value.dump() + " -> " + now["platform"][key].dump());
   return changes;
 }

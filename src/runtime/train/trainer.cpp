@@ -92,13 +92,15 @@ torch::Device choose_device(const TrainConfig& c, const MpiSession& session, con
 void choose_resumed_plan(TrainConfig& c, const ResumePoint& resume, const Say& say) {
   const std::vector<std::string> changes = check_resumed_settings(c.output_dir, resume.step, c);
   std::string changed;
-  bool replans = false;
+  bool replans = false, regrouped = false;
   for (const std::string& change : changes) {
     changed += (changed.empty() ? "" : ", ") + change;
     replans = replans || change.rfind("device ", 0) != 0;  // a device alone keeps the plan
+    regrouped = regrouped || change.rfind("gpus ", 0) == 0 || change.rfind("replicas ", 0) == 0;
   }
   if (!holds_layer_files(c.output_dir, resume.step)) {
-    if (replans)
+    // Per stage: only the checkpoint's plan, on its GPUs and replicas, can load it.
+    if (regrouped)
       throw Error(ErrorKind::InvalidInput, checkpoint_dir(c.output_dir, resume.step).string(), "",
                   "this checkpoint holds the stages of its plan (" +
                       std::string(c.mode == TrainingMode::TwoWeightVersions

@@ -86,6 +86,9 @@ void madpipe::runtime::TrainingRun::append_metrics(const nlohmann::ordered_json&
 void madpipe::runtime::TrainingRun::checkpoint(int step, const plan::Plan& plan,
                                                const CheckpointFiles& save,
                                                const nlohmann::json& trainer_state) const {
+  // A step written again (a run resumed before it) is not complete until every rank saved anew.
+  if (rank_ == 0) std::remove((checkpoint_dir(c_.output_dir, step) / "complete").c_str());
+  MPI_Barrier(MPI_COMM_WORLD);
   save(step);
   if (rank_ == 0) {
     plan::write_plan(plan, checkpoint_plan_path(c_.output_dir, step).string());
@@ -94,8 +97,14 @@ void madpipe::runtime::TrainingRun::checkpoint(int step, const plan::Plan& plan,
   }
   MPI_Barrier(MPI_COMM_WORLD);  // every file is on disk before the checkpoint is complete
   if (rank_ != 0) return;
+  const int previous = read_latest(c_.output_dir);
   mark_complete(c_.output_dir, step);
-  const std::vector<int> deleted = prune_checkpoints(c_.output_dir, step, c_.keep_checkpoints);
+  std::vector<int> deleted;
+  try {
+    deleted = prune_checkpoints(c_.output_dir, step, c_.keep_checkpoints, previous);
+  } catch (const Error& e) {  // rank 0 alone: the run goes on, the old checkpoint stays
+    say(std::string("warning: ") + e.what());
+  }
   if (!deleted.empty())
     say("deleted the checkpoint" + std::string(deleted.size() > 1 ? "s" : "") + " of step " +
         join_steps(deleted) + " (--keep-checkpoints " + std::to_string(c_.keep_checkpoints) + ")");

@@ -54,3 +54,16 @@ TEST(LossScaler, RefusesABrokenState) {
   }
   EXPECT_THROW(scaler.restore({{"loss_scale", 8}}, "ck/run.json"), madpipe::Error);
 }
+
+TEST(LossScaler, GradientsNotFiniteAtEveryScaleAreNoOverflow) {
+  LossScaler scaler(1.0 / (1 << 23), 4);
+  EXPECT_TRUE(scaler.update(true));  // 2^-24: fp16's smallest subnormal, still a scale
+  try {
+    scaler.update(true);
+    FAIL() << "a scale below 2^-24 cannot undo an overflow";
+  } catch (const madpipe::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not an fp16 overflow but a NaN or an infinity"),
+              std::string::npos)
+        << e.what();
+  }
+}

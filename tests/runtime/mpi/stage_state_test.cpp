@@ -190,14 +190,23 @@ TEST(Checkpoint, PruneKeepsTheNewestComplete) {
       (std::filesystem::temp_directory_path() / ("madpipe_prune_" + std::to_string(world_rank())))
           .string();
   remove_tree(dir);
-  for (int step = 1; step <= 6; ++step) {
+  // 1..4 complete, then 5 failed while written, 6 complete; 7 is newer; 0 (an older layout's,
+  // complete without a marker) stays when not the previous one.
+  for (int step = 0; step <= 7; ++step) {
     std::filesystem::create_directories(mr::checkpoint_dir(dir, step));
-    if (step != 2 && step != 6) mr::mark_complete(dir, step);  // 2 failed; 6 is newer
+    if (step >= 1 && step <= 4) mr::mark_complete(dir, step);
   }
-  EXPECT_EQ(mr::prune_checkpoints(dir, 5, 2), (std::vector<int>{1, 3}));
-  for (int step = 1; step <= 6; ++step)
-    EXPECT_EQ(std::filesystem::exists(mr::checkpoint_dir(dir, step)), step >= 4) << step;
-  EXPECT_TRUE(mr::prune_checkpoints(dir, 5, 0).empty());  // 0: keep all
+  mr::mark_complete(dir, 6);
+  EXPECT_EQ(mr::prune_checkpoints(dir, 6, 2, 4), (std::vector<int>{1, 2, 3}));
+  for (int step = 0; step <= 7; ++step)
+    EXPECT_EQ(std::filesystem::exists(mr::checkpoint_dir(dir, step)),
+              step == 0 || step == 4 || step >= 6)
+        << step;
+  EXPECT_TRUE(mr::prune_checkpoints(dir, 6, 0, 4).empty());  // 0: keep all
+  // The previous checkpoint counts as complete without its marker (older layouts).
+  std::filesystem::remove(mr::checkpoint_dir(dir, 4) / "complete");
+  EXPECT_TRUE(mr::prune_checkpoints(dir, 6, 2, 4).empty());
+  EXPECT_TRUE(std::filesystem::exists(mr::checkpoint_dir(dir, 4)));
   remove_tree(dir);
 }
 
