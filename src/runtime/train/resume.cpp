@@ -48,8 +48,6 @@ nlohmann::json saved_state(const std::string& output_dir, int step, int rank) {
   return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
 }
 
-std::string join(const std::vector<int>& steps) { return madpipe::runtime::join_steps(steps); }
-
 // The first problem of the files of a checkpoint this rank verifies: in a checkpoint keyed by
 // the model, the layers l with l % ranks == rank (whatever plan wrote them); in one per stage, the
 // stages `plan` places on this rank.
@@ -76,7 +74,7 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
     const std::string& output_dir, int rank, const std::function<void(const std::string&)>& say) {
   std::vector<int> candidates;
   if (rank == 0) candidates = complete_checkpoints(output_dir);
-  std::string list = broadcast_string(join(candidates), 0);
+  std::string list = broadcast_string(join_steps(candidates), 0);
   candidates.clear();
   std::istringstream in(list);
   for (std::string item; std::getline(in, item, ',');) candidates.push_back(std::stoi(item));
@@ -101,7 +99,7 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
                    problem.c_str());
     if (all_whole) {
       if (!damaged.empty())
-        say("checkpoints of step " + join(damaged) + " are damaged; resuming from step " +
+        say("checkpoints of step " + join_steps(damaged) + " are damaged; resuming from step " +
             std::to_string(step));
       return {step, plan_path.string(), saved_state(output_dir, step, rank)};
     }
@@ -109,7 +107,7 @@ madpipe::runtime::ResumePoint madpipe::runtime::find_resume_point(
   }
   if (!damaged.empty())
     throw Error(ErrorKind::Io, (fs::path(output_dir) / "checkpoints").string(), "",
-                "no whole checkpoint to resume from (damaged: step " + join(damaged) + ")");
+                "no whole checkpoint to resume from (damaged: step " + join_steps(damaged) + ")");
   return {};
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/model/model.hpp"
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/train/checkpoint.hpp"
+#include "runtime/train/checkpoint_files.hpp"
 #include "runtime/train/layer_checkpoint.hpp"
 #include "runtime/train/optimizer.hpp"
 
@@ -20,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include <ftw.h>
 #include <gtest/gtest.h>
 
 namespace mr = madpipe::runtime;
@@ -33,16 +33,6 @@ std::vector<torch::Tensor> copies(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> out;
   for (const torch::Tensor& t : tensors) out.push_back(t.detach().clone());
   return out;
-}
-
-// std::filesystem::remove_all, but through POSIX: LibTorch 2.11's libtorch.so exports its own
-// std::filesystem symbols, and a program built with GCC 13 that calls remove_all binds to that
-// copy, which crashes.
-int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
-  return std::remove(path);
-}
-void remove_tree(const std::string& dir) {
-  nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -109,7 +99,7 @@ TEST(Checkpoint, KeepsAStagesBuffers) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("madpipe_stage_state_" + std::to_string(world_rank())))
                               .string();
-  remove_tree(dir);
+  mr::remove_tree(dir);
   mr::save_stage(dir, 3, 0, {trained.parameters(0, last), trained.buffers(0, last), nullptr});
   mr::load_stage(dir, 3, 0, {fresh.parameters(0, last), fresh.buffers(0, last), nullptr},
                  torch::kCPU);
@@ -122,7 +112,7 @@ TEST(Checkpoint, KeepsAStagesBuffers) {
   } catch (const madpipe::Error& e) {
     EXPECT_NE(std::string(e.what()).find("buffers"), std::string::npos) << e.what();
   }
-  remove_tree(dir);
+  mr::remove_tree(dir);
 }
 
 // A checkpoint keyed by the model: each layer's file holds its tensors by key and each
@@ -143,7 +133,7 @@ TEST(Checkpoint, LayerFilesLoadIntoAnyGrouping) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("madpipe_layer_files_" + std::to_string(world_rank())))
                               .string();
-  remove_tree(dir);
+  mr::remove_tree(dir);
   auto state_of = [](mr::ChainModel& model, int l, torch::optim::Optimizer* optimizer) {
     mr::LayerState state;
     state.layer = l;
@@ -181,7 +171,7 @@ TEST(Checkpoint, LayerFilesLoadIntoAnyGrouping) {
         std::string::npos)
         << e.what();
   }
-  remove_tree(dir);
+  mr::remove_tree(dir);
 }
 
 // --keep-checkpoints: the newest complete checkpoints stay, older ones and failed ones go.
@@ -189,7 +179,7 @@ TEST(Checkpoint, PruneKeepsTheNewestComplete) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("madpipe_prune_" + std::to_string(world_rank())))
           .string();
-  remove_tree(dir);
+  mr::remove_tree(dir);
   // 1..4 complete, then 5 failed while written, 6 complete; 7 is newer; 0 (an older layout's,
   // complete without a marker) stays when not the previous one.
   for (int step = 0; step <= 7; ++step) {
@@ -207,7 +197,7 @@ TEST(Checkpoint, PruneKeepsTheNewestComplete) {
   std::filesystem::remove(mr::checkpoint_dir(dir, 4) / "complete");
   EXPECT_TRUE(mr::prune_checkpoints(dir, 6, 2, 4).empty());
   EXPECT_TRUE(std::filesystem::exists(mr::checkpoint_dir(dir, 4)));
-  remove_tree(dir);
+  mr::remove_tree(dir);
 }
 
 // madpipe's AdamW updates the weights and its state exactly as LibTorch's, and a step (state
