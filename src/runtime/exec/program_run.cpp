@@ -85,6 +85,15 @@ torch::Tensor take(std::map<int, torch::Tensor>& place, int i, const Instr& inst
   return out;
 }
 
+// A stage that passes its input or its output's gradient through (dropout in validation, an
+// identity layer) gives back a view of a receive buffer, which a later message may overwrite
+// before a send of it completes or the next stage on the rank reads it: such a tensor leaves the
+// arena as a copy.
+torch::Tensor outside_arena(const torch::Tensor& t, const torch::Tensor& arena) {
+  if (!arena.defined() || !t.defined() || !t.storage().is_alias_of(arena.storage())) return t;
+  return t.detach().clone();
+}
+
 madpipe::runtime::MessageKey message_key(const Instr& instr) {
   using madpipe::runtime::Direction;
   return madpipe::runtime::MessageKey{
@@ -397,11 +406,11 @@ void madpipe::runtime::PipelineExecutor::Run::pass_activation(const Instr& instr
   const int s = instr.stage, i = instr.micro_batch;
   Slot& slot = stages_[s].slots.at(instr.slot);
   if (instr.kind == InstrKind::HandAct) {
-    stages_.at(s + 1).inputs[i] = slot.output.detach();
+    stages_.at(s + 1).inputs[i] = outside_arena(slot.output.detach(), x_.arena_);
     // The next stage holds the values (they are its input) as long as it needs them.
     if (train_ && !slot.run) release_values(slot.output);
   } else {
-    x_.transport_.post_send(instr.peer, message_key(instr), slot.output);
+    x_.transport_.post_send(instr.peer, message_key(instr), outside_arena(slot.output, x_.arena_));
     if (trace_)
       trace_->sent(TraceTransferKind::Activation, s, i, instr.peer, bytes_of(slot.output),
                    trace_->now_ms());
@@ -462,12 +471,14 @@ void madpipe::runtime::PipelineExecutor::Run::backward_weight(const Instr& instr
 // The gradient of stage s's output comes from the backward of stage s + 1.
 void madpipe::runtime::PipelineExecutor::Run::hand_gradient(const Instr& instr) {
   const int s = instr.stage, i = instr.micro_batch;
-  stages_.at(s).output_grads[i] = take(stages_.at(s + 1).input_grads, i, instr, "the gradient");
+  stages_.at(s).output_grads[i] =
+      outside_arena(take(stages_.at(s + 1).input_grads, i, instr, "the gradient"), x_.arena_);
 }
 
 void madpipe::runtime::PipelineExecutor::Run::send_gradient(const Instr& instr) {
   const int s = instr.stage, i = instr.micro_batch;
-  const torch::Tensor grad = take(stages_.at(s + 1).input_grads, i, instr, "the gradient");
+  const torch::Tensor grad =
+      outside_arena(take(stages_.at(s + 1).input_grads, i, instr, "the gradient"), x_.arena_);
   x_.transport_.post_send(instr.peer, message_key(instr), grad);
   if (trace_)
     trace_->sent(TraceTransferKind::Gradient, s, i, instr.peer, bytes_of(grad), trace_->now_ms());
