@@ -17,13 +17,13 @@ build=build-fuzz
 # Target, longest input (bytes) and dictionary; the longest seed of each corpus fits.
 declare -A max_len=(
   [profile_fuzzer]=16384 [plan_fuzzer]=32768 [trace_fuzzer]=32768
-  [config_fuzzer]=4096 [units_fuzzer]=256
+  [config_fuzzer]=4096 [units_fuzzer]=256 [decoder_config_fuzzer]=4096
 )
 declare -A dict=(
   [profile_fuzzer]=fuzz/json.dict [plan_fuzzer]=fuzz/json.dict [trace_fuzzer]=fuzz/json.dict
-  [config_fuzzer]=fuzz/ini.dict [units_fuzzer]=
+  [config_fuzzer]=fuzz/ini.dict [units_fuzzer]= [decoder_config_fuzzer]=fuzz/json.dict
 )
-targets=(profile_fuzzer plan_fuzzer trace_fuzzer config_fuzzer units_fuzzer)
+targets=(profile_fuzzer plan_fuzzer trace_fuzzer config_fuzzer units_fuzzer decoder_config_fuzzer)
 if [[ $# -gt 0 ]]; then
   targets=()
   for name in "$@"; do

@@ -1,8 +1,9 @@
 #pragma once
 
-// Umbrella header of the planner (no LibTorch, MPI or CUDA): profiles, platforms, plans,
-// schedules, the validator, the simulator and the partitioners.
+// Umbrella header of the planner (no LibTorch, MPI or CUDA): profiles (analytic ones too),
+// platforms, plans, schedules, the validator, the simulator and the partitioners.
 
+#include "core/analytic_profile.hpp"
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/platform.hpp"

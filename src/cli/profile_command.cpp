@@ -1,5 +1,6 @@
 #include "cli/profile_command.hpp"
 
+#include "cli/analytic_profile.hpp"
 #include "cli/platform_options.hpp"
 #include "cli/table.hpp"
 #include "cli/train_options.hpp"
@@ -19,14 +20,20 @@ using madpipe::cli::at_least;
 
 const madpipe::cli::CommandSyntax kSyntax{
     "profile",
-    "[--config FILE] [--model NAME [--script FILE] | --torchscript FILE --input-shape S] [options]",
+    "[--config FILE] [--model NAME [--script FILE] | --torchscript FILE --input-shape S |\n"
+    "       --analytic CONFIG --seq N (--device-spec NAME | --peak-flops F --memory-bandwidth R)]\n"
+    "       [options]",
     "Measures every layer of a model on the device it will train on and writes a\n"
     "madpipe.profile/1 file for `madpipe plan`: forward and backward time (median of --repeats\n"
     "runs after --warmup), weight and output bytes, the bytes autograd saves for the backward\n"
     "and the forward/backward workspace peaks. The model is a built-in one (the [model] options\n"
     "of `madpipe train`, read from the same --config files), --model script --script FILE on\n"
     "its --data (as madpipe train takes it), or a TorchScript module whose top-level children\n"
-    "form the chain on a random input of --input-shape (--torchscript FILE)."};
+    "form the chain on a random input of --input-shape (--torchscript FILE).\n"
+    "--analytic CONFIG models the profile of a decoder (Llama family or GPT-2) from its\n"
+    "Hugging Face config.json instead, before any hardware: bytes from the shapes, times from\n"
+    "FLOPs and bytes moved at --efficiency of a device's peak rates (docs/cli.md). It needs no\n"
+    "LibTorch; of the options below it takes --micro-batch-size, --precision, --name and -o."};
 
 po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
   po::options_description g("Data [training]", 100);
@@ -47,8 +54,9 @@ po::options_description workload_group(madpipe::runtime::TrainConfig& c) {
       "precision",
       madpipe::cli::enum_value(c.precision, madpipe::runtime::kPrecisionNames, "precision",
                                "--precision"),
-      "the dtype the layers are measured in (as madpipe train --precision): fp32, bf16 or fp16")(
-      "seed", po::value(&c.seed)->default_value(c.seed), "initial weights and data");
+      "the dtype the layers are measured (--analytic: modelled) in, as madpipe train "
+      "--precision: fp32, bf16 or fp16")("seed", po::value(&c.seed)->default_value(c.seed),
+                                         "initial weights and data");
   return g;
 }
 
@@ -69,8 +77,9 @@ po::options_description profile_group(madpipe::runtime::ProfileConfig& c, std::s
       "timed runs per layer (the median is kept)")(
       "threads",
       po::value(&c.threads)->default_value(c.threads)->notifier(at_least(1, "--threads")),
-      "CPU threads (a training rank uses 1)")("name", po::value(&c.name),
-                                              "profile name (default: the model's)")(
+      "CPU threads (a training rank uses 1)")(
+      "name", po::value(&c.name),
+      "profile name (default: the model's; --analytic: the config file's name)")(
       "output,o", po::value(&output)->default_value("profile.json")->value_name("FILE"),
       "where to write the profile");
   return g;
@@ -127,11 +136,24 @@ int madpipe::cli::profile_command(const std::vector<std::string>& args) {
   const po::options_description model = model_group(config.workload);
   const po::options_description workload = workload_group(config.workload);
   const po::options_description profiling = profile_group(config, output);
+  AnalyticProfileOptions analytic;
+  const po::options_description analytic_group = analytic_profile_group(analytic);
   po::options_description all(100);
-  all.add(model).add(workload).add(profiling);
-  if (!parse_options(args, kSyntax, all,
-                     train_config_sections({{"profile", option_names(profiling)}})))
+  all.add(model).add(workload).add(profiling).add(analytic_group);
+  std::vector<std::string> profile_keys = option_names(profiling);
+  for (const std::string& key : option_names(analytic_group)) profile_keys.push_back(key);
+  po::variables_map vm;
+  if (!parse_options(args, kSyntax, all, train_config_sections({{"profile", profile_keys}}), &vm))
     return 0;
+  std::vector<std::string> measured_only = option_names(model);
+  for (const char* name : {"data", "data-format", "validation-data", "seed"})
+    measured_only.push_back(name);
+  for (const std::string& name : option_names(profiling))
+    if (name != "name" && name != "output") measured_only.push_back(name);
+  check_profile_paths(vm, analytic, measured_only);
+  if (!analytic.config.empty())
+    return run_analytic_profile(analytic, {config.workload.micro_batch_size,
+                                           config.workload.precision, config.name, output});
   if (!config.torchscript.empty() && config.input_shape.empty())
     throw_invalid("", "--input-shape", "a TorchScript model needs the shape of its input");
   if (config.torchscript.empty() && !config.input_shape.empty())

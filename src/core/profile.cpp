@@ -71,18 +71,19 @@ static std::int64_t optional_size(const JsonReader& reader, const json& object,
   return value == nullptr ? 0 : size_value(reader, *value, pointer + "/" + key);
 }
 
-static int optional_batch(const JsonReader& reader, const json& object) {
-  const json* value = JsonReader::find(object, "batch");
+// The document's member `key` ("batch", "seq"): a positive integer, 0 when absent.
+static int optional_count(const JsonReader& reader, const json& object, const char* key) {
+  const json* value = JsonReader::find(object, key);
   if (value == nullptr) return 0;
-  const std::string pointer = "/batch";
+  const std::string pointer = std::string("/") + key;
   if (!value->is_number()) {
     reader.fail(pointer, "must be a positive integer, got " + reader.show_wrong_type(*value));
   }
-  const double batch = value->get<double>();
-  if (!(batch >= 1 && batch <= INT_MAX && batch == std::floor(batch))) {
+  const double count = value->get<double>();
+  if (!(count >= 1 && count <= INT_MAX && count == std::floor(count))) {
     reader.fail(pointer, "must be a positive integer, got " + reader.show(*value));
   }
-  return static_cast<int>(batch);
+  return static_cast<int>(count);
 }
 
 // backward_input_ms and backward_weight_ms come together and add up to backward_ms (to a
@@ -149,7 +150,8 @@ bool madpipe::operator==(const Layer& a, const Layer& b) {
 
 bool madpipe::operator==(const Profile& a, const Profile& b) {
   return a.name == b.name && a.device == b.device && a.dtype == b.dtype && a.batch == b.batch &&
-         a.input_bytes == b.input_bytes && a.layers == b.layers;
+         a.input_bytes == b.input_bytes && a.layers == b.layers && a.source == b.source &&
+         a.seq == b.seq;
 }
 
 static std::string file_stem(const std::string& file) {
@@ -194,7 +196,9 @@ madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& fi
   profile.name = reader.optional_string(j, "name", file_stem(file));
   profile.device = reader.optional_string(j, "device", "");
   profile.dtype = reader.optional_string(j, "dtype", "");
-  profile.batch = optional_batch(reader, j);
+  profile.source = reader.optional_string(j, "source", "");
+  profile.batch = optional_count(reader, j, "batch");
+  profile.seq = optional_count(reader, j, "seq");
   profile.input_bytes = required_size(reader, j, "", "input_bytes");
 
   const json& layers = reader.require(j, "", "layers");
@@ -225,7 +229,9 @@ static nlohmann::ordered_json to_ordered_json(const madpipe::Profile& profile) {
   out["name"] = profile.name;
   out["device"] = profile.device;
   out["dtype"] = profile.dtype;
+  if (!profile.source.empty()) out["source"] = profile.source;
   if (profile.batch > 0) out["batch"] = profile.batch;  // 0: unknown, left out
+  if (profile.seq > 0) out["seq"] = profile.seq;
   out["input_bytes"] = profile.input_bytes;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const madpipe::Layer& layer : profile.layers) {

@@ -38,6 +38,8 @@ struct Profile {
   int batch = 0;
   std::int64_t input_bytes = 0;  // a_0
   std::vector<Layer> layers;
+  std::string source;  // free text: how the costs were obtained; empty: not said
+  int seq = 0;         // tokens per sample the costs are for; 0: not said (or not a sequence)
 };
 
 bool operator==(const Layer& a, const Layer& b);

@@ -161,6 +161,25 @@ double madpipe::parse_bandwidth(std::string_view text, const std::string& field)
   return bytes_per_ms;
 }
 
+double madpipe::parse_flops(std::string_view text, const std::string& field) {
+  const NumberAndUnit parsed = split_number(text);
+  const std::string problem = "cannot parse '" + std::string(text) +
+                              "' as a compute rate (examples: 989T, 989e12, 67 TFLOP/s)";
+  if (!parsed.ok) throw_invalid("", field, problem);
+  std::string_view unit = parsed.unit;
+  // "flops" starts with no prefix letter; a lone "P" or "T" is one.
+  const double multiplier =
+      !unit.empty() && to_lower(unit.front()) == 'f' ? 1.0 : consume_multiplier(unit);
+  if (!(unit.empty() || iequals(unit, "flop/s") || iequals(unit, "flops")))
+    throw_invalid("", field, problem);
+  const double flops = parsed.value * multiplier;
+  if (parsed.negative || !(flops > 0))
+    throw_invalid("", field, "must be > 0, got '" + std::string(trim(text)) + "'");
+  if (!std::isfinite(flops))
+    throw_invalid("", field, "compute rate '" + std::string(trim(text)) + "' is too large");
+  return flops;
+}
+
 static std::string printf_string(const char* format, double value, const char* unit) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, format, value, unit);
@@ -210,6 +229,19 @@ std::string madpipe::format_bandwidth(double bytes_per_ms) {
 std::string madpipe::format_ms(double ms) {
   if (std::fabs(ms) > 10000.0) return printf_string("%.2f %s", ms / 1000.0, "s");
   return printf_string("%.2f %s", ms, "ms");
+}
+
+std::string madpipe::format_rate(double per_second, const std::string& unit) {
+  static constexpr const char* kPrefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  static constexpr int kNumPrefixes = static_cast<int>(sizeof kPrefixes / sizeof kPrefixes[0]);
+  if (!std::isfinite(per_second)) return printf_string("%g %s", per_second, unit.c_str());
+  int index = 0;
+  double scaled = per_second;
+  while (index + 1 < kNumPrefixes && std::fabs(scaled) >= 999.5) {
+    scaled /= 1000.0;
+    ++index;
+  }
+  return printf_string("%.3g %s", scaled, (kPrefixes[index] + unit).c_str());
 }
 
 std::string madpipe::format_percent(double ratio) {

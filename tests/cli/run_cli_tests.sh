@@ -1044,10 +1044,74 @@ case_split_backward() {
   ! grep -qF 'split stages' out || fail "--split-backward off shows the split column"
 }
 
+# madpipe profile --analytic needs no runtime: a profile from a config file, before any hardware.
+case_profile_analytic() {
+  local models=$source_dir/configs/models
+  run profile --analytic "$models/llama3-8b.json" --seq 1024 --micro-batch-size 2 \
+    --precision bf16 --device-spec h100 -o llama.json
+  expect_status 0
+  expect_match out "^layer +fwd ms +bwd ms +weights +output +saved +fwd ws +bwd ws$"
+  expect_match out "^block31 +[0-9.]+ +[0-9.]+ +416.0 MiB +16.0 MiB "
+  expect_in out "wrote llama.json (34 layers)"
+  expect_json llama.json
+  expect_in llama.json '"name": "llama3-8b"'
+  expect_in llama.json '"dtype": "bfloat16"'
+  expect_in llama.json '"seq": 1024'
+  expect_in llama.json '"device": "NVIDIA H100 SXM 80GB (analytic model, not measured)"'
+  expect_in llama.json 'times at efficiency 0.5 of 989 TFLOP/s (dense bf16) and 3.35 TB/s'
+  # The planner reads it.
+  run plan --profile llama.json --gpus 8 --memory 80GB --bandwidth 300GB/s --precision bf16 \
+    --optimizer adamw --algorithm 1f1b --quiet -o plan.json
+  expect_status 0
+  expect_in plan.json '"profile": "llama3-8b"'
+  # A custom device; a Hugging Face snapshot's config.json is named after its directory.
+  mkdir -p gpt-snapshot
+  cp "$models/builtin-gpt.json" gpt-snapshot/config.json
+  run profile --analytic gpt-snapshot/config.json --seq 32 --peak-flops 150G \
+    --memory-bandwidth 12GB/s --efficiency 1 -o gpt.json
+  expect_status 0
+  expect_in gpt.json '"name": "gpt-snapshot"'
+  expect_in gpt.json '"device": "custom device: 150 GFLOP/s, 12 GB/s (analytic model, not measured)"'
+  expect_match out "^block0 +[0-9.]+ +[0-9.]+ +195.2 KiB +64.0 KiB +1.1 MiB +384.0 KiB +256.0 KiB$"
+  run plan --profile gpt.json --gpus 2 --memory 1GiB --bandwidth 1GB/s --quiet -o gpt-plan.json
+  expect_status 0
+  # Contradictions and mistakes, each named.
+  local llama=("--analytic" "$models/llama3-8b.json" --seq 128)
+  run profile "${llama[@]}" -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --device-spec: --analytic needs a device"
+  run profile "${llama[@]}" --device-spec h100 --torchscript m.pt -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --torchscript: does not apply to --analytic"
+  run profile "${llama[@]}" --device-spec h100 --peak-flops 1T -o x.json
+  expect_status 2
+  expect_in err "give either --device-spec or --peak-flops and --memory-bandwidth, not both"
+  run profile "${llama[@]}" --peak-flops 1T -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --memory-bandwidth: a custom device needs its memory bandwidth"
+  run profile "${llama[@]}" --device-spec v100 -o x.json
+  expect_status 2
+  expect_in err "unknown device 'v100' (presets: h100, h200, a100, b200, mi300x, l40s"
+  run profile --analytic "$models/llama3-8b.json" --device-spec h100 -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --seq: --analytic needs the tokens per sample"
+  run profile --model gpt --peak-flops 1T -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --peak-flops: only applies to --analytic"
+  run profile --analytic "$models/builtin-gpt.json" --seq 64 --device-spec h100 -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: --seq: must be at most the config's n_positions (32)"
+  echo '{"model_type": "llama", "vocab_size": 10, "hidden_size": "64"}' >bad.json
+  run profile --analytic bad.json --seq 8 --device-spec h100 -o x.json
+  expect_status 2
+  expect_in err "madpipe: error: bad.json: /hidden_size: must be an integer >= 1, got string"
+  [[ ! -e x.json ]] || fail "no profile may be written after an error"
+}
+
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan scale export_torch split_backward)
+  multi_node memplan scale export_torch split_backward profile_analytic)
 
 run_case() {
   case_name=$1

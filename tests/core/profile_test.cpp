@@ -317,11 +317,22 @@ TEST(ProfileFromJson, NameDefaultsToFileStem) {
 
 TEST(ProfileFromJson, IgnoresExtraFields) {
   json j = valid_json();
-  j["source"] = "torch";
+  j["tool"] = "torch";
   j["image"] = 1000;
   j["layers"][0]["flops"] = 1e12;
   j["layers"][1]["notes"] = {{"x", 1}};
   EXPECT_EQ(madpipe::profile_from_json(j), madpipe::profile_from_json(valid_json()));
+}
+
+TEST(ProfileFromJson, ReadsSourceAndSeq) {
+  json j = valid_json();
+  EXPECT_EQ(madpipe::profile_from_json(j).source, "");
+  EXPECT_EQ(madpipe::profile_from_json(j).seq, 0);
+  j["source"] = "analytic";
+  j["seq"] = 1024;
+  const Profile p = madpipe::profile_from_json(j);
+  EXPECT_EQ(p.source, "analytic");
+  EXPECT_EQ(p.seq, 1024);
 }
 
 TEST(ProfileFromJson, AcceptsIntegralFloatsAsSizes) {
@@ -375,6 +386,13 @@ TEST(ProfileFromJson, RejectsEachInvalidField) {
       {"dtype null", [](json& j) { j["dtype"] = nullptr; }, "/dtype", "must be a string, got null"},
       {"batch zero", [](json& j) { j["batch"] = 0; }, "/batch",
        "must be a positive integer, got 0"},
+      {"source number", [](json& j) { j["source"] = 7; }, "/source",
+       "must be a string, got number"},
+      {"seq zero", [](json& j) { j["seq"] = 0; }, "/seq", "must be a positive integer, got 0"},
+      {"seq fraction", [](json& j) { j["seq"] = 1.5; }, "/seq",
+       "must be a positive integer, got 1.5"},
+      {"seq string", [](json& j) { j["seq"] = "1024"; }, "/seq",
+       "must be a positive integer, got string"},
       {"batch negative", [](json& j) { j["batch"] = -2; }, "/batch",
        "must be a positive integer, got -2"},
       {"batch fraction", [](json& j) { j["batch"] = 2.5; }, "/batch",
@@ -589,10 +607,14 @@ TEST(WriteProfile, RoundTripsRandomChainsExactly) {
 TEST(WriteProfile, WritesFieldsInDocumentedOrder) {
   TempDir dir;
   const std::string path = dir.file("ordered.json");
-  madpipe::write_profile(madpipe::testing::make_chain({1.0}), path);
+  Profile p = madpipe::testing::make_chain({1.0});
+  p.source = "by hand";
+  p.seq = 128;
+  madpipe::write_profile(p, path);
   const std::string text = read_text(path);
-  const std::vector<std::string> keys = {"\"format\"", "\"name\"",        "\"device\"", "\"dtype\"",
-                                         "\"batch\"",  "\"input_bytes\"", "\"layers\""};
+  const std::vector<std::string> keys = {"\"format\"", "\"name\"",        "\"device\"",
+                                         "\"dtype\"",  "\"source\"",      "\"batch\"",
+                                         "\"seq\"",    "\"input_bytes\"", "\"layers\""};
   std::size_t previous = 0;
   for (const std::string& key : keys) {
     const std::size_t at = text.find(key);
@@ -608,6 +630,8 @@ TEST(WriteProfile, LeavesOutUnknownBatch) {
   p.batch = 0;
   const json j = madpipe::profile_to_json(p);
   EXPECT_FALSE(j.contains("batch"));
+  EXPECT_FALSE(j.contains("source"));
+  EXPECT_FALSE(j.contains("seq"));
   EXPECT_EQ(j.at("format"), madpipe::kProfileFormat);
   EXPECT_EQ(madpipe::profile_from_json(j), p);
 }
@@ -669,6 +693,8 @@ TEST(Profile, EqualityComparesEveryField) {
       [](Profile& p) { p.device += "x"; },
       [](Profile& p) { p.dtype += "x"; },
       [](Profile& p) { p.batch += 1; },
+      [](Profile& p) { p.source += "x"; },
+      [](Profile& p) { p.seq += 1; },
       [](Profile& p) { p.input_bytes += 1; },
       [](Profile& p) { p.layers.pop_back(); },
       [](Profile& p) { p.layers[0].name += "x"; },

@@ -10,7 +10,8 @@ document order in a scratch directory, so a later example reads the plan an earl
 An image an example draws into docs/img/ must equal the committed one.
 
 Only planner commands are run (plan, compare, sweep, simulate, remat, memplan, scale, show,
-export, --help): they need no MPI and are deterministic. A block preceded by the comment
+export, --help, and profile --analytic, which models instead of measuring): they need no MPI and
+are deterministic. A block preceded by the comment
 `<!-- doc-check: skip (why) -->` is not run. Commands that read a file no earlier example of
 their document wrote (a training run's trace, a measured profile) are skipped and listed, unless
 the document shows them failing.
@@ -99,6 +100,8 @@ def planner_subcommand(command):
         return None
     if len(words) < 2:
         return None
+    if words[1] == "profile" and "--analytic" in words:
+        return "profile"
     return words[1] if words[1] in PLANNER_COMMANDS else None
 
 

@@ -38,6 +38,7 @@ def test_only_planner_commands_are_run():
     assert checker.planner_subcommand("mpirun -np 2 build/madpipe train") is None
     assert checker.planner_subcommand("madpipe train --config c.ini") is None
     assert checker.planner_subcommand("madpipe profile --config c.ini") is None
+    assert checker.planner_subcommand("madpipe profile --analytic c.json --seq 8") == "profile"
 
 
 def test_durations_blanks_cuts_and_progress_lines_do_not_count():
