@@ -41,6 +41,23 @@ ComparisonRow plan_row(const madpipe::Profile& profile, const madpipe::Platform&
   return row;
 }
 
+// The order the algorithms plan in under a shared time limit: those of fixed placements first
+// (they rarely use their share), the searches last (the time others leave goes to them).
+std::vector<std::size_t> planning_order(const std::vector<Algorithm>& algorithms) {
+  auto searches = [](Algorithm a) {
+    return a == Algorithm::MadPipe      ? 2
+           : a == Algorithm::Ilp        ? 3
+           : a == Algorithm::Contiguous ? 1
+                                        : 0;
+  };
+  std::vector<std::size_t> order(algorithms.size());
+  for (std::size_t a = 0; a < order.size(); ++a) order[a] = a;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return searches(algorithms[x]) < searches(algorithms[y]);
+  });
+  return order;
+}
+
 }  // namespace
 
 Comparison madpipe::partition::compare_algorithms(const Profile& profile, const Platform& platform,
@@ -50,14 +67,21 @@ Comparison madpipe::partition::compare_algorithms(const Profile& profile, const 
   Comparison comparison;
   comparison.lower_bound_ms = lower_bound_period_ms(profile, platform);
   double seconds_left = options.time_limit_s;
-  for (Algorithm algorithm : algorithms) {
+  comparison.rows.resize(algorithms.size());
+  const std::vector<std::size_t> order = planning_order(algorithms);
+  for (std::size_t planned = 0; planned < order.size(); ++planned) {
+    const std::size_t a = order[planned];
     PlannerOptions mine = options;
-    mine.algorithm = algorithm;
-    if (settings.progress_of) mine.progress = settings.progress_of(algorithm);
-    const double seconds = settings.shared_time_limit ? seconds_left : options.time_limit_s;
-    comparison.rows.push_back(plan_row(profile, platform, mine, seconds, settings.remat_apart));
-    seconds_left -= comparison.rows.back().planning_seconds;
-    if (settings.on_row) settings.on_row(comparison.rows.back());
+    mine.algorithm = algorithms[a];
+    if (settings.progress_of) mine.progress = settings.progress_of(algorithms[a]);
+    // A shared limit is split evenly over the algorithms still to plan: what one leaves goes to
+    // those after it.
+    const double seconds = settings.shared_time_limit
+                               ? seconds_left / static_cast<double>(order.size() - planned)
+                               : options.time_limit_s;
+    comparison.rows[a] = plan_row(profile, platform, mine, seconds, settings.remat_apart);
+    seconds_left -= comparison.rows[a].planning_seconds;
+    if (settings.on_row) settings.on_row(comparison.rows[a]);
   }
   for (const ComparisonRow& row : comparison.rows)
     if (row.plan.feasible)

@@ -26,9 +26,10 @@ struct ComparisonRow {
 
 // How compare_algorithms() shares out its work.
 struct ComparisonSettings {
-  // True (`madpipe compare`): options.time_limit_s bounds the whole comparison, each algorithm
-  // getting what the previous ones left (the work that gives a first plan always runs). False
-  // (the Python package): each algorithm gets all of it.
+  // True (`madpipe compare`): options.time_limit_s bounds the whole comparison. The algorithms
+  // of fixed placements plan first, then contiguous, madpipe and ilp; each gets an even share of
+  // what is left, so the time one does not use goes to the searches after it. False (the Python
+  // package): each algorithm gets all of it, in the order asked.
   bool shared_time_limit = true;
   // True (`madpipe compare`): with rematerialization or offloading asked, each algorithm plans
   // first without them, then with them; the ratios are those of the plans without. False: one
@@ -36,7 +37,7 @@ struct ComparisonSettings {
   bool remat_apart = true;
   // The progress callback of an algorithm's planning; none: silent.
   std::function<std::function<void(const std::string&)>(Algorithm)> progress_of;
-  // Called after each algorithm, in order.
+  // Called after each algorithm, in the order they plan (see shared_time_limit).
   std::function<void(const ComparisonRow&)> on_row;
 };
 

@@ -1,6 +1,7 @@
 #include "partition/full_ilp.hpp"
 
 #include "schedule/ilp_schedule.hpp"
+#include "schedule/memory.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"

@@ -154,11 +154,12 @@ static std::vector<mp::Allocation> with_node_placements(
 
 // Schedules each allocation (and its placement on the nodes of a multi-node platform) with the
 // given pattern families and keeps the shortest period. Once out of time, it stops as soon as
-// it has a plan.
+// it has a plan (or a `fallback`), and until then tries each allocation at its longest period
+// only. Patterns slower than the fallback are not kept; one as fast is.
 static std::optional<mp::Candidate> schedule_allocations(
     const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
     const std::vector<mp::Allocation>& dp_allocations, const ms::ScheduleSearchOptions& search,
-    mp::PlanningContext& context) {
+    mp::PlanningContext& context, const mp::Candidate* fallback = nullptr) {
   using namespace madpipe;
   context.enter("schedule");
   const std::vector<mp::Allocation> allocations =
@@ -166,21 +167,25 @@ static std::optional<mp::Candidate> schedule_allocations(
   std::optional<mp::Candidate> best;
   const int total = static_cast<int>(allocations.size());
   for (int index = 0; index < total; ++index) {
-    if (best && context.expired(kScheduleShare)) {
+    if ((best || fallback) && context.expired(kScheduleShare)) {
       context.budget().cut("scheduling, after " + std::to_string(index) + " of " +
                            std::to_string(total) + " candidate allocations");
+      for (; index < total; ++index) context.count_allocation(false);
       break;
     }
     context.budget().step(std::to_string(index + 1) + "/" + std::to_string(total) + " allocations");
     const mp::Allocation& allocation = allocations[static_cast<std::size_t>(index)];
     std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
     ms::ScheduleSearchOptions bounded = search;
-    if (best) {
+    if (best)
       bounded.give_up_at_ms = best->pattern.normalized_period_ms();
-      bounded.out_of_time = context.out_of_time(kScheduleShare);
-    }
+    else if (fallback)  // the fallback's period may be tied
+      bounded.give_up_at_ms = fallback->pattern.normalized_period_ms() * (1 + 1e-9);
+    // Out of time without a plan, the search tries each allocation at its longest period only.
+    bounded.out_of_time = context.out_of_time(kScheduleShare);
     std::optional<ms::ScheduledPattern> scheduled =
         ms::schedule_under_memory(stages, platform, bounded);
+    context.count_allocation(!context.expired(kScheduleShare));
     std::ostringstream line;
     line << "scheduled allocation " << index + 1 << "/" << total << " (" << stages.size()
          << " stages): "
@@ -343,6 +348,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     } else {
       ms::ScheduleSearchOptions one_periodic;
       one_periodic.max_k = 1;
+      one_periodic.out_of_time = context.out_of_time();
       if (auto scheduled = ms::schedule_under_memory(stages, platform, one_periodic))
         ilp.warm_start = scheduled->pattern;
     }
@@ -395,6 +401,7 @@ static mp::RefineOptions local_search_options(const madpipe::ChainCosts& costs,
   search.search.families = {ms::PatternFamily::OneFOneBStar, ms::PatternFamily::GuidedModulo};
   search.search.max_k = options.max_k > 0 ? std::min(options.max_k, 3) : 3;
   search.out_of_time = context.out_of_time(share);
+  search.search.out_of_time = search.out_of_time;
   search.lower_bound_ms = mp::lower_bound_period_ms(costs, platform);
   return search;
 }
@@ -481,8 +488,11 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
   for (const mp::Allocation& allocation : contiguous.allocations)
     add_unique(allocations, allocation);
   context.enter("baselines");
-  if (auto pipedream = pipedream_allocation(costs, platform, remat))
+  std::vector<mp::Allocation> contiguous_allocations = contiguous.allocations;
+  if (auto pipedream = pipedream_allocation(costs, platform, remat)) {
     add_unique(allocations, *pipedream);
+    add_unique(contiguous_allocations, *pipedream);
+  }
   for (const mp::Allocation& allocation :
        node_aware_allocations(costs, platform, options, {true, false}, remat, context))
     add_unique(allocations, allocation);
@@ -494,8 +504,17 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
     if (placement) add_unique(allocations, *placement);
   ms::ScheduleSearchOptions search;
   search.max_k = options.max_k;
-  std::optional<mp::Candidate> best =
-      schedule_allocations(costs, platform, allocations, search, context);
+  // First the contiguous DP's and PipeDream's allocations with 1F1B* alone, quick to schedule:
+  // under a tight time limit, madpipe's plan is then at least as good as those baselines'.
+  ms::ScheduleSearchOptions contiguous_search = search;
+  contiguous_search.families = {ms::PatternFamily::OneFOneBStar};
+  std::optional<mp::Candidate> first =
+      schedule_allocations(costs, platform, contiguous_allocations, contiguous_search, context);
+  std::optional<mp::Candidate> best = schedule_allocations(costs, platform, allocations, search,
+                                                           context, first ? &*first : nullptr);
+  if (!best || (first && first->pattern.normalized_period_ms() <
+                             best->pattern.normalized_period_ms() * (1 - 1e-9)))
+    best = std::move(first);
   if (costs.has_split_backward()) {
     mp::PlannerOptions zero_bubble = options;
     zero_bubble.algorithm = mp::Algorithm::ZbH1;

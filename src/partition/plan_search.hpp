@@ -48,9 +48,20 @@ class PlanningContext {
 
   const std::vector<std::string>& notes() const { return notes_; }
 
+  // Candidate allocations given to the schedule search, and those it searched to the end (not
+  // cut by the time limit): PlanResult::allocations_total and allocations_scheduled.
+  void count_allocation(bool searched_fully) {
+    ++allocations_total_;
+    if (searched_fully) ++allocations_scheduled_;
+  }
+  int allocations_total() const { return allocations_total_; }
+  int allocations_scheduled() const { return allocations_scheduled_; }
+
  private:
   PlanningBudget& budget_;
   std::vector<std::string> notes_;
+  int allocations_total_ = 0;
+  int allocations_scheduled_ = 0;
 };
 
 // Plans with options.algorithm (not ilp), with `remat` or plainly (nullptr); nullopt when no plan

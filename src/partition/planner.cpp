@@ -143,6 +143,7 @@ static madpipe::partition::PlanResult plan_profile(
   settings.time_limit_s = options.time_limit_s;
   settings.progress = options.progress;
   settings.detailed = options.detailed_progress;
+  settings.clock = options.clock;
   PlanningBudget budget(std::move(settings));
   PlanningContext context(budget);
   StageOptions remat(profile, options.remat);
@@ -174,6 +175,8 @@ static madpipe::partition::PlanResult plan_profile(
                            "; a longer --time-limit may find a shorter period");
   }
   result.phases = budget.phases();
+  result.allocations_total = context.allocations_total();
+  result.allocations_scheduled = context.allocations_scheduled();
   result.planning_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!best) {

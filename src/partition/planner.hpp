@@ -116,6 +116,9 @@ struct PlannerOptions {
   // detailed_progress, every step's line instead (DP runs, allocations scheduled, ILPs).
   std::function<void(const std::string&)> progress;
   bool detailed_progress = false;
+  // Seconds on a monotonic clock, read for the time limit; empty: std::chrono::steady_clock.
+  // Tests pass one that advances with the work done.
+  std::function<double()> clock;
 };
 
 struct PlanResult {
@@ -126,6 +129,10 @@ struct PlanResult {
   double planning_seconds = 0;
   std::vector<PhaseTime> phases;   // where planning_seconds went, in order of first entry
   bool cut_by_time_limit = false;  // time_limit_s stopped some phase (a note says which)
+  // Candidate allocations (madpipe and the contiguous algorithms) given to the schedule search,
+  // and those it searched to the end, not cut by the time limit.
+  int allocations_total = 0;
+  int allocations_scheduled = 0;
 };
 
 // Plans `profile` on `platform` with the chosen algorithm. Every feasible plan passes

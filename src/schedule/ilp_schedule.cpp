@@ -1,5 +1,6 @@
 #include "schedule/ilp_schedule.hpp"
 
+#include "schedule/memory.hpp"
 #include "schedule/pattern_ilp.hpp"
 #include "schedule/search.hpp"
 #include "solver/mps.hpp"

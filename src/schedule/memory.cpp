@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace {
 // One residue class of micro-batches of a stage: it starts holding memory at f_start + j*T (the
@@ -39,13 +43,24 @@ static int in_flight_at(const FlightClass& c, double t, double period) {
   return count < kLimit ? static_cast<int>(count) : static_cast<int>(kLimit);
 }
 
-// The op of `kind` of stage `stage` that runs the micro-batches of the given residue mod k.
-static const madpipe::schedule::Op* op_of(const madpipe::schedule::Pattern& pattern,
-                                          madpipe::schedule::OpKind kind, int stage, int r, int k) {
-  for (const auto& op : pattern.ops)
-    if (op.kind == kind && op.stage == stage && residue(op.shift, k) == r) return &op;
-  return nullptr;
-}
+// The first op of `kind` of each stage and residue mod k: at(stage, r), null where none. A map:
+// k may be huge in a plan read from a file.
+class OpsByResidue {
+ public:
+  OpsByResidue(const madpipe::schedule::Pattern& pattern, madpipe::schedule::OpKind kind,
+               int num_stages, int k) {
+    for (const auto& op : pattern.ops)
+      if (op.kind == kind && op.stage >= 0 && op.stage < num_stages)
+        ops_.emplace(std::make_pair(op.stage, residue(op.shift, k)), &op);  // keeps the first
+  }
+  const madpipe::schedule::Op* at(int stage, int r) const {
+    const auto it = ops_.find({stage, r});
+    return it == ops_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::map<std::pair<int, int>, const madpipe::schedule::Op*> ops_;
+};
 
 // Time from the start of `from` to the end of `to` for the same micro-batch: micro-batch i runs
 // an op of shift s in period (i - s) / k.
@@ -65,16 +80,19 @@ static std::vector<std::vector<FlightClass>> flight_classes(
   std::vector<std::vector<FlightClass>> classes(num_stages);
   const int k = std::max(1, pattern.k);
   const double T = pattern.period_ms;
+  const OpsByResidue backwards(pattern, OpKind::B, num_stages, k);
+  std::optional<OpsByResidue> weights;
+  if (kept) weights.emplace(pattern, OpKind::W, num_stages, k);
   for (const auto& f : pattern.ops) {
     if (f.kind != OpKind::F || f.stage < 0 || f.stage >= num_stages) continue;
     const int r = residue(f.shift, k);
-    const madpipe::schedule::Op* b = op_of(pattern, OpKind::B, f.stage, r, k);
+    const madpipe::schedule::Op* b = backwards.at(f.stage, r);
     if (!b) continue;
     if (!kept) {
       classes[f.stage].push_back(FlightClass{f.start_ms, span_between(f, *b, T, k)});
       continue;
     }
-    const madpipe::schedule::Op* w = op_of(pattern, OpKind::W, f.stage, r, k);
+    const madpipe::schedule::Op* w = weights->at(f.stage, r);
     if (!w) continue;
     madpipe::schedule::Op b_end = *b;
     b_end.start_ms += b->duration_ms;
@@ -154,11 +172,21 @@ madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<
   return memory;
 }
 
-std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
-    const std::vector<Stage>& stages, const Pattern& pattern, const Platform& platform) {
+// evaluate_memory, which stops at the first GPU whose total exceeds `stop_above` (the GPUs after
+// it are left at zero).
+static std::vector<madpipe::schedule::GpuMemory> memory_until(
+    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::schedule::Pattern& pattern,
+    const madpipe::Platform& platform, std::int64_t stop_above) {
+  using namespace madpipe::schedule;
   const int n = static_cast<int>(stages.size());
+  std::vector<std::vector<int>> stages_on(platform.gpus);
+  for (int s = 0; s < n; ++s)
+    if (stages[s].gpu >= 0 && stages[s].gpu < platform.gpus) stages_on[stages[s].gpu].push_back(s);
   std::vector<GpuMemory> memory(platform.gpus);
-  for (int g = 0; g < platform.gpus; ++g) memory[g] = static_memory(stages, g, platform);
+  for (int g = 0; g < platform.gpus; ++g) {
+    memory[g] = static_memory(stages, g, platform);
+    if (memory[g].total() > stop_above) return memory;
+  }
   if (pattern.period_ms <= 0) return memory;
   const auto classes = flight_classes(pattern, n);
   const auto kept = flight_classes(pattern, n, true);
@@ -166,16 +194,14 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
   // ends: the peak is reached at one of those times.
   for (int g = 0; g < platform.gpus; ++g) {
     std::vector<double> probes;
-    for (int s = 0; s < n; ++s) {
-      if (stages[s].gpu != g) continue;
+    for (int s : stages_on[g]) {
       for (const FlightClass& c : classes[s]) probes.push_back(c.f_start);
       for (const FlightClass& c : kept[s]) probes.push_back(c.f_start);
     }
     std::int64_t peak = 0;
     for (double probe : probes) {
       std::int64_t bytes = 0;
-      for (int s = 0; s < n; ++s) {
-        if (stages[s].gpu != g) continue;
+      for (int s : stages_on[g]) {
         std::int64_t stored_count = 0, kept_count = 0;
         for (const FlightClass& c : classes[s])
           stored_count += in_flight_at(c, probe, pattern.period_ms);
@@ -187,8 +213,21 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
       peak = std::max(peak, bytes);
     }
     memory[g].activations = peak;
+    if (memory[g].total() > stop_above) return memory;
   }
   return memory;
+}
+
+std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
+    const std::vector<Stage>& stages, const Pattern& pattern, const Platform& platform) {
+  return memory_until(stages, pattern, platform, INT64_MAX);
+}
+
+bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
+                                    const Platform& platform) {
+  for (const GpuMemory& m : memory_until(stages, pattern, platform, platform.memory_bytes))
+    if (m.total() > platform.memory_bytes) return false;
+  return true;
 }
 
 std::vector<std::int64_t> madpipe::schedule::totals(const std::vector<GpuMemory>& memory) {

@@ -72,6 +72,10 @@ std::vector<int> concurrent_activations(const Pattern& pattern, int num_stages);
 std::vector<GpuMemory> evaluate_memory(const std::vector<Stage>& stages, const Pattern& pattern,
                                        const Platform& platform);
 
+// True when every GPU's full memory estimate fits the platform (stops at the first that does not).
+bool fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
+                 const Platform& platform);
+
 // Static part of a GPU's memory (everything but activations): the terms of its stages, weights
 // and buffers added up, the largest workspace.
 GpuMemory static_memory(const std::vector<Stage>& stages, int gpu, const Platform& platform);

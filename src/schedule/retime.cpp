@@ -102,6 +102,94 @@ static bool potentials(const std::vector<Edge>& edges, int n, double T, std::vec
   return false;
 }
 
+// The maximum cycle ratio sum(weight) / sum(periods) of the graph by Howard's policy iteration
+// (Cochet-Terrasson et al., 1998): each op follows one of its edges; the cycles of that choice
+// give each op a ratio and a potential, and an op switches to an edge that reaches a larger ratio,
+// or the same ratio with a larger potential, until none does. Usually a handful of rounds, where
+// bisecting on the period costs a Bellman-Ford pass per step. nullopt when a cycle of the policy
+// has no positive period count or the rounds run out: the caller bisects then.
+static std::optional<double> max_cycle_ratio(const std::vector<Edge>& edges, int n) {
+  std::vector<std::vector<int>> out(n);
+  for (int e = 0; e < static_cast<int>(edges.size()); ++e) out[edges[e].from].push_back(e);
+  std::vector<int> policy(n, -1);
+  for (int u = 0; u < n; ++u) {
+    if (out[u].empty()) return std::nullopt;  // every op has its resource's cyclic edge
+    policy[u] = out[u].front();
+    for (int e : out[u])
+      if (edges[e].weight > edges[policy[u]].weight) policy[u] = e;
+  }
+  double scale = 1;
+  for (const Edge& e : edges) scale = std::max(scale, std::abs(e.weight));
+  const double eps = 1e-12 * scale * std::max(1, n);
+  std::vector<double> ratio(n), value(n);
+  std::vector<int> state(n), path;
+  for (int round = 0; round < 10 * n + 100; ++round) {
+    // Ratios and potentials of the policy: value[u] = w - ratio * p + value[next].
+    std::fill(state.begin(), state.end(), 0);  // 0 new, 1 on the current walk, 2 done
+    for (int start = 0; start < n; ++start) {
+      if (state[start] != 0) continue;
+      path.clear();
+      int u = start;
+      while (state[u] == 0) {
+        state[u] = 1;
+        path.push_back(u);
+        u = edges[policy[u]].to;
+      }
+      std::size_t done = path.size();  // path[done..] lie on a new cycle
+      if (state[u] == 1) {
+        double w = 0;
+        long long p = 0;
+        done = static_cast<std::size_t>(std::find(path.begin(), path.end(), u) - path.begin());
+        for (std::size_t i = done; i < path.size(); ++i) {
+          w += edges[policy[path[i]]].weight;
+          p += edges[policy[path[i]]].periods;
+        }
+        if (p <= 0) return std::nullopt;
+        const double r = w / static_cast<double>(p);
+        ratio[u] = r;
+        value[u] = 0;
+        state[u] = 2;
+        for (std::size_t i = path.size(); i-- > done + 1;) {
+          const Edge& e = edges[policy[path[i]]];
+          ratio[path[i]] = r;
+          value[path[i]] = e.weight - r * e.periods + value[e.to];
+          state[path[i]] = 2;
+        }
+      }
+      for (std::size_t i = done; i-- > 0;) {
+        const Edge& e = edges[policy[path[i]]];
+        ratio[path[i]] = ratio[e.to];
+        value[path[i]] = e.weight - ratio[e.to] * e.periods + value[e.to];
+        state[path[i]] = 2;
+      }
+    }
+    // Improvement: first towards larger ratios, then towards larger potentials.
+    bool changed = false;
+    for (int u = 0; u < n; ++u)
+      for (int e : out[u])
+        if (ratio[edges[e].to] > ratio[edges[policy[u]].to] + eps) {
+          policy[u] = e;
+          changed = true;
+        }
+    if (changed) continue;
+    for (int u = 0; u < n; ++u) {
+      double best = value[u];
+      for (int e : out[u]) {
+        const Edge& edge = edges[e];
+        if (std::abs(ratio[edge.to] - ratio[u]) > eps) continue;
+        const double candidate = edge.weight - ratio[u] * edge.periods + value[edge.to];
+        if (candidate > best + eps) {
+          best = candidate;
+          policy[u] = e;
+          changed = true;
+        }
+      }
+    }
+    if (!changed) return *std::max_element(ratio.begin(), ratio.end());
+  }
+  return std::nullopt;
+}
+
 std::optional<madpipe::schedule::Pattern> madpipe::schedule::retime(
     const Pattern& pattern, const std::vector<Stage>& stages, const Platform& platform) {
   if (pattern.ops.empty() || pattern.period_ms <= 0) return std::nullopt;
@@ -119,7 +207,16 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::retime(
   for (const auto& [resource, busy] : load) lo = std::max(lo, busy);
   lo = std::min(lo, hi);
   std::vector<double> trial;
-  if (potentials(edges, n, lo, trial)) {
+  // The ratio is exact up to rounding: checked, then checked a hair above.
+  const std::optional<double> ratio = max_cycle_ratio(edges, n);
+  const double exact = ratio ? std::max(*ratio, lo) : hi;
+  if (ratio && exact >= hi) {
+    // The pattern is as tight as its order allows.
+  } else if (ratio && potentials(edges, n, exact, trial)) {
+    hi = exact;
+  } else if (ratio && potentials(edges, n, exact * (1 + 1e-10), trial)) {
+    hi = exact * (1 + 1e-10);
+  } else if (potentials(edges, n, lo, trial)) {
     hi = lo;
   } else {
     for (int iter = 0; iter < 60 && hi - lo > 1e-10 * hi; ++iter) {

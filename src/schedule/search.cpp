@@ -12,13 +12,6 @@
 
 using Generator = std::function<std::optional<madpipe::schedule::Pattern>(double)>;
 
-bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
-                                    const Platform& platform) {
-  for (const GpuMemory& m : evaluate_memory(stages, pattern, platform))
-    if (m.total() > platform.memory_bytes) return false;
-  return true;
-}
-
 // The most micro-batches any stage keeps in flight in a 1-periodic pattern.
 static int most_in_flight(const madpipe::schedule::Pattern& pattern, int num_stages) {
   const std::vector<int> nca = madpipe::schedule::concurrent_activations(pattern, num_stages);
@@ -72,6 +65,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
   const double hi_start = std::max(total, lo) * (1 + 1e-9);
   const int max_k = options.max_k > 0 ? options.max_k : static_cast<int>(resources.size());
 
+  const auto out_of_time = [&options] { return options.out_of_time && options.out_of_time(); };
   std::optional<ScheduledPattern> best;
   for (PatternFamily family : options.families) {
     Generator generate;
@@ -96,12 +90,19 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
     // A k-periodic variant drops one micro-batch in k + 1, which lowers the memory of the stages
     // that keep more than k in flight: k only goes up to the most any 1-periodic pattern of the
     // family keeps (at the busiest resource's load, and wherever the k = 1 search looked).
+    if (out_of_time()) {
+      if (best) return best;
+      if (auto found = fitting_variant(generate, hi_start, 1, stages, platform))
+        consider(best, *found, name, stages, platform);
+      continue;
+    }
     int most_seen = 0;
     fitting_variant(generate, lo, 1, stages, platform, &most_seen);
     for (int k = 1; k <= max_k; ++k) {
       if (k > 1 && k >= most_seen) break;
-      if (options.out_of_time && options.out_of_time()) return best;
+      if (best && out_of_time()) return best;
       int* record = k == 1 ? &most_seen : nullptr;
+      const std::string method = k == 1 ? name : name + ", k=" + std::to_string(k);
       double hi = hi_start;
       std::optional<Pattern> found = fitting_variant(generate, hi, k, stages, platform, record);
       if (!found) {
@@ -110,6 +111,10 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       }
       double low = lo;
       for (int iter = 0; iter < 30 && hi - low > 1e-5 * hi; ++iter) {
+        if (out_of_time()) {
+          consider(best, *found, method, stages, platform);
+          return best;
+        }
         const double mid = 0.5 * (low + hi);
         if (auto p = fitting_variant(generate, mid, k, stages, platform, record)) {
           hi = mid;
@@ -121,13 +126,13 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       if (family != PatternFamily::OneFOneBStar && k == 1) {
         // Greedy placement is not monotone in T: probe a grid below the binary search's answer.
         const int probes = 24;
-        for (int i = 0; i < probes; ++i) {
+        for (int i = 0; i < probes && !out_of_time(); ++i) {
           const double T = lo + (hi - lo) * i / probes;
           if (auto p = fitting_variant(generate, T, k, stages, platform, record))
             consider(best, *p, name, stages, platform);
         }
       }
-      consider(best, *found, k == 1 ? name : name + ", k=" + std::to_string(k), stages, platform);
+      consider(best, *found, method, stages, platform);
       // Nothing beats the busiest resource's load.
       if (best && best->pattern.normalized_period_ms() <= lo * (1 + 1e-9)) return best;
     }

@@ -26,8 +26,10 @@ struct ScheduleSearchOptions {
   // Patterns whose normalized period is not below this are of no interest to the caller: the
   // search stops as soon as it knows it cannot go below (e.g. the best plan found so far).
   double give_up_at_ms = std::numeric_limits<double>::infinity();
-  // Asked between pattern families and values of k: true stops the search, which returns the
-  // best pattern found so far.
+  // Asked before every pattern the search generates: once true, the search returns the best
+  // pattern found so far, or, having none, tries only the longest period (at which a pattern
+  // keeps one micro-batch in flight per stage) of each family, k = 1, and returns the first that
+  // fits: a plan wherever the allocation has one at all, at the cost of one pattern a family.
   std::function<bool()> out_of_time;
 };
 
@@ -47,9 +49,5 @@ std::optional<ScheduledPattern> schedule_under_memory(const std::vector<Stage>& 
 
 // The busiest GPU's or link's load per micro-batch: no pattern of this allocation is faster.
 double busiest_resource_ms(const std::vector<Stage>& stages, const Platform& platform);
-
-// True when every GPU's full memory estimate fits the platform.
-bool fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
-                 const Platform& platform);
 
 }  // namespace madpipe::schedule

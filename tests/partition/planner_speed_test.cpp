@@ -95,3 +95,68 @@ TEST(PlannerSpeed, HopelessRequestsAreRefusedWithoutPlanning) {
     EXPECT_TRUE(result.phases.empty()) << mp::to_string(algorithm);  // no phase ran
   }
 }
+
+namespace {
+// A Llama-3-70B-shaped chain (bf16, sequence 4096): embedding, `blocks` equal blocks, head and
+// loss, with times and bytes of that shape.
+madpipe::Profile llm_chain(int blocks) {
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  madpipe::Profile profile;
+  profile.name = "llm";
+  profile.device = "test";
+  profile.dtype = "bfloat16";
+  profile.batch = 1;
+  profile.input_bytes = 32 * 1024;
+  auto add = [&](const std::string& name, double forward_ms, std::int64_t weight_mib,
+                 std::int64_t saved_mib, std::int64_t output_bytes, std::int64_t workspace_mib) {
+    madpipe::Layer layer;
+    layer.name = name;
+    layer.forward_ms = forward_ms;
+    layer.backward_ms = 2 * forward_ms;
+    layer.weight_bytes = weight_mib * kMiB;
+    layer.saved_bytes = saved_mib * kMiB;
+    layer.output_bytes = output_bytes;
+    layer.forward_workspace_bytes = layer.backward_workspace_bytes = workspace_mib * kMiB;
+    profile.layers.push_back(layer);
+  };
+  add("embed", 0.16, 2004, 0, 64 * kMiB, 64);
+  for (int b = 0; b < blocks; ++b)
+    add("block" + std::to_string(b), 15.3, 1632, 1568, 64 * kMiB, 672);
+  add("head", 13.8, 2004, 64, 64 * kMiB, 1002);
+  add("loss", 0.15, 0, 2004, 4, 2004);
+  return profile;
+}
+}  // namespace
+
+// At cluster scale the time limit still bounds the request: out of time from the start, a 64-GPU
+// plan of an 83-layer chain is the cheap first plan (each candidate allocation tried at its
+// longest period until one fits, none searched), valid, and the result says how many candidate
+// allocations were searched. A clock that only moves with the planner's reads makes it exact.
+TEST(PlannerSpeed, AtClusterScaleTheFirstPlanIsCheapAndTheCountsSaySo) {
+  const madpipe::Profile profile = llm_chain(80);
+  const madpipe::Platform platform = mt::make_platform(64, std::int64_t{80} << 30, 25e6, 8);
+  double now = 0;
+  mp::PlannerOptions options;
+  options.scheduler = mp::Scheduler::Heuristic;
+  options.time_limit_s = 1;
+  options.clock = [&now] { return now += 10.0; };  // every reading is past the limit
+  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_TRUE(madpipe::plan::validate(result.plan, profile).empty());
+  EXPECT_TRUE(result.cut_by_time_limit);
+  EXPECT_GT(result.allocations_total, 0);
+  EXPECT_EQ(result.allocations_scheduled, 0);
+}
+
+// Without a limit every candidate allocation is searched to the end, and none is cut.
+TEST(PlannerSpeed, WithoutALimitEveryCandidateAllocationIsSearched) {
+  const madpipe::Profile profile = llm_chain(30);
+  const madpipe::Platform platform = mt::make_platform(8, std::int64_t{80} << 30, 25e6, 8);
+  mp::PlannerOptions options;
+  options.scheduler = mp::Scheduler::Heuristic;
+  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_FALSE(result.cut_by_time_limit);
+  EXPECT_GT(result.allocations_total, 1);
+  EXPECT_EQ(result.allocations_scheduled, result.allocations_total);
+}
