@@ -28,6 +28,32 @@ struct Outcome {
   mr::PipelineExecutor::ArenaUse use;
 };
 
+struct Programs {
+  mplan::Program training, validation;
+};
+
+Programs lower_both(const mplan::Plan& plan, const mr::PipelineExecutor& executor,
+                    mplan::ReceivePosting posting, int lookahead, int micro_batches) {
+  mplan::LowerOptions lowering;
+  lowering.micro_batches = micro_batches;
+  lowering.posting = posting;
+  lowering.lookahead = lookahead;
+  lowering.message_bytes = executor.message_bytes();
+  Programs programs;
+  programs.training = mplan::lower(plan, lowering);
+  lowering.train = false;
+  programs.validation = mplan::lower(plan, lowering);
+  return programs;
+}
+
+std::vector<std::unique_ptr<torch::optim::SGD>> sgd_per_stage(mr::PipelineExecutor& executor) {
+  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
+  for (int s : executor.local_stages())
+    optimizers.push_back(std::make_unique<torch::optim::SGD>(executor.stage_parameters(s),
+                                                             torch::optim::SGDOptions(0.05)));
+  return optimizers;
+}
+
 Outcome train_with(mplan::ReceivePosting posting, int lookahead, Schedule schedule, int steps,
                    int micro_batches) {
   mr::ModelConfig config = small_config("mlp", 5);
@@ -43,18 +69,10 @@ Outcome train_with(mplan::ReceivePosting posting, int lookahead, Schedule schedu
   auto transport = make_test_transport(plan);
   mr::PipelineExecutor executor(model, plan, world_rank(), *transport,
                                 data->micro_batch(0, 0, false));
-  mplan::LowerOptions lowering;
-  lowering.micro_batches = micro_batches;
-  lowering.posting = posting;
-  lowering.lookahead = lookahead;
-  lowering.message_bytes = executor.message_bytes();
-  const mplan::Program program = mplan::lower(plan, lowering);
-  lowering.train = false;
-  const mplan::Program validation = mplan::lower(plan, lowering);
-  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
-  for (int s : executor.local_stages())
-    optimizers.push_back(std::make_unique<torch::optim::SGD>(executor.stage_parameters(s),
-                                                             torch::optim::SGDOptions(0.05)));
+  const Programs programs = lower_both(plan, executor, posting, lookahead, micro_batches);
+  const mplan::Program& program = programs.training;
+  const mplan::Program& validation = programs.validation;
+  auto optimizers = sgd_per_stage(executor);
   for (int step = 0; step < steps; ++step) {
     for (auto& o : optimizers) o->zero_grad();
     executor.run(program, [&](int i) { return data->micro_batch(step, i, false); });
@@ -189,18 +207,10 @@ PassThroughOutcome train_pass_through(mplan::ReceivePosting posting, const std::
   SendBufferRuleTransport transport(make_test_transport(plan));
   mr::PipelineExecutor executor(model, plan, world_rank(), transport,
                                 data.micro_batch(0, 0, false));
-  mplan::LowerOptions lowering;
-  lowering.micro_batches = 6;
-  lowering.posting = posting;
-  lowering.lookahead = 1;
-  lowering.message_bytes = executor.message_bytes();
-  const mplan::Program program = mplan::lower(plan, lowering);
-  lowering.train = false;
-  const mplan::Program validation = mplan::lower(plan, lowering);
-  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
-  for (int s : executor.local_stages())
-    optimizers.push_back(std::make_unique<torch::optim::SGD>(executor.stage_parameters(s),
-                                                             torch::optim::SGDOptions(0.05)));
+  const Programs programs = lower_both(plan, executor, posting, 1, 6);
+  const mplan::Program& program = programs.training;
+  const mplan::Program& validation = programs.validation;
+  auto optimizers = sgd_per_stage(executor);
   PassThroughOutcome out;
   for (int step = 0; step < 3; ++step) {
     for (auto& o : optimizers) o->zero_grad();
