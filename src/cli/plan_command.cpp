@@ -8,6 +8,7 @@
 #include "partition/plan_or_explain.hpp"
 #include "partition/planning_request.hpp"
 #include "plan/plan.hpp"
+#include "plan/time_breakdown.hpp"
 #include "schedule/memory.hpp"
 
 #include <algorithm>
@@ -155,7 +156,18 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
             << " micro-batches/s\n"
             << "lower bound  " << format_ms(predicted.lower_bound_period_ms)
             << " per micro-batch; period / lower bound = "
-            << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n\n";
+            << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n";
+  const plan::TimeBreakdown time = plan::time_breakdown(plan, profile);
+  if (!time.busy.empty()) {
+    const auto [least, most] = std::minmax_element(time.busy.begin(), time.busy.end());
+    auto percent = [](double fraction) { return cli::fixed(100 * fraction, 1) + "%"; };
+    std::cout << "time         " << percent(time.useful) << " useful compute, "
+              << percent(time.recomputation) << " recomputation, " << percent(time.imbalance)
+              << " imbalance, " << percent(time.waiting)
+              << " waiting for transfers and dependencies (GPUs busy " << percent(*least) << " to "
+              << percent(*most) << " of the period)\n";
+  }
+  std::cout << '\n';
 
   const std::vector<schedule::GpuMemory> memory =
       schedule::evaluate_memory(plan.stages, pattern, plan.platform);

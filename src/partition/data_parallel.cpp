@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -192,8 +193,17 @@ madpipe::partition::DataParallelResult madpipe::partition::plan_data_parallel(
   for (int replicas = platform.gpus; replicas >= 1; --replicas)
     if (platform.gpus % replicas == 0) replica_counts.push_back(replicas);
   DataParallelResult result;
+  // The time limit bounds the whole request: each choice gets an even share of what is left,
+  // so what a quick one leaves goes to those after it.
+  double seconds_left = options.planner.time_limit_s;
   for (std::size_t i = 0; i < replica_counts.size(); ++i) {
-    result.choices.push_back(evaluate_choice(profile, platform, options, replica_counts[i]));
+    DataParallelOptions mine = options;
+    // Rounded to hundredths: the share appears in the notes of a plan it cut.
+    mine.planner.time_limit_s = std::max(
+        1e-2,
+        std::floor(100 * seconds_left / static_cast<double>(replica_counts.size() - i)) / 100);
+    result.choices.push_back(evaluate_choice(profile, platform, mine, replica_counts[i]));
+    seconds_left -= result.choices.back().planning_seconds;
     if (options.planner.progress)
       options.planner.progress("[" + std::to_string(i + 1) + "/" +
                                std::to_string(replica_counts.size()) + "] " +

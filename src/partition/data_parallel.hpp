@@ -22,6 +22,8 @@ struct DataParallelOptions {
   // Latency of one message of a ring all-reduce, which sends 2 (D - 1) of them.
   double all_reduce_latency_ms = 0.01;
   // How each replica's pipeline is planned; `planner.progress` gets a line per choice of D.
+  // planner.time_limit_s bounds the whole request: each choice plans with an even share of
+  // what the choices before it left.
   PlannerOptions planner;
 };
 

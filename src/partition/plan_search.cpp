@@ -124,6 +124,12 @@ std::optional<mp::Candidate> mp::plan_without_and_with(
     bool plain_can_fit, PlanningContext& context) {
   std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
   if (!remat.enabled()) return best;
+  // Planning again costs a ROTOR solve per stage range, which no deadline interrupts: with a
+  // plan and less than a tenth of the time left, it is cut.
+  if (best && context.expired(0.9)) {
+    context.budget().cut("planning with per-stage rematerialization");
+    return best;
+  }
   context.detail(plain_can_fit
                      ? "planning again with per-stage rematerialization"
                      : "no plan fits without per-stage rematerialization: planning with it");

@@ -1,0 +1,32 @@
+#include "plan/time_breakdown.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+madpipe::plan::TimeBreakdown madpipe::plan::time_breakdown(const Plan& plan,
+                                                           const Profile& profile) {
+  TimeBreakdown out;
+  const int gpus = plan.platform.gpus;
+  const double period = plan.pattern.k > 0 ? plan.pattern.period_ms / plan.pattern.k : 0;
+  if (gpus <= 0 || !(period > 0)) return out;
+  std::vector<double> useful(gpus, 0.0), compute(gpus, 0.0);
+  const int layers = static_cast<int>(profile.layers.size());
+  for (const schedule::Stage& stage : plan.stages) {
+    if (stage.gpu < 0 || stage.gpu >= gpus) continue;
+    double plain = 0;
+    for (int l = std::max(0, stage.first_layer); l <= std::min(stage.last_layer, layers - 1); ++l)
+      plain += profile.layers[l].forward_ms + profile.layers[l].backward_ms;
+    useful[stage.gpu] += plain;
+    compute[stage.gpu] += std::max(plain, stage.compute_ms());
+  }
+  const double busiest = *std::max_element(compute.begin(), compute.end());
+  const double all = gpus * period;
+  const double total_useful = std::accumulate(useful.begin(), useful.end(), 0.0);
+  const double total_compute = std::accumulate(compute.begin(), compute.end(), 0.0);
+  out.useful = total_useful / all;
+  out.recomputation = (total_compute - total_useful) / all;
+  out.imbalance = (gpus * busiest - total_compute) / all;
+  out.waiting = std::max(0.0, 1 - out.useful - out.recomputation - out.imbalance);
+  for (double c : compute) out.busy.push_back(c / period);
+  return out;
+}
