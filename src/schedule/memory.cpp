@@ -1,5 +1,7 @@
 #include "schedule/memory.hpp"
 
+#include "schedule/residue_table.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -43,23 +45,19 @@ static int in_flight_at(const FlightClass& c, double t, double period) {
   return count < kLimit ? static_cast<int>(count) : static_cast<int>(kLimit);
 }
 
-// The first op of `kind` of each stage and residue mod k: at(stage, r), null where none. A map:
-// k may be huge in a plan read from a file.
+// The first op of `kind` of each stage and residue mod k: at(stage, r), null where none.
 class OpsByResidue {
  public:
   OpsByResidue(const madpipe::schedule::Pattern& pattern, madpipe::schedule::OpKind kind,
-               int num_stages, int k) {
+               int num_stages, int k)
+      : ops_(num_stages, k, nullptr) {
     for (const auto& op : pattern.ops)
-      if (op.kind == kind && op.stage >= 0 && op.stage < num_stages)
-        ops_.emplace(std::make_pair(op.stage, residue(op.shift, k)), &op);  // keeps the first
+      if (op.kind == kind) ops_.set_if_empty(op.stage, residue(op.shift, k), &op);
   }
-  const madpipe::schedule::Op* at(int stage, int r) const {
-    const auto it = ops_.find({stage, r});
-    return it == ops_.end() ? nullptr : it->second;
-  }
+  const madpipe::schedule::Op* at(int stage, int r) const { return ops_.get(stage, r); }
 
  private:
-  std::map<std::pair<int, int>, const madpipe::schedule::Op*> ops_;
+  madpipe::schedule::ResidueTable<const madpipe::schedule::Op*> ops_;
 };
 
 // Time from the start of `from` to the end of `to` for the same micro-batch: micro-batch i runs
@@ -102,17 +100,95 @@ static std::vector<std::vector<FlightClass>> flight_classes(
   return classes;
 }
 
+namespace {
+// Classes of micro-batches that each hold `weight` bytes while in flight.
+struct WeightedClasses {
+  const std::vector<FlightClass>* classes = nullptr;
+  std::int64_t weight = 0;
+};
+}  // namespace
+
+// The largest sum of weight x in-flight count at the start of a class (in flight only grows when
+// a class starts), each class counted at every start (quadratic): the way for spans too long for
+// the sweep's arithmetic.
+static std::int64_t peak_by_probing(const std::vector<WeightedClasses>& sets, double period) {
+  std::int64_t peak = INT64_MIN;
+  for (const WeightedClasses& probed : sets) {
+    for (const FlightClass& probe : *probed.classes) {
+      std::int64_t bytes = 0;
+      for (const WeightedClasses& set : sets) {
+        std::int64_t count = 0;
+        for (const FlightClass& c : *set.classes) count += in_flight_at(c, probe.f_start, period);
+        bytes = madpipe::schedule::saturated_add(bytes, saturated_mul(count, set.weight));
+      }
+      peak = std::max(peak, bytes);
+    }
+  }
+  return peak == INT64_MIN ? 0 : peak;
+}
+
+// Same as peak_by_probing in O(m log m) for m classes. A class is in flight at t for each
+// integer j with f_start - eps + jT <= t < f_start + span - eps + jT (in_flight_at): counted
+// exactly at the first probe p0, its count changes by +1 at (f_start - eps) mod T and by -1 at
+// (f_start + span - eps) mod T; a sweep over one period from p0 visits every probe.
+static std::int64_t peak_in_flight(const std::vector<WeightedClasses>& sets, double period) {
+  constexpr double kLongestSpanInPeriods = 1 << 20;
+  const FlightClass* first = nullptr;
+  for (const WeightedClasses& set : sets) {
+    for (const FlightClass& c : *set.classes) {
+      if (!std::isfinite(c.f_start) || !std::isfinite(c.span) ||
+          std::fabs(c.span) > kLongestSpanInPeriods * period ||
+          std::fabs(c.f_start) > kLongestSpanInPeriods * period)
+        return peak_by_probing(sets, period);
+      if (!first) first = &c;
+    }
+  }
+  if (!first) return 0;
+  const double p0 = first->f_start;
+  const double eps = 1e-9 * period;
+  const auto after_p0 = [&](double t) {
+    const double d = t - p0;
+    const double wrapped = d - std::floor(d / period) * period;
+    return wrapped >= period ? 0.0 : wrapped;
+  };
+  struct Event {
+    double at = 0;       // time after p0, in [0, T)
+    bool probe = false;  // at equal times, counts change before a probe reads them
+    std::int64_t delta = 0;
+  };
+  std::vector<Event> events;
+  std::int64_t bytes = 0;
+  for (const WeightedClasses& set : sets) {
+    std::int64_t count = 0;
+    for (const FlightClass& c : *set.classes) {
+      count += in_flight_at(c, p0, period);
+      events.push_back(Event{after_p0(c.f_start - eps), false, set.weight});
+      events.push_back(Event{after_p0(c.f_start + c.span - eps), false, -set.weight});
+      events.push_back(Event{after_p0(c.f_start), true, 0});
+    }
+    bytes = madpipe::schedule::saturated_add(bytes, saturated_mul(count, set.weight));
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return a.at != b.at ? a.at < b.at : a.probe < b.probe;
+  });
+  std::int64_t peak = bytes;
+  for (const Event& event : events) {
+    if (event.at <= 0) continue;  // at p0 itself: already in the exact count
+    if (event.probe)
+      peak = std::max(peak, bytes);
+    else
+      bytes = madpipe::schedule::saturated_add(bytes, event.delta);
+  }
+  return peak;
+}
+
 std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& pattern, int num_stages) {
   std::vector<int> nca(num_stages, 0);
   if (pattern.period_ms <= 0) return nca;
   const auto classes = flight_classes(pattern, num_stages);
   for (int s = 0; s < num_stages; ++s) {
-    for (const FlightClass& probe : classes[s]) {
-      std::int64_t count = 0;
-      for (const FlightClass& c : classes[s])
-        count += in_flight_at(c, probe.f_start, pattern.period_ms);
-      nca[s] = static_cast<int>(std::clamp<std::int64_t>(count, nca[s], INT_MAX));
-    }
+    const std::int64_t peak = peak_in_flight({WeightedClasses{&classes[s], 1}}, pattern.period_ms);
+    nca[s] = static_cast<int>(std::clamp<std::int64_t>(peak, 0, INT_MAX));
   }
   return nca;
 }
@@ -190,28 +266,13 @@ static std::vector<madpipe::schedule::GpuMemory> memory_until(
   if (pattern.period_ms <= 0) return memory;
   const auto classes = flight_classes(pattern, n);
   const auto kept = flight_classes(pattern, n, true);
-  // Activations only grow when an F starts or, when a stage keeps more for W than it stored, a B
-  // ends: the peak is reached at one of those times.
   for (int g = 0; g < platform.gpus; ++g) {
-    std::vector<double> probes;
+    std::vector<WeightedClasses> on_gpu;
     for (int s : stages_on[g]) {
-      for (const FlightClass& c : classes[s]) probes.push_back(c.f_start);
-      for (const FlightClass& c : kept[s]) probes.push_back(c.f_start);
+      on_gpu.push_back(WeightedClasses{&classes[s], stages[s].stored_bytes});
+      on_gpu.push_back(WeightedClasses{&kept[s], stages[s].weight_kept_bytes});
     }
-    std::int64_t peak = 0;
-    for (double probe : probes) {
-      std::int64_t bytes = 0;
-      for (int s : stages_on[g]) {
-        std::int64_t stored_count = 0, kept_count = 0;
-        for (const FlightClass& c : classes[s])
-          stored_count += in_flight_at(c, probe, pattern.period_ms);
-        for (const FlightClass& c : kept[s])
-          kept_count += in_flight_at(c, probe, pattern.period_ms);
-        bytes = saturated_add(bytes, saturated_mul(stored_count, stages[s].stored_bytes));
-        bytes = saturated_add(bytes, saturated_mul(kept_count, stages[s].weight_kept_bytes));
-      }
-      peak = std::max(peak, bytes);
-    }
+    const std::int64_t peak = std::max<std::int64_t>(0, peak_in_flight(on_gpu, pattern.period_ms));
     memory[g].activations = peak;
     if (memory[g].total() > stop_above) return memory;
   }
@@ -228,6 +289,74 @@ bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Patt
   for (const GpuMemory& m : memory_until(stages, pattern, platform, platform.memory_bytes))
     if (m.total() > platform.memory_bytes) return false;
   return true;
+}
+
+madpipe::schedule::InFlightPeaks madpipe::schedule::in_flight_peaks(const Pattern& one_periodic,
+                                                                    int num_stages) {
+  InFlightPeaks peaks;
+  peaks.stored.assign(num_stages, 0);
+  peaks.kept.assign(num_stages, 0);
+  if (one_periodic.period_ms <= 0) return peaks;
+  const auto stored = flight_classes(one_periodic, num_stages);
+  const auto kept = flight_classes(one_periodic, num_stages, true);
+  const auto peak = [&one_periodic](const std::vector<FlightClass>& classes) {
+    const std::int64_t count =
+        peak_in_flight({WeightedClasses{&classes, 1}}, one_periodic.period_ms);
+    return static_cast<int>(std::clamp<std::int64_t>(count, 0, INT_MAX));
+  };
+  for (int s = 0; s < num_stages; ++s) {
+    peaks.stored[s] = peak(stored[s]);
+    peaks.kept[s] = peak(kept[s]);
+  }
+  return peaks;
+}
+
+std::optional<bool> madpipe::schedule::k_variant_fits_memory(const std::vector<Stage>& stages,
+                                                             const InFlightPeaks& peaks, int k,
+                                                             const Platform& platform) {
+  const int n = static_cast<int>(stages.size());
+  if (k < 1 || static_cast<int>(peaks.stored.size()) != n ||
+      static_cast<int>(peaks.kept.size()) != n)
+    return std::nullopt;
+  for (const Stage& stage : stages)
+    if (stage.gpu < 0 || stage.gpu >= platform.gpus) return std::nullopt;
+  // Of c consecutive micro-batches, the variant keeps at most c - floor(c / (k + 1)) and at least
+  // c - ceil(c / (k + 1)); both grow with c. k = 1 is the pattern itself.
+  const auto most_kept = [k](std::int64_t c) { return k == 1 ? c : c - c / (k + 1); };
+  const auto least_kept = [k](std::int64_t c) { return k == 1 ? c : c - (c + k) / (k + 1); };
+  std::vector<GpuMemory> most(platform.gpus);
+  std::vector<std::int64_t> largest_stage_peak(platform.gpus, 0);
+  std::vector<int> stages_on(platform.gpus, 0);
+  for (int s = 0; s < n; ++s) {  // static_memory of every GPU, in one pass over the stages
+    GpuMemory& memory = most[stages[s].gpu];
+    const StageMemory terms = stage_memory(stages, s, platform);
+    memory.weights = saturated_add(memory.weights, terms.weights);
+    memory.buffers = saturated_add(memory.buffers, terms.buffers);
+    memory.workspace = std::max(memory.workspace, terms.workspace);
+  }
+  std::vector<GpuMemory> least = most;
+  for (int s = 0; s < n; ++s) {
+    const int g = stages[s].gpu;
+    ++stages_on[g];
+    // Upper bound: every stage at its own peak. Lower bound: the stage alone at its peak.
+    most[g].activations = saturated_add(
+        most[g].activations,
+        saturated_add(saturated_mul(most_kept(peaks.stored[s]), stages[s].stored_bytes),
+                      saturated_mul(most_kept(peaks.kept[s]), stages[s].weight_kept_bytes)));
+    least[g].activations = std::max(
+        least[g].activations, saturated_mul(least_kept(peaks.stored[s]), stages[s].stored_bytes));
+  }
+  bool all_fit = true;
+  for (int g = 0; g < platform.gpus; ++g) {
+    if (least[g].total() > platform.memory_bytes) return false;
+    if (most[g].total() > platform.memory_bytes) all_fit = false;
+  }
+  if (all_fit) return true;
+  // One stage on a GPU, nothing kept for W: its micro-batches in flight are consecutive and some
+  // period of the variant aligns them with the fewest dropped, so the upper bound is its memory.
+  for (int s = 0; s < n; ++s)
+    if (stages_on[stages[s].gpu] != 1 || stages[s].weight_kept_bytes != 0) return std::nullopt;
+  return false;
 }
 
 std::vector<std::int64_t> madpipe::schedule::totals(const std::vector<GpuMemory>& memory) {

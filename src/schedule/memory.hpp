@@ -6,6 +6,7 @@
 #include "schedule/stage.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace madpipe::schedule {
@@ -75,6 +76,24 @@ std::vector<GpuMemory> evaluate_memory(const std::vector<Stage>& stages, const P
 // True when every GPU's full memory estimate fits the platform (stops at the first that does not).
 bool fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
                  const Platform& platform);
+
+// The most micro-batches a 1-periodic pattern keeps in flight on each stage: holding its stored
+// bytes (from the start of F to the end of B: concurrent_activations) and its weight_kept_bytes
+// (from the end of B to the end of W).
+struct InFlightPeaks {
+  std::vector<int> stored;
+  std::vector<int> kept;
+};
+InFlightPeaks in_flight_peaks(const Pattern& one_periodic, int num_stages);
+
+// Whether the k-periodic variant (drop_every_kth_plus_one) of the 1-periodic pattern whose peaks
+// are `peaks` fits the platform, told without building it where bounds suffice: the micro-batches
+// in flight on a stage are consecutive ones, of which the variant drops one in k + 1. Always told
+// when every stage has a GPU of its own and keeps nothing for a separate W; nullopt where the
+// bounds cannot tell. k = 1 is the 1-periodic pattern itself.
+std::optional<bool> k_variant_fits_memory(const std::vector<Stage>& stages,
+                                          const InFlightPeaks& peaks, int k,
+                                          const Platform& platform);
 
 // Static part of a GPU's memory (everything but activations): the terms of its stages, weights
 // and buffers added up, the largest workspace.

@@ -1,5 +1,7 @@
 #include "schedule/retime.hpp"
 
+#include "schedule/residue_table.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -27,35 +29,37 @@ static std::vector<Edge> constraint_edges(const madpipe::schedule::Pattern& patt
   std::vector<Edge> edges;
   // Dependencies along the chain of one micro-batch.
   const std::vector<Op> chain = micro_batch_chain(stages, platform);
-  std::map<std::tuple<int, int, int>, int> index;  // (kind, stage, residue) -> op index
+  // (kind, stage) as one row; residue -> the op's index (the last such op), -1 where none.
+  constexpr int kKinds = static_cast<int>(OpKind::W) + 1;
+  const int num_stages = static_cast<int>(stages.size());
+  const auto row = [num_stages](OpKind kind, int stage) {
+    return stage < 0 || stage >= num_stages ? -1 : static_cast<int>(kind) * num_stages + stage;
+  };
+  ResidueTable<int> index(kKinds * num_stages, k, -1);
   for (int i = 0; i < static_cast<int>(ops.size()); ++i)
-    index[{static_cast<int>(ops[i].kind), ops[i].stage, residue(ops[i].shift, k)}] = i;
-  for (std::size_t c = 1; c < chain.size(); ++c) {
+    index.set(row(ops[i].kind, ops[i].stage), residue(ops[i].shift, k), i);
+  // The edge from op (kind u, stage u) to op (kind v, stage v) of each residue, weighted by u.
+  const auto link = [&](OpKind from_kind, int from_stage, OpKind to_kind, int to_stage) {
     for (int r = 0; r < k; ++r) {
-      auto u = index.find({static_cast<int>(chain[c - 1].kind), chain[c - 1].stage, r});
-      auto v = index.find({static_cast<int>(chain[c].kind), chain[c].stage, r});
-      if (u == index.end() || v == index.end()) {
-        *ok = false;
-        return {};
-      }
-      const Op& ou = ops[u->second];
-      const Op& ov = ops[v->second];
-      edges.push_back({u->second, v->second, ou.duration_ms, (ou.shift - ov.shift) / k});
+      const int u = index.get(row(from_kind, from_stage), r);
+      const int v = index.get(row(to_kind, to_stage), r);
+      if (u < 0 || v < 0) return false;
+      edges.push_back({u, v, ops[u].duration_ms, (ops[u].shift - ops[v].shift) / k});
+    }
+    return true;
+  };
+  for (std::size_t c = 1; c < chain.size(); ++c) {
+    if (!link(chain[c - 1].kind, chain[c - 1].stage, chain[c].kind, chain[c].stage)) {
+      *ok = false;
+      return {};
     }
   }
   // W of a split stage depends on B of its stage only.
   const std::vector<Op> weights = weight_ops(stages);
   for (const Op& w : weights) {
-    for (int r = 0; r < k; ++r) {
-      auto u = index.find({static_cast<int>(OpKind::B), w.stage, r});
-      auto v = index.find({static_cast<int>(OpKind::W), w.stage, r});
-      if (u == index.end() || v == index.end()) {
-        *ok = false;
-        return {};
-      }
-      const Op& ou = ops[u->second];
-      edges.push_back(
-          {u->second, v->second, ou.duration_ms, (ou.shift - ops[v->second].shift) / k});
+    if (!link(OpKind::B, w.stage, OpKind::W, w.stage)) {
+      *ok = false;
+      return {};
     }
   }
   // Cyclic order on each resource; ops starting together (zero-length ones) keep chain order.
@@ -65,22 +69,52 @@ static std::vector<Edge> constraint_edges(const madpipe::schedule::Pattern& patt
   for (std::size_t w = 0; w < weights.size(); ++w)
     chain_position[{static_cast<int>(OpKind::W), weights[w].stage}] =
         static_cast<int>(chain.size() + w);
-  auto position = [&](int i) {
-    return chain_position[{static_cast<int>(ops[i].kind), ops[i].stage}];
-  };
+  std::vector<int> position(ops.size(), 0);  // 0 for an op of no chain position
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const auto it = chain_position.find({static_cast<int>(ops[i].kind), ops[i].stage});
+    if (it != chain_position.end()) position[i] = it->second;
+  }
   std::map<int, std::vector<int>> by_resource;
   for (int i = 0; i < static_cast<int>(ops.size()); ++i)
     by_resource[resource_of(ops[i], platform.gpus)].push_back(i);
   for (auto& [resource, members] : by_resource) {
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
       if (ops[a].start_ms != ops[b].start_ms) return ops[a].start_ms < ops[b].start_ms;
-      return position(a) < position(b);
+      return position[a] < position[b];
     });
     for (std::size_t m = 0; m + 1 < members.size(); ++m)
       edges.push_back({members[m], members[m + 1], ops[members[m]].duration_ms, 0});
     // Wrap: the first op of the next period comes after the last one of this period.
     edges.push_back({members.back(), members.front(), ops[members.back()].duration_ms, 1});
   }
+  return edges;
+}
+
+// The edges ordered by a topological order of their sources in the edges within one period
+// (periods == 0; ops on a cycle of them come last): Bellman-Ford then needs about as many rounds
+// as a longest path crosses period boundaries, not as many as it has edges. The potentials do not
+// depend on the order.
+static std::vector<Edge> in_topological_order(std::vector<Edge> edges, int n) {
+  std::vector<int> unmet(n, 0);
+  std::vector<std::vector<int>> next(n);
+  for (const Edge& e : edges)
+    if (e.periods == 0) {
+      ++unmet[e.to];
+      next[e.from].push_back(e.to);
+    }
+  std::vector<int> rank(n, n), ready;
+  for (int u = 0; u < n; ++u)
+    if (unmet[u] == 0) ready.push_back(u);
+  int placed = 0;
+  while (!ready.empty()) {
+    const int u = ready.back();
+    ready.pop_back();
+    rank[u] = placed++;
+    for (int v : next[u])
+      if (--unmet[v] == 0) ready.push_back(v);
+  }
+  std::stable_sort(edges.begin(), edges.end(),
+                   [&rank](const Edge& a, const Edge& b) { return rank[a.from] < rank[b.from]; });
   return edges;
 }
 
@@ -194,9 +228,10 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::retime(
     const Pattern& pattern, const std::vector<Stage>& stages, const Platform& platform) {
   if (pattern.ops.empty() || pattern.period_ms <= 0) return std::nullopt;
   bool ok = false;
-  const std::vector<Edge> edges = constraint_edges(pattern, stages, platform, &ok);
-  if (!ok) return std::nullopt;
   const int n = static_cast<int>(pattern.ops.size());
+  const std::vector<Edge> edges =
+      in_topological_order(constraint_edges(pattern, stages, platform, &ok), n);
+  if (!ok) return std::nullopt;
   std::vector<double> t;
   double hi = pattern.period_ms;
   if (!potentials(edges, n, hi, t)) return std::nullopt;

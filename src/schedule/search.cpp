@@ -12,32 +12,70 @@
 
 using Generator = std::function<std::optional<madpipe::schedule::Pattern>(double)>;
 
-// The most micro-batches any stage keeps in flight in a 1-periodic pattern.
-static int most_in_flight(const madpipe::schedule::Pattern& pattern, int num_stages) {
-  const std::vector<int> nca = madpipe::schedule::concurrent_activations(pattern, num_stages);
-  return nca.empty() ? 0 : *std::max_element(nca.begin(), nca.end());
-}
+namespace {
+// A family's 1-periodic patterns by period, each generated once with what the memory test of
+// its k-periodic variants needs: the search asks for the same periods at many k.
+class GeneratedPatterns {
+ public:
+  struct Generated {
+    madpipe::schedule::Pattern pattern;
+    madpipe::schedule::InFlightPeaks peaks;
+  };
+  GeneratedPatterns(Generator generate, int num_stages)
+      : generate_(std::move(generate)), num_stages_(num_stages) {}
+  // Records in *most_seen the largest in-flight count of the patterns generated.
+  const Generated* at(double period, int* most_seen) {
+    auto it = by_period_.find(period);
+    if (it == by_period_.end()) {
+      std::optional<Generated> generated;
+      if (std::optional<madpipe::schedule::Pattern> pattern = generate_(period)) {
+        madpipe::schedule::InFlightPeaks peaks =
+            madpipe::schedule::in_flight_peaks(*pattern, num_stages_);
+        generated = Generated{std::move(*pattern), std::move(peaks)};
+      }
+      it = by_period_.emplace(period, std::move(generated)).first;
+    }
+    if (!it->second) return nullptr;
+    if (most_seen)
+      for (int c : it->second->peaks.stored) *most_seen = std::max(*most_seen, c);
+    return &*it->second;
+  }
 
-// The k-periodic variant of the family's pattern at period T, if it fits in memory. Records in
-// *most_seen the largest in-flight count of the 1-periodic patterns generated.
-static std::optional<madpipe::schedule::Pattern> fitting_variant(
-    const Generator& generate, double period, int k,
+ private:
+  Generator generate_;
+  int num_stages_;
+  std::map<double, std::optional<Generated>> by_period_;
+};
+}  // namespace
+
+// The family's 1-periodic pattern at period T if its k-periodic variant fits in memory (built
+// only where its memory cannot be told from the 1-periodic one's).
+static const madpipe::schedule::Pattern* fitting_variant(
+    GeneratedPatterns& generated, double period, int k,
     const std::vector<madpipe::schedule::Stage>& stages, const madpipe::Platform& platform,
     int* most_seen = nullptr) {
-  std::optional<madpipe::schedule::Pattern> base = generate(period);
-  if (!base) return std::nullopt;
-  if (most_seen)
-    *most_seen = std::max(*most_seen, most_in_flight(*base, static_cast<int>(stages.size())));
-  madpipe::schedule::Pattern variant = madpipe::schedule::drop_every_kth_plus_one(*base, k);
-  if (!madpipe::schedule::fits_memory(stages, variant, platform)) return std::nullopt;
-  return variant;
+  using namespace madpipe::schedule;
+  const GeneratedPatterns::Generated* base = generated.at(period, most_seen);
+  if (!base) return nullptr;
+  const std::optional<bool> fits = k_variant_fits_memory(stages, base->peaks, k, platform);
+  if (fits ? !*fits : !fits_memory(stages, drop_every_kth_plus_one(base->pattern, k), platform))
+    return nullptr;
+  return &base->pattern;
 }
 
+// Keeps the k-periodic variant of `base` (retimed when that fits) if it beats `best`. Retiming
+// closes up what the dropped micro-batch leaves idle, a few percent at most in practice: where
+// the 1-periodic period alone is no shorter than the best pattern's, a variant (k > 1) is not
+// built. (Building and retiming a variant costs O(k) times a 1-periodic pattern: at 64 stages, most
+// of the search's time.)
 static void consider(std::optional<madpipe::schedule::ScheduledPattern>& best,
-                     const madpipe::schedule::Pattern& candidate, const std::string& method,
+                     const madpipe::schedule::Pattern& base, int k, const std::string& method,
                      const std::vector<madpipe::schedule::Stage>& stages,
                      const madpipe::Platform& platform) {
   using namespace madpipe::schedule;
+  if (k > 1 && best && base.period_ms >= best->pattern.normalized_period_ms()) return;
+  const Pattern candidate = drop_every_kth_plus_one(base, k);
+  if (!fits_memory(stages, candidate, platform)) return;  // k_variant_fits_memory said it fits
   std::optional<Pattern> tight = retime(candidate, stages, platform);
   const Pattern& chosen = (tight && fits_memory(stages, *tight, platform)) ? *tight : candidate;
   if (!best || chosen.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9))
@@ -87,24 +125,25 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       };
       name = late ? "modulo-alap" : "modulo";
     }
+    GeneratedPatterns generated(std::move(generate), static_cast<int>(stages.size()));
     // A k-periodic variant drops one micro-batch in k + 1, which lowers the memory of the stages
     // that keep more than k in flight: k only goes up to the most any 1-periodic pattern of the
     // family keeps (at the busiest resource's load, and wherever the k = 1 search looked).
     if (out_of_time()) {
       if (best) return best;
-      if (auto found = fitting_variant(generate, hi_start, 1, stages, platform))
-        consider(best, *found, name, stages, platform);
+      if (auto found = fitting_variant(generated, hi_start, 1, stages, platform))
+        consider(best, *found, 1, name, stages, platform);
       continue;
     }
     int most_seen = 0;
-    fitting_variant(generate, lo, 1, stages, platform, &most_seen);
+    fitting_variant(generated, lo, 1, stages, platform, &most_seen);
     for (int k = 1; k <= max_k; ++k) {
       if (k > 1 && k >= most_seen) break;
       if (best && out_of_time()) return best;
       int* record = k == 1 ? &most_seen : nullptr;
       const std::string method = k == 1 ? name : name + ", k=" + std::to_string(k);
       double hi = hi_start;
-      std::optional<Pattern> found = fitting_variant(generate, hi, k, stages, platform, record);
+      const Pattern* found = fitting_variant(generated, hi, k, stages, platform, record);
       if (!found) {
         if (k == 1 && family == PatternFamily::OneFOneBStar) break;  // one group is the least
         continue;
@@ -112,13 +151,13 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       double low = lo;
       for (int iter = 0; iter < 30 && hi - low > 1e-5 * hi; ++iter) {
         if (out_of_time()) {
-          consider(best, *found, method, stages, platform);
+          consider(best, *found, k, method, stages, platform);
           return best;
         }
         const double mid = 0.5 * (low + hi);
-        if (auto p = fitting_variant(generate, mid, k, stages, platform, record)) {
+        if (auto p = fitting_variant(generated, mid, k, stages, platform, record)) {
           hi = mid;
-          found = std::move(p);
+          found = p;
         } else {
           low = mid;
         }
@@ -128,11 +167,11 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
         const int probes = 24;
         for (int i = 0; i < probes && !out_of_time(); ++i) {
           const double T = lo + (hi - lo) * i / probes;
-          if (auto p = fitting_variant(generate, T, k, stages, platform, record))
-            consider(best, *p, name, stages, platform);
+          if (auto p = fitting_variant(generated, T, k, stages, platform, record))
+            consider(best, *p, k, name, stages, platform);
         }
       }
-      consider(best, *found, method, stages, platform);
+      consider(best, *found, k, method, stages, platform);
       // Nothing beats the busiest resource's load.
       if (best && best->pattern.normalized_period_ms() <= lo * (1 + 1e-9)) return best;
     }
