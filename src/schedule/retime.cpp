@@ -142,15 +142,21 @@ static bool potentials(const std::vector<Edge>& edges, int n, double T, std::vec
 // or the same ratio with a larger potential, until none does. Usually a handful of rounds, where
 // bisecting on the period costs a Bellman-Ford pass per step. nullopt when a cycle of the policy
 // has no positive period count or the rounds run out: the caller bisects then.
-static std::optional<double> max_cycle_ratio(const std::vector<Edge>& edges, int n) {
+// The first policy follows, from each op, the tightest edge of a feasible schedule `t` at period
+// T (the earliest one at the pattern's period): its critical cycle is usually close to the answer.
+static std::optional<double> max_cycle_ratio(const std::vector<Edge>& edges, int n,
+                                             const std::vector<double>& t, double T) {
   std::vector<std::vector<int>> out(n);
   for (int e = 0; e < static_cast<int>(edges.size()); ++e) out[edges[e].from].push_back(e);
   std::vector<int> policy(n, -1);
+  const auto slack = [&](int e) {
+    return t[edges[e].to] - t[edges[e].from] - (edges[e].weight - edges[e].periods * T);
+  };
   for (int u = 0; u < n; ++u) {
     if (out[u].empty()) return std::nullopt;  // every op has its resource's cyclic edge
     policy[u] = out[u].front();
     for (int e : out[u])
-      if (edges[e].weight > edges[policy[u]].weight) policy[u] = e;
+      if (slack(e) < slack(policy[u])) policy[u] = e;
   }
   double scale = 1;
   for (const Edge& e : edges) scale = std::max(scale, std::abs(e.weight));
@@ -243,7 +249,7 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::retime(
   lo = std::min(lo, hi);
   std::vector<double> trial;
   // The ratio is exact up to rounding: checked, then checked a hair above.
-  const std::optional<double> ratio = max_cycle_ratio(edges, n);
+  const std::optional<double> ratio = max_cycle_ratio(edges, n, t, pattern.period_ms);
   const double exact = ratio ? std::max(*ratio, lo) : hi;
   if (ratio && exact >= hi) {
     // The pattern is as tight as its order allows.
