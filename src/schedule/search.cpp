@@ -21,13 +21,16 @@ class GeneratedPatterns {
     madpipe::schedule::Pattern pattern;
     madpipe::schedule::InFlightPeaks peaks;
   };
-  GeneratedPatterns(Generator generate, int num_stages)
-      : generate_(std::move(generate)), num_stages_(num_stages) {}
+  GeneratedPatterns(Generator generate, int num_stages,
+                    madpipe::schedule::ScheduleSearchStats& stats)
+      : generate_(std::move(generate)), num_stages_(num_stages), stats_(stats) {}
+  madpipe::schedule::ScheduleSearchStats& stats() { return stats_; }
   // Records in *most_seen the largest in-flight count of the patterns generated.
   const Generated* at(double period, int* most_seen) {
     auto it = by_period_.find(period);
     if (it == by_period_.end()) {
       std::optional<Generated> generated;
+      ++stats_.patterns_generated;
       if (std::optional<madpipe::schedule::Pattern> pattern = generate_(period)) {
         madpipe::schedule::InFlightPeaks peaks =
             madpipe::schedule::in_flight_peaks(*pattern, num_stages_);
@@ -44,6 +47,7 @@ class GeneratedPatterns {
  private:
   Generator generate_;
   int num_stages_;
+  madpipe::schedule::ScheduleSearchStats& stats_;
   std::map<double, std::optional<Generated>> by_period_;
 };
 }  // namespace
@@ -57,9 +61,12 @@ static const madpipe::schedule::Pattern* fitting_variant(
   using namespace madpipe::schedule;
   const GeneratedPatterns::Generated* base = generated.at(period, most_seen);
   if (!base) return nullptr;
-  const std::optional<bool> fits = k_variant_fits_memory(stages, base->peaks, k, platform);
-  if (fits ? !*fits : !fits_memory(stages, drop_every_kth_plus_one(base->pattern, k), platform))
-    return nullptr;
+  std::optional<bool> fits = k_variant_fits_memory(stages, base->peaks, k, platform);
+  if (!fits) {
+    ++generated.stats().variants_measured;
+    fits = fits_memory(stages, drop_every_kth_plus_one(base->pattern, k), platform);
+  }
+  if (!*fits) return nullptr;
   return &base->pattern;
 }
 
@@ -71,11 +78,13 @@ static const madpipe::schedule::Pattern* fitting_variant(
 static void consider(std::optional<madpipe::schedule::ScheduledPattern>& best,
                      const madpipe::schedule::Pattern& base, int k, const std::string& method,
                      const std::vector<madpipe::schedule::Stage>& stages,
-                     const madpipe::Platform& platform) {
+                     const madpipe::Platform& platform,
+                     madpipe::schedule::ScheduleSearchStats& stats) {
   using namespace madpipe::schedule;
   if (k > 1 && best && base.period_ms >= best->pattern.normalized_period_ms()) return;
   const Pattern candidate = drop_every_kth_plus_one(base, k);
   if (!fits_memory(stages, candidate, platform)) return;  // k_variant_fits_memory said it fits
+  ++stats.candidates_retimed;
   std::optional<Pattern> tight = retime(candidate, stages, platform);
   const Pattern& chosen = (tight && fits_memory(stages, *tight, platform)) ? *tight : candidate;
   if (!best || chosen.normalized_period_ms() < best->pattern.normalized_period_ms() * (1 - 1e-9))
@@ -104,6 +113,8 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
   const int max_k = options.max_k > 0 ? options.max_k : static_cast<int>(resources.size());
 
   const auto out_of_time = [&options] { return options.out_of_time && options.out_of_time(); };
+  ScheduleSearchStats ignored;
+  ScheduleSearchStats& stats = options.stats ? *options.stats : ignored;
   std::optional<ScheduledPattern> best;
   for (PatternFamily family : options.families) {
     Generator generate;
@@ -125,14 +136,14 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       };
       name = late ? "modulo-alap" : "modulo";
     }
-    GeneratedPatterns generated(std::move(generate), static_cast<int>(stages.size()));
+    GeneratedPatterns generated(std::move(generate), static_cast<int>(stages.size()), stats);
     // A k-periodic variant drops one micro-batch in k + 1, which lowers the memory of the stages
     // that keep more than k in flight: k only goes up to the most any 1-periodic pattern of the
     // family keeps (at the busiest resource's load, and wherever the k = 1 search looked).
     if (out_of_time()) {
       if (best) return best;
       if (auto found = fitting_variant(generated, hi_start, 1, stages, platform))
-        consider(best, *found, 1, name, stages, platform);
+        consider(best, *found, 1, name, stages, platform, stats);
       continue;
     }
     int most_seen = 0;
@@ -151,7 +162,7 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
       double low = lo;
       for (int iter = 0; iter < 30 && hi - low > 1e-5 * hi; ++iter) {
         if (out_of_time()) {
-          consider(best, *found, k, method, stages, platform);
+          consider(best, *found, k, method, stages, platform, stats);
           return best;
         }
         const double mid = 0.5 * (low + hi);
@@ -168,10 +179,10 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
         for (int i = 0; i < probes && !out_of_time(); ++i) {
           const double T = lo + (hi - lo) * i / probes;
           if (auto p = fitting_variant(generated, T, k, stages, platform, record))
-            consider(best, *p, k, name, stages, platform);
+            consider(best, *p, k, name, stages, platform, stats);
         }
       }
-      consider(best, *found, k, method, stages, platform);
+      consider(best, *found, k, method, stages, platform, stats);
       // Nothing beats the busiest resource's load.
       if (best && best->pattern.normalized_period_ms() <= lo * (1 + 1e-9)) return best;
     }

@@ -19,6 +19,13 @@ enum class PatternFamily {
   GuidedModulo,  // modulo list scheduling at 1F1B* times and its k-periodic variants
 };
 
+// What a schedule search did, for tests and benchmarks that count work rather than time it.
+struct ScheduleSearchStats {
+  int patterns_generated = 0;  // 1-periodic patterns built, each period of each family once
+  int variants_measured = 0;   // k-periodic variants built only to measure their memory
+  int candidates_retimed = 0;  // patterns (k-periodic variants built for it) retimed as candidates
+};
+
 struct ScheduleSearchOptions {
   std::vector<PatternFamily> families{PatternFamily::OneFOneBStar, PatternFamily::GuidedModulo,
                                       PatternFamily::Modulo, PatternFamily::ModuloLate};
@@ -31,6 +38,7 @@ struct ScheduleSearchOptions {
   // keeps one micro-batch in flight per stage) of each family, k = 1, and returns the first that
   // fits: a plan wherever the allocation has one at all, at the cost of one pattern a family.
   std::function<bool()> out_of_time;
+  ScheduleSearchStats* stats = nullptr;  // added to when set
 };
 
 struct ScheduledPattern {

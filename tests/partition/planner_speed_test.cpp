@@ -6,9 +6,13 @@
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/validate.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/search.hpp"
+#include "schedule/stage.hpp"
 #include "support/test_support.hpp"
 
 #include <algorithm>
+#include <iostream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -159,4 +163,34 @@ TEST(PlannerSpeed, WithoutALimitEveryCandidateAllocationIsSearched) {
   EXPECT_FALSE(result.cut_by_time_limit);
   EXPECT_GT(result.allocations_total, 1);
   EXPECT_EQ(result.allocations_scheduled, result.allocations_total);
+}
+
+// The schedule search of one allocation at cluster scale counts its work: 64 GPUs, each holding
+// one or two blocks of the Llama-70B-shaped chain, memory tight enough that the search tries
+// k-periodic variants. Every variant's memory is told from its 1-periodic pattern (one stage per
+// GPU), none is built to be measured, and only those that may beat the best are built and
+// retimed.
+TEST(PlannerSpeed, AtClusterScaleTheScheduleSearchBuildsNoVariantToMeasureIt) {
+  const madpipe::Profile profile = llm_chain(80);
+  const madpipe::ChainCosts costs(profile);
+  madpipe::Platform platform = mt::make_platform(64, std::int64_t{60} << 30, 25e6, 10);
+  std::vector<int> first_layers, gpus;
+  for (int s = 0, layer = 0; s < 64; ++s) {
+    first_layers.push_back(layer);
+    gpus.push_back(s);
+    layer += s == 0 ? 2 : (s < 19 ? 2 : 1) + (s == 63 ? 2 : 0);
+  }
+  const std::vector<madpipe::schedule::Stage> stages =
+      madpipe::schedule::make_stages(costs, first_layers, gpus);
+  madpipe::schedule::ScheduleSearchStats stats;
+  madpipe::schedule::ScheduleSearchOptions options;
+  options.stats = &stats;
+  const auto found = madpipe::schedule::schedule_under_memory(stages, platform, options);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_TRUE(madpipe::schedule::fits_memory(stages, found->pattern, platform));
+  EXPECT_EQ(stats.variants_measured, 0);
+  EXPECT_GT(stats.patterns_generated, 0);
+  EXPECT_LT(stats.candidates_retimed, stats.patterns_generated / 4);
+  std::cout << "64 stages: " << stats.patterns_generated << " patterns generated, "
+            << stats.candidates_retimed << " retimed, best " << found->method << "\n";
 }

@@ -16,9 +16,11 @@
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -241,4 +243,46 @@ TEST(Theorem16, MoreMemoryRemovesTheNeed) {
     ASSERT_TRUE(found.has_value());
     EXPECT_NEAR(found->pattern.normalized_period_ms(), 2.0, 1e-9) << "k " << k;
   }
+}
+
+// The memory of a k-periodic variant told from its 1-periodic pattern agrees with the variant
+// built and measured, at limits just below, at and above the variant's largest GPU: always told
+// with one stage per GPU (no separate W), told by bounds or not at all elsewhere.
+TEST(KVariantMemory, ToldWithoutBuildingAgreesWithTheBuiltVariant) {
+  std::mt19937 rng(29);
+  int told = 0, compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const bool contiguous = trial % 2 == 0;
+    const int layers = 3 + trial % 7;
+    const int gpus = contiguous ? layers : 2 + trial % 3;
+    const int n = contiguous ? layers : 2 + static_cast<int>(rng() % (layers - 1));
+    const auto stages = mt::random_stages(rng, layers, n, gpus, contiguous);
+    madpipe::Platform platform = platform_of(gpus);
+    const double lo = mt::busiest_load(stages, platform);
+    const auto base = contiguous ? ms::one_f_one_b_star(stages, platform, lo)
+                                 : ms::modulo_schedule(stages, platform, 1.2 * lo);
+    if (!base) continue;
+    const ms::InFlightPeaks peaks = ms::in_flight_peaks(*base, n);
+    EXPECT_EQ(peaks.stored, ms::concurrent_activations(*base, n));
+    for (int k = 1; k <= 6; ++k) {
+      const ms::Pattern variant = ms::drop_every_kth_plus_one(*base, k);
+      const auto totals = ms::totals(ms::evaluate_memory(stages, variant, platform));
+      const std::int64_t largest = *std::max_element(totals.begin(), totals.end());
+      for (std::int64_t limit : {largest - 1, largest, largest + 1}) {
+        SCOPED_TRACE("trial " + std::to_string(trial) + " k " + std::to_string(k) + " limit " +
+                     std::to_string(limit - largest));
+        platform.memory_bytes = limit;
+        const std::optional<bool> fits = ms::k_variant_fits_memory(stages, peaks, k, platform);
+        ++compared;
+        if (contiguous) {
+          ASSERT_TRUE(fits.has_value());
+        }
+        if (!fits) continue;
+        ++told;
+        EXPECT_EQ(*fits, ms::fits_memory(stages, variant, platform));
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+  EXPECT_GT(told, compared / 2);
 }
