@@ -272,7 +272,11 @@ int madpipe::cli::run_compare(const CompareOptions& options) {
   }
   std::cout << "profile      " << profile.name << " (" << profile.layers.size() << " layers)\n"
             << "platform     " << describe(platform) << '\n'
-            << "lower bound  " << format_ms(lower_bound) << " per micro-batch\n\n";
+            << "lower bound  " << format_ms(lower_bound) << " per micro-batch";
+  if (comparison.memory_bound_ms > lower_bound * (1 + 1e-9))
+    std::cout << "; " << format_ms(comparison.memory_bound_ms)
+              << " for plans that keep every activation (micro-batches in flight)";
+  std::cout << "\n\n";
   print_table(table, std::cout);
   std::string cut;
   for (const Row& row : rows)

@@ -6,6 +6,7 @@
 #include "core/profile.hpp"
 #include "core/units.hpp"
 #include "partition/plan_or_explain.hpp"
+#include "partition/planner.hpp"
 #include "partition/planning_request.hpp"
 #include "plan/plan.hpp"
 #include "plan/time_breakdown.hpp"
@@ -154,8 +155,13 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
   }
   std::cout << "\nthroughput   " << cli::fixed(predicted.throughput_per_s, 2)
             << " micro-batches/s\n"
-            << "lower bound  " << format_ms(predicted.lower_bound_period_ms)
-            << " per micro-batch; period / lower bound = "
+            << "lower bound  " << format_ms(predicted.lower_bound_period_ms) << " per micro-batch";
+  // Which bound it is: the compute alone, or the activations memory leaves room for.
+  const double compute_bound = partition::lower_bound_period_ms(profile, plan.platform);
+  if (predicted.lower_bound_period_ms > compute_bound * (1 + 1e-9))
+    std::cout << " (memory: micro-batches in flight; compute alone " << format_ms(compute_bound)
+              << ")";
+  std::cout << "; period / lower bound = "
             << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n";
   const plan::TimeBreakdown time = plan::time_breakdown(plan, profile);
   if (!time.busy.empty()) {

@@ -43,6 +43,8 @@ struct ComparisonSettings {
 
 struct Comparison {
   double lower_bound_ms = 0;  // lower_bound_period_ms(profile, platform)
+  // memory_bound_period_ms: plans that keep every activation are no faster.
+  double memory_bound_ms = 0;
   std::optional<double> best_period_ms;
   std::vector<ComparisonRow> rows;  // one per algorithm, in the order asked
 };

@@ -109,6 +109,33 @@ double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
   return bound;
 }
 
+double madpipe::partition::memory_bound_period_ms(const ChainCosts& costs,
+                                                  const Platform& platform) {
+  double bound = 0;
+  double after = 0;  // sum over the layers from l to the end
+  for (int l = costs.num_layers() - 1; l >= 0; --l) {
+    after += costs.compute_ms(l, l) - costs.backward_weight_ms(l, l);
+    const std::int64_t stored = costs.stored_bytes(l, l);
+    if (stored <= 0) continue;
+    const std::int64_t room = platform.memory_bytes -
+                              platform.weight_copies * costs.weight_bytes(l, l) -
+                              costs.workspace_bytes(l, l);
+    const std::int64_t most_in_flight = room / stored;
+    if (most_in_flight >= 1) bound = std::max(bound, after / static_cast<double>(most_in_flight));
+  }
+  return bound;
+}
+
+double madpipe::partition::lower_bound_for(const plan::Plan& plan, const Profile& profile) {
+  const ChainCosts costs(profile);
+  double bound = lower_bound_period_ms(costs, plan.platform);
+  for (const schedule::Stage& stage : plan.stages)
+    if (stage.remat != schedule::RematStrategy::None ||
+        stage.offload != schedule::OffloadStrategy::None)
+      return bound;
+  return std::max(bound, memory_bound_period_ms(costs, plan.platform));
+}
+
 static std::string seconds_text(double seconds) {
   std::ostringstream text;
   text << seconds << " s";
@@ -192,7 +219,7 @@ static madpipe::partition::PlanResult plan_profile(
   plan.stages = std::move(best->stages);
   plan.pattern = std::move(best->pattern);
   plan.solver = best->solver;
-  plan::fill_predicted(plan, lower_bound_period_ms(profile, platform));
+  plan::fill_predicted(plan, lower_bound_for(plan, profile));
   return result;
 }
 
@@ -278,7 +305,7 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
   stages = std::move(best_stages);
   result.plan.pattern = std::move(best->pattern);
   result.plan.solver.reset();
-  plan::fill_predicted(result.plan, partition::lower_bound_period_ms(profile, platform));
+  plan::fill_predicted(result.plan, partition::lower_bound_for(result.plan, profile));
   return true;
 }
 

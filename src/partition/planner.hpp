@@ -147,6 +147,17 @@ PlanResult make_plan(const Profile& profile, const Platform& platform,
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
 double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 
+// No plan that keeps every activation (no rematerialization or offloading) has a smaller
+// normalized period (Little's law): a micro-batch holds what layer l stores from the start of
+// l's forward to the end of its (input) backward, at least sum_{m >= l} (u_F(m) + u_B(m) - its W
+// part) apart, and a GPU holding l keeps at most (M - C W_l - workspace_l) / stored_l of them.
+// 0 where no layer binds.
+double memory_bound_period_ms(const ChainCosts& costs, const Platform& platform);
+
+// The best bound the planner knows for `plan`: lower_bound_period_ms, and memory_bound_period_ms
+// where no stage of the plan rematerializes or offloads.
+double lower_bound_for(const plan::Plan& plan, const Profile& profile);
+
 // Micro-batches in flight that the algorithm's least-memory plans keep on the stage with q
 // stages from it to the end: 1 for madpipe, contiguous and ilp (their patterns go down to one
 // micro-batch at long periods), q for 1f1b and pipedream (their partitioner's estimate), N for

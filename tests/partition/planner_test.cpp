@@ -158,8 +158,12 @@ TEST(Planner, EveryAlgorithmOnTheShippedProfiles) {
           EXPECT_EQ(plan.platform, platform);
           const auto violations = mplan::validate(plan, profile);
           EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-          EXPECT_NEAR(plan.predicted.lower_bound_period_ms, bound, 1e-12 * bound);
-          EXPECT_GE(plan.predicted.period_ms, bound * (1 - 1e-9));
+          // The compute bound, or the memory-aware one where it is larger and the plan keeps
+          // every activation.
+          const double best_bound = mp::lower_bound_for(plan, profile);
+          EXPECT_GE(best_bound, bound * (1 - 1e-12));
+          EXPECT_NEAR(plan.predicted.lower_bound_period_ms, best_bound, 1e-12 * best_bound);
+          EXPECT_GE(plan.predicted.period_ms, best_bound * (1 - 1e-9));
           const std::vector<int> used = layer_gpus(plan);
           EXPECT_LE(static_cast<int>(std::set<int>(used.begin(), used.end()).size()), gpus);
           for (std::int64_t bytes : plan.predicted.memory_bytes) EXPECT_LE(bytes, memory);
@@ -370,4 +374,35 @@ TEST(Planner, MadPipePlanWithZeroCostLayersIsValid) {
   ASSERT_TRUE(result.feasible);
   const auto violations = mplan::validate(result.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+}
+
+// Little's law: three layers of 1 ms forward and 2 ms backward, each storing 1 MB (and its 1 kB
+// input), on GPUs of 2.1 MB. A micro-batch holds layer 0's activations for at least 9 ms and a GPU
+// keeps at most two of them, so no plan that keeps every activation has a period below 4.5 ms,
+// although the compute alone allows 3 ms on three GPUs.
+TEST(Planner, TheMemoryAwareBoundCountsWhatMemoryKeepsInFlight) {
+  madpipe::Profile profile;
+  profile.name = "three";
+  profile.device = "test";
+  profile.batch = 1;
+  profile.input_bytes = 1000;
+  for (int l = 0; l < 3; ++l) {
+    madpipe::Layer layer;
+    layer.name = "layer" + std::to_string(l);
+    layer.forward_ms = 1;
+    layer.backward_ms = 2;
+    layer.weight_bytes = 0;
+    layer.saved_bytes = 1000 * 1000;
+    layer.output_bytes = 1;
+    profile.layers.push_back(layer);
+  }
+  const madpipe::Platform platform = mt::make_platform(3, 2100 * 1000, 1e9, 1);
+  const madpipe::ChainCosts costs(profile);
+  EXPECT_NEAR(mp::lower_bound_period_ms(costs, platform), 3.0, 1e-9);
+  EXPECT_NEAR(mp::memory_bound_period_ms(costs, platform), 4.5, 1e-9);
+  const mp::PlanResult result = mp::make_plan(profile, platform);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_NEAR(result.plan.predicted.lower_bound_period_ms, 4.5, 1e-9);
+  EXPECT_GE(result.plan.predicted.period_ms, 4.5 * (1 - 1e-9));
+  EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
 }
