@@ -14,6 +14,7 @@ one run cuts it and another does not), are recorded as `cut` and never compared.
   plan_fingerprints.py --madpipe build/madpipe --write before.tsv
   plan_fingerprints.py --madpipe build/madpipe --compare before.tsv
   plan_fingerprints.py --profiles resnet50,gpt2_small --random 0 ...   (some profiles only)
+  plan_fingerprints.py --algorithms madpipe,contiguous ...             (some algorithms only)
 
 --compare lists the plans that got slower (a longer period, or refused where a plan was made:
 exit status 1), those that got faster, and those that changed at the same period (a
@@ -63,13 +64,13 @@ def random_profile(index, directory):
     return path
 
 
-def cases(profiles):
+def cases(profiles, algorithms=ALGORITHMS):
     for profile in profiles:
         total = stored_bytes(profile)
         for gpus in GPUS:
             for factor in MEMORY_FACTORS:
                 memory = int(total / gpus * factor)
-                for algorithm in ALGORITHMS:
+                for algorithm in algorithms:
                     # The full ILP is only practical on short chains and few GPUs.
                     if algorithm == "ilp" and (gpus > 4 or profile.stem == "densenet121"):
                         continue
@@ -159,6 +160,8 @@ def main():
     mode.add_argument("--compare", metavar="FILE")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--profiles", help="comma-separated names of shipped profiles (default: all)")
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                        help="comma-separated algorithms to plan with (default: all)")
     parser.add_argument("--random", type=int, default=6, metavar="N",
                         help="seeded random profiles to plan as well (default: 6)")
     args = parser.parse_args()
@@ -173,7 +176,12 @@ def main():
         profiles = [p for p in PROFILES if p.stem in names]
     with tempfile.TemporaryDirectory() as random_dir:
         profiles = profiles + [random_profile(i, random_dir) for i in range(args.random)]
-        all_cases = list(cases(profiles))
+        algorithms = args.algorithms.split(",")
+        unknown = sorted(set(algorithms) - set(ALGORITHMS))
+        if unknown:
+            parser.error(f"--algorithms: no algorithm {', '.join(unknown)} "
+                         f"(known: {', '.join(ALGORITHMS)})")
+        all_cases = list(cases(profiles, algorithms))
         before = {}
         if args.compare:
             for number, line in enumerate(pathlib.Path(args.compare).read_text().splitlines(), 1):
