@@ -1,7 +1,9 @@
 """Tabulates bench/llm/run.sh: one row per (model, P, memory, remat, algorithm), and the split
 torchtitan makes by default (equal blocks per stage, the embedding and the head counted as one
 block each) as a row per (model, P): the busiest of its stages, which its 1F1B period cannot beat.
-Writes OUT/table.md and OUT/planning-time.svg (planning time of the whole comparison against P).
+Writes OUT/table.md, OUT/planning-time.svg (planning time of the whole comparison against P) and
+OUT/planning-time-length.svg (planning time of one `madpipe plan` on 64 GPUs against the chain's
+length).
 
     python bench/llm/report.py OUT_DIR
 """
@@ -72,9 +74,33 @@ def main(out):
         with open(scale) as f:
             lines += ["", f"`madpipe scale` on 64 GPUs, {os.path.basename(scale)[:-10]}:", "",
                       "```", f.read().rstrip(), "```"]
+    lengths = {}
+    for wall in glob.glob(os.path.join(out, "blocks*", "wall")):
+        directory = os.path.dirname(wall)
+        with open(wall) as f:
+            start, end = map(float, f.read().split())
+        with open(os.path.join(directory, "profile.json")) as f:
+            layers = len(json.load(f)["layers"])
+        with open(os.path.join(directory, "plan.txt")) as f:
+            text = f.read()
+        period = re.search(r"^period +([0-9.]+) ms", text, re.M)
+        cut = re.search(r"cut planning short: (.*?); a longer", text)
+        lengths[layers] = (end - start, period[1] if period else "no plan",
+                           cut[1] if cut else "nothing cut")
+    if lengths:
+        lines += ["", "One `madpipe plan` on 64 GPUs of 80 GiB against the chain's length "
+                  "(Llama-3-70B-shaped blocks, the embedding and the head):", "",
+                  "| layers | seconds | period (ms) | cut by the time limit |", "|---|---|---|---|"]
+        for layers in sorted(lengths):
+            seconds, period, cut = lengths[layers]
+            lines.append(f"| {layers} | {seconds:.1f} | {period} | {cut} |")
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     write_plot(walls, os.path.join(out, "planning-time.svg"))
+    if lengths:
+        write_series_plot({"llama3-70b, P = 64": sorted((l, s) for l, (s, _, _) in lengths.items())},
+                          "layers (L)", "planning time of a plan (s)",
+                          os.path.join(out, "planning-time-length.svg"))
     print("\n".join(lines))
 
 
@@ -84,8 +110,12 @@ def write_plot(walls, path):
     for (model, gpus, memory, remat), seconds in walls.items():
         if memory == "80GiB" and remat == "none":
             series.setdefault(model, []).append((gpus, seconds))
-    if not series:
-        return
+    if series:
+        write_series_plot(series, "GPUs (P)", "planning time of a comparison (s)", path)
+
+
+def write_series_plot(series, x_label, y_label, path):
+    """One polyline per series of (x, seconds) points, x values evenly spaced."""
     width, height, margin = 480, 300, 50
     top = max(s for points in series.values() for _, s in points) * 1.1 or 1
     ps = sorted({p for points in series.values() for p, _ in points})
@@ -98,8 +128,8 @@ def write_plot(walls, path):
              f'y2="{height - margin}" stroke="black"/>',
              f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" '
              f'stroke="black"/>',
-             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">GPUs (P)</text>',
-             f'<text x="12" y="{margin - 15}">planning time of a comparison (s)</text>']
+             f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">{x_label}</text>',
+             f'<text x="12" y="{margin - 15}">{y_label}</text>']
     for p in ps:
         parts.append(f'<text x="{x(p)}" y="{height - margin + 15}" text-anchor="middle">{p}</text>')
     for tick in range(5):
