@@ -183,14 +183,7 @@ static std::int64_t peak_in_flight(const std::vector<WeightedClasses>& sets, dou
 }
 
 std::vector<int> madpipe::schedule::concurrent_activations(const Pattern& pattern, int num_stages) {
-  std::vector<int> nca(num_stages, 0);
-  if (pattern.period_ms <= 0) return nca;
-  const auto classes = flight_classes(pattern, num_stages);
-  for (int s = 0; s < num_stages; ++s) {
-    const std::int64_t peak = peak_in_flight({WeightedClasses{&classes[s], 1}}, pattern.period_ms);
-    nca[s] = static_cast<int>(std::clamp<std::int64_t>(peak, 0, INT_MAX));
-  }
-  return nca;
+  return in_flight_peaks(pattern, num_stages).stored;
 }
 
 // The one formula of the memory model's terms.
@@ -235,16 +228,32 @@ madpipe::schedule::StageMemory madpipe::schedule::stage_memory(const std::vector
                      platform);
 }
 
+// Adds a stage's static terms to its GPU's: weights and buffers add up, the workspace is the
+// largest.
+static void add_static_terms(madpipe::schedule::GpuMemory& memory,
+                             const madpipe::schedule::StageMemory& terms) {
+  using madpipe::schedule::saturated_add;
+  memory.weights = saturated_add(memory.weights, terms.weights);
+  memory.buffers = saturated_add(memory.buffers, terms.buffers);
+  memory.workspace = std::max(memory.workspace, terms.workspace);
+}
+
 madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<Stage>& stages,
                                                               int gpu, const Platform& platform) {
   GpuMemory memory;
-  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
-    if (stages[s].gpu != gpu) continue;
-    const StageMemory terms = stage_memory(stages, s, platform);
-    memory.weights = saturated_add(memory.weights, terms.weights);
-    memory.buffers = saturated_add(memory.buffers, terms.buffers);
-    memory.workspace = std::max(memory.workspace, terms.workspace);
-  }
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
+    if (stages[s].gpu == gpu) add_static_terms(memory, stage_memory(stages, s, platform));
+  return memory;
+}
+
+// static_memory of every GPU, in one pass over the stages (stages on no GPU of the platform left
+// out).
+static std::vector<madpipe::schedule::GpuMemory> static_memory_of_gpus(
+    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::Platform& platform) {
+  std::vector<madpipe::schedule::GpuMemory> memory(platform.gpus);
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
+    if (stages[s].gpu >= 0 && stages[s].gpu < platform.gpus)
+      add_static_terms(memory[stages[s].gpu], madpipe::schedule::stage_memory(stages, s, platform));
   return memory;
 }
 
@@ -258,9 +267,10 @@ static std::vector<madpipe::schedule::GpuMemory> memory_until(
   std::vector<std::vector<int>> stages_on(platform.gpus);
   for (int s = 0; s < n; ++s)
     if (stages[s].gpu >= 0 && stages[s].gpu < platform.gpus) stages_on[stages[s].gpu].push_back(s);
+  const std::vector<GpuMemory> statics = static_memory_of_gpus(stages, platform);
   std::vector<GpuMemory> memory(platform.gpus);
   for (int g = 0; g < platform.gpus; ++g) {
-    memory[g] = static_memory(stages, g, platform);
+    memory[g] = statics[g];
     if (memory[g].total() > stop_above) return memory;
   }
   if (pattern.period_ms <= 0) return memory;
@@ -324,17 +334,9 @@ std::optional<bool> madpipe::schedule::k_variant_fits_memory(const std::vector<S
   // c - ceil(c / (k + 1)); both grow with c. k = 1 is the pattern itself.
   const auto most_kept = [k](std::int64_t c) { return k == 1 ? c : c - c / (k + 1); };
   const auto least_kept = [k](std::int64_t c) { return k == 1 ? c : c - (c + k) / (k + 1); };
-  std::vector<GpuMemory> most(platform.gpus);
-  std::vector<std::int64_t> largest_stage_peak(platform.gpus, 0);
-  std::vector<int> stages_on(platform.gpus, 0);
-  for (int s = 0; s < n; ++s) {  // static_memory of every GPU, in one pass over the stages
-    GpuMemory& memory = most[stages[s].gpu];
-    const StageMemory terms = stage_memory(stages, s, platform);
-    memory.weights = saturated_add(memory.weights, terms.weights);
-    memory.buffers = saturated_add(memory.buffers, terms.buffers);
-    memory.workspace = std::max(memory.workspace, terms.workspace);
-  }
+  std::vector<GpuMemory> most = static_memory_of_gpus(stages, platform);
   std::vector<GpuMemory> least = most;
+  std::vector<int> stages_on(platform.gpus, 0);
   for (int s = 0; s < n; ++s) {
     const int g = stages[s].gpu;
     ++stages_on[g];
