@@ -78,7 +78,13 @@ void print_profile(const madpipe::Profile& profile, const std::string& output) {
   std::cout << "total: forward " << madpipe::cli::fixed(forward, 3) << " ms, backward "
             << madpipe::cli::fixed(backward, 3) << " ms per micro-batch of " << profile.batch
             << " x " << profile.seq << " tokens, weights " << madpipe::format_bytes(weights)
-            << " in " << profile.dtype << "\n"
+            << " in " << profile.dtype;
+  for (const madpipe::TiedWeight& tied : profile.tied_weights)
+    std::cout << " (" << bytes(tied.bytes) << " of them tied: "
+              << profile.layers[static_cast<std::size_t>(tied.layers.front())].name << " and "
+              << profile.layers[static_cast<std::size_t>(tied.layers.back())].name
+              << " share one matrix, counted by both)";
+  std::cout << "\n"
             << "source: " << profile.source << "\n"
             << "wrote " << output << " (" << profile.layers.size() << " layers)\n";
 }

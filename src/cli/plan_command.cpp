@@ -11,6 +11,7 @@
 #include "plan/plan.hpp"
 #include "plan/time_breakdown.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -69,6 +70,36 @@ static std::string stages_of_gpu(const std::vector<madpipe::schedule::Stage>& st
   for (const auto& stage : stages)
     if (stage.gpu == gpu) list += (list.empty() ? "" : ",") + std::to_string(stage.id);
   return list.empty() ? "-" : list;
+}
+
+// Where each tied weight lies: on one GPU (held once), or on several that exchange its gradients
+// once per step.
+static void print_tied_weights(const madpipe::plan::Plan& plan, const madpipe::Profile& profile) {
+  using namespace madpipe;
+  for (const schedule::SharedWeightPlacement& placement :
+       schedule::shared_weight_placements(plan.stages)) {
+    std::string layers = "group " + std::to_string(placement.group);
+    if (placement.group >= 0 && placement.group < static_cast<int>(profile.tied_weights.size())) {
+      layers.clear();
+      for (int layer : profile.tied_weights[static_cast<std::size_t>(placement.group)].layers)
+        layers +=
+            (layers.empty() ? "" : ", ") + profile.layers[static_cast<std::size_t>(layer)].name;
+    }
+    std::string gpus;
+    for (int gpu : placement.gpus) gpus += (gpus.empty() ? "" : ", ") + std::to_string(gpu);
+    std::cout << "tied weight  " << bytes(placement.bytes) << " (" << layers << ")";
+    if (placement.gpus.size() == 1) {
+      std::cout << " on gpu " << gpus << ", held once\n";
+      continue;
+    }
+    std::cout << " on gpus " << gpus << ": its gradients summed once per step\n";
+  }
+  if (plan.predicted.tied_exchange_ms > 0)
+    std::cout << "tied exchange " << format_ms(plan.predicted.tied_exchange_ms)
+              << " per step, over " << plan.predicted.micro_batches_per_step
+              << " micro-batches per step (--micro-batches): "
+              << format_ms(plan.predicted.tied_exchange_ms / plan.predicted.micro_batches_per_step)
+              << " per micro-batch, in the period\n";
 }
 
 // On several nodes: the stage boundaries whose transfers cross nodes, one line each.
@@ -163,16 +194,19 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
               << ")";
   std::cout << "; period / lower bound = "
             << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n";
-  const plan::TimeBreakdown time = plan::time_breakdown(plan, profile);
+  const plan::TimeBreakdown time =
+      predicted.time ? *predicted.time : plan::time_breakdown(plan, profile);
   if (!time.busy.empty()) {
     const auto [least, most] = std::minmax_element(time.busy.begin(), time.busy.end());
     auto percent = [](double fraction) { return cli::fixed(100 * fraction, 1) + "%"; };
     std::cout << "time         " << percent(time.useful) << " useful compute, "
               << percent(time.recomputation) << " recomputation, " << percent(time.imbalance)
-              << " imbalance, " << percent(time.waiting)
-              << " waiting for transfers and dependencies (GPUs busy " << percent(*least) << " to "
-              << percent(*most) << " of the period)\n";
+              << " imbalance, ";
+    if (time.tied_exchange > 0) std::cout << percent(time.tied_exchange) << " tied exchange, ";
+    std::cout << percent(time.waiting) << " waiting for transfers and dependencies (GPUs busy "
+              << percent(*least) << " to " << percent(*most) << " of the period)\n";
   }
+  print_tied_weights(plan, profile);
   std::cout << '\n';
 
   const std::vector<schedule::GpuMemory> memory =

@@ -33,11 +33,12 @@ po::typed_value<bool>* field_switch(PlannerOptions& options, const std::string& 
 }
 
 void add_pipeline_options(po::options_description& group, PlannerOptions& o,
-                          bool gpipe_micro_batches) {
+                          bool micro_batches_option) {
   auto add = group.add_options();
-  if (gpipe_micro_batches)
+  if (micro_batches_option)
     add("micro-batches", field_value(o, "micro-batches", "N"),
-        "micro-batches per GPipe step (0: the number of GPUs)");
+        "micro-batches per training step: GPipe's step, and what the exchange of a tied "
+        "weight's gradients between GPUs is spread over (0: the number of GPUs)");
   add("max-k", field_value(o, "max-k", "K"),
       "largest k tried for k-periodic patterns (0: one per pipeline resource, 2S - 1)");
   add("scheduler", field_value(o, "scheduler", "NAME"),
@@ -95,9 +96,9 @@ void add_discretization_options(po::options_description& group, PlannerOptions& 
 }  // namespace
 
 po::options_description madpipe::cli::planner_options_description(PlannerSettings& settings,
-                                                                  bool gpipe_micro_batches) {
+                                                                  bool micro_batches_option) {
   po::options_description group("Planner options ([planner] in a --config file)", 100);
-  add_pipeline_options(group, settings.options, gpipe_micro_batches);
+  add_pipeline_options(group, settings.options, micro_batches_option);
   add_budget_and_solver_options(group, settings.options);
   add_remat_options(group, settings.options);
   add_discretization_options(group, settings.options);

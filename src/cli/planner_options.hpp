@@ -17,10 +17,10 @@ struct PlannerSettings {
   partition::PlannerOptions options = partition::request_planner_options();
 };
 
-// With `gpipe_micro_batches` false, no --micro-batches: `train` has its own, which is also
-// GPipe's step size.
+// With `micro_batches_option` false, no --micro-batches: `train` has its own, which is also
+// the planner's step size.
 po::options_description planner_options_description(PlannerSettings& settings,
-                                                    bool gpipe_micro_batches = true);
+                                                    bool micro_batches_option = true);
 // Includes "algorithm" (plan) and "algorithms" (compare).
 ConfigSection planner_config_section();
 // `platform` gives the host bandwidth of --offload host; an error names the missing option.

@@ -158,7 +158,7 @@ void madpipe::cli::finish_train_config(const TrainPlanningOptions& options,
     platform.weight_copies += runtime::kTwoWeightVersionsExtraCopies;
   config.platform = to_platform(platform);
   config.planner = to_planner_options(options.planner, options.algorithm, config.platform);
-  config.planner.gpipe_micro_batches = config.micro_batches;  // GPipe's step is the step
+  config.planner.micro_batches_per_step = config.micro_batches;  // GPipe's step is the step
 }
 
 madpipe::cli::po::options_description madpipe::cli::output_group(

@@ -216,8 +216,8 @@ ModelledLayer head(const DecoderConfig& c, const Shapes& x) {
   const bool cast = x.e.value() != 4;               // bf16 or fp16 logits are copied to fp32 first
   const Count norm_weights = gpt2 ? x.h * 2 : x.h;  // LayerNorm's weight and bias, RMSNorm's weight
   const Count norm_stats = gpt2 ? x.T * 4 * 2 : x.T * 4;
-  // A tied head's matrix is the embedding's: counted here too for now (the profile format has
-  // no shared weights yet), so a tied model's weight bytes exceed its parameters' by V h e.
+  // A tied head's matrix is the embedding's: counted in both layers, and named once in the
+  // profile's tied_weights.
   const Count projection = x.V * x.h * x.e + (gpt2 ? x.V * x.e : Count(0));  // gpt: with a bias
   layer.name = "head";
   layer.weight_bytes = (norm_weights * x.e + projection).value();
@@ -316,6 +316,11 @@ madpipe::Profile madpipe::analytic_profile(const DecoderConfig& config,
     modelled.layer.backward_ms =
         work.backward_flops / flops_per_ms + work.backward_bytes / bytes_per_ms;
     profile.layers.push_back(std::move(modelled.layer));
+  }
+  if (config.tied_embeddings) {
+    const int head_layer = static_cast<int>(profile.layers.size()) - 1;
+    profile.tied_weights.push_back(
+        TiedWeight{{0, head_layer}, (shapes.V * shapes.h * shapes.e).value()});
   }
   return profile;
 }

@@ -31,6 +31,7 @@ madpipe::ChainCosts::ChainCosts(const Profile& profile) {
     backward_workspace_[l] = layer.backward_workspace_bytes;
     max_layer_ms_ = std::max(max_layer_ms_, layer.forward_ms + layer.backward_ms);
   }
+  tied_weights_ = profile.tied_weights;
   workspace_max_.push_back(std::move(workspace));
   for (std::size_t width = 2; width <= n; width *= 2) {
     const std::vector<std::int64_t>& half = workspace_max_.back();
@@ -62,7 +63,25 @@ std::int64_t madpipe::ChainCosts::weight_kept_bytes(int first, int last) const n
 }
 
 std::int64_t madpipe::ChainCosts::weight_bytes(int first, int last) const noexcept {
-  return weight_prefix_[last + 1] - weight_prefix_[first];
+  std::int64_t bytes = weight_prefix_[last + 1] - weight_prefix_[first];
+  for (const TiedWeight& group : tied_weights_) {
+    const int count = layers_in(group, first, last);
+    if (count > 1) bytes -= (count - 1) * group.bytes;
+  }
+  return bytes;
+}
+
+std::vector<int> madpipe::ChainCosts::tied_groups_in(int first, int last) const {
+  std::vector<int> groups;
+  for (std::size_t g = 0; g < tied_weights_.size(); ++g)
+    if (layers_in(tied_weights_[g], first, last) > 0) groups.push_back(static_cast<int>(g));
+  return groups;
+}
+
+int madpipe::layers_in(const TiedWeight& group, int first, int last) {
+  return static_cast<int>(std::count_if(group.layers.begin(), group.layers.end(), [&](int layer) {
+    return layer >= first && layer <= last;
+  }));
 }
 
 std::int64_t madpipe::ChainCosts::stored_bytes(int first, int last) const noexcept {

@@ -22,7 +22,11 @@ class ChainCosts {
   double backward_weight_ms(int first, int last) const noexcept;
   std::int64_t weight_kept_bytes(int first, int last) const noexcept;
   bool has_split_backward() const noexcept { return backward_weight_prefix_.back() > 0; }
+  // The range's weights, a weight that several of its layers share (tied_weights) counted once.
   std::int64_t weight_bytes(int first, int last) const noexcept;
+  const std::vector<TiedWeight>& tied_weights() const noexcept { return tied_weights_; }
+  // Indices into tied_weights() of the groups with a layer in the range.
+  std::vector<int> tied_groups_in(int first, int last) const;
   // Memory one in-flight micro-batch occupies: inputs of the layers plus their saved_bytes.
   std::int64_t stored_bytes(int first, int last) const noexcept;
   // Largest transient workspace of any layer in the range, in O(1).
@@ -47,6 +51,10 @@ class ChainCosts {
   std::vector<std::vector<std::int64_t>> workspace_max_;
   std::vector<std::int64_t> forward_workspace_, backward_workspace_;
   double max_layer_ms_ = 0;
+  std::vector<TiedWeight> tied_weights_;
 };
+
+// How many of the group's layers lie in [first, last].
+int layers_in(const TiedWeight& group, int first, int last);
 
 }  // namespace madpipe

@@ -148,10 +148,14 @@ bool madpipe::operator==(const Layer& a, const Layer& b) {
          a.split_backward == b.split_backward;
 }
 
+bool madpipe::operator==(const TiedWeight& a, const TiedWeight& b) {
+  return a.layers == b.layers && a.bytes == b.bytes;
+}
+
 bool madpipe::operator==(const Profile& a, const Profile& b) {
   return a.name == b.name && a.device == b.device && a.dtype == b.dtype && a.batch == b.batch &&
          a.input_bytes == b.input_bytes && a.layers == b.layers && a.source == b.source &&
-         a.seq == b.seq;
+         a.seq == b.seq && a.tied_weights == b.tied_weights;
 }
 
 static std::string file_stem(const std::string& file) {
@@ -185,6 +189,60 @@ static void check_sums(const JsonReader& reader, const madpipe::Profile& profile
   }
 }
 
+// "tied_weights": [{"layers": [0, 81], "bytes": N}, ...]: ascending layer indices, at least two,
+// each layer in one group at most, bytes > 0 and within each of those layers' weight_bytes.
+static std::vector<madpipe::TiedWeight> read_tied_weights(
+    const JsonReader& reader, const json& document, const std::vector<madpipe::Layer>& layers) {
+  std::vector<madpipe::TiedWeight> groups;
+  const json* value = JsonReader::find(document, "tied_weights");
+  if (value == nullptr) return groups;
+  if (!value->is_array())
+    reader.fail("/tied_weights", "must be an array, got " + reader.show_wrong_type(*value));
+  std::vector<int> group_of(layers.size(), -1);
+  for (std::size_t g = 0; g < value->size(); ++g) {
+    const std::string pointer = "/tied_weights/" + std::to_string(g);
+    const json& object = reader.object_value((*value)[g], pointer);
+    madpipe::TiedWeight group;
+    const json& members = reader.require(object, pointer, "layers");
+    if (!members.is_array() || members.size() < 2) {
+      reader.fail(pointer + "/layers",
+                  "must be an array of at least two layer indices, got " + reader.show(members));
+    }
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const std::string at = pointer + "/layers/" + std::to_string(i);
+      const json& member = members[i];
+      if (!member.is_number_integer() || member.get<std::int64_t>() < 0 ||
+          member.get<std::int64_t>() >= static_cast<std::int64_t>(layers.size())) {
+        reader.fail(at, "must be a layer index in [0, " + std::to_string(layers.size() - 1) +
+                            "], got " + reader.show(member));
+      }
+      const int layer = member.get<int>();
+      if (!group.layers.empty() && layer <= group.layers.back())
+        reader.fail(at, "layer indices must be ascending, got " + reader.show(members));
+      if (group_of[layer] >= 0) {
+        reader.fail(at, "layer " + std::to_string(layer) + " is already in tied_weights/" +
+                            std::to_string(group_of[layer]));
+      }
+      group_of[layer] = static_cast<int>(g);
+      group.layers.push_back(layer);
+    }
+    group.bytes = required_size(reader, object, pointer, "bytes");
+    if (group.bytes == 0) reader.fail(pointer + "/bytes", "must be > 0, got 0");
+    for (int layer : group.layers) {
+      if (group.bytes > layers[layer].weight_bytes) {
+        reader.fail(pointer + "/bytes",
+                    "must be at most the weight_bytes of each of its layers (every layer counts "
+                    "the shared weight), but layer " +
+                        std::to_string(layer) + " (" + layers[layer].name + ") has " +
+                        std::to_string(layers[layer].weight_bytes) + ", got " +
+                        std::to_string(group.bytes));
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& file) {
   JsonReaderStyle style;
   style.name_wrong_type = true;  // "must be a string, got number"
@@ -215,6 +273,7 @@ madpipe::Profile madpipe::profile_from_json(const json& j, const std::string& fi
     profile.layers.push_back(read_layer(reader, layers[l], "/layers/" + std::to_string(l)));
   }
   check_sums(reader, profile);
+  profile.tied_weights = read_tied_weights(reader, j, profile.layers);
   return profile;
 }
 
@@ -252,6 +311,12 @@ static nlohmann::ordered_json to_ordered_json(const madpipe::Profile& profile) {
     layers.push_back(std::move(entry));
   }
   out["layers"] = std::move(layers);
+  if (!profile.tied_weights.empty()) {  // absent: the file is byte for byte a profile without it
+    nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+    for (const madpipe::TiedWeight& group : profile.tied_weights)
+      groups.push_back({{"layers", group.layers}, {"bytes", group.bytes}});
+    out["tied_weights"] = std::move(groups);
+  }
   return out;
 }
 

@@ -31,6 +31,15 @@ struct Layer {
   std::optional<SplitBackward> split_backward;  // when the profile measured the split
 };
 
+// A weight that several layers share (a tied embedding and output head). Each of those layers
+// counts it in its weight_bytes, as when profiled alone; a GPU that holds several of them holds
+// it once.
+struct TiedWeight {
+  std::vector<int> layers;  // ascending indices into Profile::layers, at least two
+  std::int64_t bytes = 0;   // the shared weight's bytes, at most each layer's weight_bytes
+};
+bool operator==(const TiedWeight& a, const TiedWeight& b);
+
 struct Profile {
   std::string name;
   std::string device;
@@ -40,6 +49,7 @@ struct Profile {
   std::vector<Layer> layers;
   std::string source;  // free text: how the costs were obtained; empty: not said
   int seq = 0;         // tokens per sample the costs are for; 0: not said (or not a sequence)
+  std::vector<TiedWeight> tied_weights;  // a layer is in at most one group
 };
 
 bool operator==(const Layer& a, const Layer& b);

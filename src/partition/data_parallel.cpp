@@ -39,14 +39,6 @@ double madpipe::partition::all_reduce_bandwidth(const Platform& platform, int pi
   return platform.bandwidth_bytes_per_ms;
 }
 
-double madpipe::partition::ring_all_reduce_ms(std::int64_t bytes, int replicas,
-                                              double bandwidth_bytes_per_ms, double latency_ms) {
-  if (replicas <= 1) return 0.0;
-  const double steps = 2.0 * (replicas - 1);
-  return steps / replicas * static_cast<double>(bytes) / bandwidth_bytes_per_ms +
-         steps * latency_ms;
-}
-
 // End of the last backward (B, or W on a split stage) of each stage in the simulated step.
 static std::vector<double> last_backward_ends(const madpipe::plan::SimResult& run,
                                               std::size_t num_stages) {
@@ -92,6 +84,8 @@ void madpipe::partition::estimate_step(DataParallelChoice& choice, const Platfor
     busiest = std::max(busiest, busy);
     latest_end = std::max(latest_end, end);
   }
+  // Then each tied weight's gradients are summed over the pipeline's GPUs that hold a copy.
+  latest_end += schedule::tied_exchange_ms(plan.stages, plan.platform);
   choice.all_reduce_ms = busiest;
   choice.all_reduce_exposed_ms = latest_end - run.step_ms;
   choice.step_ms = latest_end;
@@ -147,7 +141,7 @@ static madpipe::partition::DataParallelChoice evaluate_choice(
   partition::PlannerOptions planner = options.planner;
   planner.progress = nullptr;
   // GPipe's pattern is the whole step: its micro-batches are the replica's m.
-  planner.gpipe_micro_batches = choice.micro_batches;
+  planner.micro_batches_per_step = choice.micro_batches;
   bool aligned = true;
   const Platform replica = partition::replica_platform(platform, pipeline_gpus, &aligned);
   partition::PlanResult result = partition::make_plan(profile, replica, planner);

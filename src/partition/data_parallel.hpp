@@ -4,6 +4,7 @@
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <cstdint>
 #include <string>
@@ -20,7 +21,7 @@ namespace madpipe::partition {
 struct DataParallelOptions {
   int global_batch = 0;  // samples per training step, over all replicas
   // Latency of one message of a ring all-reduce, which sends 2 (D - 1) of them.
-  double all_reduce_latency_ms = 0.01;
+  double all_reduce_latency_ms = schedule::kCollectiveStepLatencyMs;
   // How each replica's pipeline is planned; `planner.progress` gets a line per choice of D.
   // planner.time_limit_s bounds the whole request: each choice plans with an even share of
   // what the choices before it left.
@@ -38,13 +39,14 @@ struct DataParallelChoice {
   plan::Plan plan;      // one replica's pipeline, plan.replicas = D; when feasible
   std::vector<std::string> notes;  // make_plan's notes on that plan
 
-  double period_ms = 0;                // normalized period of the pipeline
-  double pipeline_ms = 0;              // m micro-batches with a flush, simulated
-  double fill_drain_ms = 0;            // pipeline_ms - m * period_ms
-  double all_reduce_ms = 0;            // the busiest GPU's all-reduces, end to end
-  double all_reduce_exposed_ms = 0;    // what of them runs past the end of the flush
-  double step_ms = 0;                  // pipeline_ms + all_reduce_exposed_ms
-  double samples_per_s = 0;            // global_batch / step
+  double period_ms = 0;      // normalized period of the pipeline
+  double pipeline_ms = 0;    // m micro-batches with a flush, simulated
+  double fill_drain_ms = 0;  // pipeline_ms - m * period_ms
+  double all_reduce_ms = 0;  // the busiest GPU's all-reduces, end to end
+  double all_reduce_exposed_ms =
+      0;                     // what of them (and of a tied weight's exchange) runs past the flush
+  double step_ms = 0;        // pipeline_ms + all_reduce_exposed_ms
+  double samples_per_s = 0;  // global_batch / step
   std::int64_t peak_memory_bytes = 0;  // the fullest GPU (all-reducing adds nothing)
   double planning_seconds = 0;
 
@@ -80,8 +82,7 @@ double all_reduce_bandwidth(const Platform& platform, int pipeline_gpus, int pos
 
 // Ring all-reduce of `bytes` over `replicas` ranks: 2 (D - 1) / D * bytes / bandwidth plus
 // 2 (D - 1) messages of `latency_ms`; 0 for one replica.
-double ring_all_reduce_ms(std::int64_t bytes, int replicas, double bandwidth_bytes_per_ms,
-                          double latency_ms);
+using schedule::ring_all_reduce_ms;
 
 // The step of one replica's plan: m micro-batches with a flush (simulated, ops as soon as they
 // can run in the pattern's order), then each stage all-reduces its gradients from the end of its

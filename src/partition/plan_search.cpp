@@ -8,12 +8,14 @@
 #include "partition/loop_placements.hpp"
 #include "partition/madpipe_dp.hpp"
 #include "partition/refine.hpp"
+#include "partition/tied_placement.hpp"
 #include "schedule/gpipe.hpp"
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -110,11 +112,20 @@ static double wall_limit(mp::PlanningContext& context) {
   return context.budget().has_limit() ? std::max(0.5, context.budget().seconds_left()) : 0;
 }
 
+double mp::PlanningContext::exchange_share_ms(const std::vector<schedule::Stage>& stages) const {
+  const double exchange = schedule::tied_exchange_ms(stages, platform_);
+  if (exchange <= 0) return 0;
+  return exchange / (micro_batches_per_step_ > 0 ? micro_batches_per_step_ : platform_.gpus);
+}
+
+double mp::PlanningContext::period_of(const Candidate& candidate) const {
+  return candidate.pattern.normalized_period_ms() + exchange_share_ms(candidate.stages);
+}
+
 static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candidate,
                         mp::PlanningContext& context) {
-  if (!best || candidate.pattern.normalized_period_ms() <
-                   best->pattern.normalized_period_ms() * (1 - 1e-9)) {
-    context.budget().improved(candidate.pattern.normalized_period_ms());
+  if (!best || context.period_of(candidate) < context.period_of(*best) * (1 - 1e-9)) {
+    context.budget().improved(context.period_of(candidate));
     best = std::move(candidate);
   }
 }
@@ -183,10 +194,12 @@ static std::optional<mp::Candidate> schedule_allocations(
     const mp::Allocation& allocation = allocations[static_cast<std::size_t>(index)];
     std::vector<ms::Stage> stages = mp::stages_of(costs, allocation);
     ms::ScheduleSearchOptions bounded = search;
+    // The pattern must beat the best plan with this allocation's share of a tied exchange.
+    const double exchange_share = context.exchange_share_ms(stages);
     if (best)
-      bounded.give_up_at_ms = best->pattern.normalized_period_ms();
+      bounded.give_up_at_ms = context.period_of(*best) - exchange_share;
     else if (fallback)  // the fallback's period may be tied
-      bounded.give_up_at_ms = fallback->pattern.normalized_period_ms() * (1 + 1e-9);
+      bounded.give_up_at_ms = context.period_of(*fallback) * (1 + 1e-9) - exchange_share;
     // Out of time without a plan, the search tries each allocation at its longest period only.
     bounded.out_of_time = context.out_of_time(kScheduleShare);
     std::optional<ms::ScheduledPattern> scheduled =
@@ -360,8 +373,8 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     }
     context.budget().step(what.substr(0, what.size() - 2));
     const ms::IlpScheduleResult result = ms::ilp_schedule(stages, platform, ilp);
-    if (result.pattern &&
-        (!best || result.pattern->period_ms < best->pattern.normalized_period_ms() * (1 - 1e-9))) {
+    if (result.pattern && (!best || result.pattern->period_ms + context.exchange_share_ms(stages) <
+                                        context.period_of(*best) * (1 - 1e-9))) {
       context.detail(what + describe_solve(result.solve) +
                      (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
                            : std::string(", the heuristic found none that fits")));
@@ -504,6 +517,10 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
     add_unique(allocations, allocation);
   if (auto sequential = sequential_allocation(costs, platform, remat))
     add_unique(allocations, *sequential);
+  if (remat == nullptr)
+    for (const mp::Allocation& allocation : mp::tied_together_allocations(
+             costs, platform, options.discretization, context.out_of_time(kDpShare)))
+      add_unique(allocations, allocation);
   // Today's placements compete too, so that madpipe is never worse than those baselines.
   for (const auto& placement :
        {mp::interleaved_allocation(costs, platform, 2), mp::v_shape_allocation(costs, platform)})
@@ -518,8 +535,7 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
       schedule_allocations(costs, platform, contiguous_allocations, contiguous_search, context);
   std::optional<mp::Candidate> best = schedule_allocations(costs, platform, allocations, search,
                                                            context, first ? &*first : nullptr);
-  if (!best || (first && first->pattern.normalized_period_ms() <
-                             best->pattern.normalized_period_ms() * (1 - 1e-9)))
+  if (!best || (first && context.period_of(*first) < context.period_of(*best) * (1 - 1e-9)))
     best = std::move(first);
   if (costs.has_split_backward()) {
     mp::PlannerOptions zero_bubble = options;
@@ -644,7 +660,7 @@ static std::optional<mp::Candidate> plan_fixed_in_flight(const madpipe::ChainCos
   const bool gpipe = options.algorithm == mp::Algorithm::GPipe;
   const bool zero_bubble = options.algorithm == mp::Algorithm::ZbH1;
   const int micro_batches =
-      options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
+      options.micro_batches_per_step > 0 ? options.micro_batches_per_step : platform.gpus;
   const auto allocation = mp::fixed_in_flight_partition(
       costs, platform, [&](int stages_after) { return gpipe ? micro_batches : stages_after; },
       remat);

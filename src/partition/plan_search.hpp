@@ -32,7 +32,16 @@ struct Candidate {
 // One planning request: its time budget (deadline, phases, progress) and the notes for the user.
 class PlanningContext {
  public:
-  explicit PlanningContext(PlanningBudget& budget) : budget_(budget) {}
+  // Plans on `platform` are compared by their period with the exchange of tied weights spread
+  // over `micro_batches_per_step` (0: the platform's GPUs).
+  PlanningContext(PlanningBudget& budget, const Platform& platform, int micro_batches_per_step)
+      : budget_(budget), platform_(platform), micro_batches_per_step_(micro_batches_per_step) {}
+
+  // The per-micro-batch share of the step's exchange of the tied weights that lie on several of
+  // the stages' GPUs; 0 when none does.
+  double exchange_share_ms(const std::vector<schedule::Stage>& stages) const;
+  // What plans are compared by: the normalized period plus that share.
+  double period_of(const Candidate& candidate) const;
 
   PlanningBudget& budget() { return budget_; }
   void enter(const std::string& phase) { budget_.enter(phase); }
@@ -59,6 +68,8 @@ class PlanningContext {
 
  private:
   PlanningBudget& budget_;
+  Platform platform_;
+  int micro_batches_per_step_ = 0;
   std::vector<std::string> notes_;
   int allocations_total_ = 0;
   int allocations_scheduled_ = 0;

@@ -9,6 +9,7 @@
 #include "partition/loop_placements.hpp"
 #include "partition/plan_search.hpp"
 #include "partition/planning_budget.hpp"
+#include "plan/time_breakdown.hpp"
 
 #include <algorithm>
 #include <array>
@@ -97,10 +98,30 @@ double madpipe::partition::lower_bound_period_ms(const Profile& profile, const P
   return lower_bound_period_ms(ChainCosts(profile), platform);
 }
 
+// Layers are indivisible: among the k P + 1 longest, some GPU runs k + 1 (pigeonhole), at least
+// the k + 1 shortest of them.
+static double indivisible_layers_bound_ms(const madpipe::ChainCosts& costs, int gpus) {
+  const int layers = costs.num_layers();
+  if (gpus < 1 || layers <= gpus) return 0;
+  std::vector<double> compute(static_cast<std::size_t>(layers));
+  for (int l = 0; l < layers; ++l) compute[static_cast<std::size_t>(l)] = costs.compute_ms(l, l);
+  std::sort(compute.begin(), compute.end(), std::greater<>());
+  std::vector<double> prefix(compute.size() + 1, 0.0);  // prefix[j]: the j longest
+  for (std::size_t j = 0; j < compute.size(); ++j) prefix[j + 1] = prefix[j] + compute[j];
+  double bound = 0;
+  for (int k = 1; static_cast<long long>(k) * gpus + 1 <= layers; ++k) {
+    const int last = k * gpus;  // index of the (k P + 1)-th longest
+    bound = std::max(bound, prefix[static_cast<std::size_t>(last) + 1] -
+                                prefix[static_cast<std::size_t>(last - k)]);
+  }
+  return bound;
+}
+
 double madpipe::partition::lower_bound_period_ms(const ChainCosts& costs,
                                                  const Platform& platform) {
   double bound =
-      std::max(costs.total_compute_ms() / std::max(1, platform.gpus), costs.max_layer_compute_ms());
+      std::max({costs.total_compute_ms() / std::max(1, platform.gpus), costs.max_layer_compute_ms(),
+                indivisible_layers_bound_ms(costs, platform.gpus)});
   // A cut pays at least the fastest link's time, whichever GPUs it links.
   if (platform.gpus > 1 && platform.bandwidth_bytes_per_ms > 0)
     for (int l = 0; l + 1 < costs.num_layers(); ++l)
@@ -156,6 +177,15 @@ static madpipe::Profile with_split_on(madpipe::Profile profile,
   return profile;
 }
 
+// The plan's predicted fields: period (a tied weight's exchange included), bound, memory and
+// where the time goes.
+static void predict(madpipe::plan::Plan& plan, const madpipe::Profile& profile,
+                    const madpipe::partition::PlannerOptions& options) {
+  madpipe::plan::fill_predicted(plan, madpipe::partition::lower_bound_for(plan, profile),
+                                options.micro_batches_per_step);
+  plan.predicted.time = madpipe::plan::time_breakdown(plan, profile);
+}
+
 // One planning request on `profile` as it is (split backwards where it has them).
 // `stated_limit_s`: the limit the user gave, which a note that the limit cut planning names (a
 // request may have a share of it).
@@ -172,7 +202,7 @@ static madpipe::partition::PlanResult plan_profile(
   settings.detailed = options.detailed_progress;
   settings.clock = options.clock;
   PlanningBudget budget(std::move(settings));
-  PlanningContext context(budget);
+  PlanningContext context(budget, platform, options.micro_batches_per_step);
   StageOptions remat(profile, options.remat);
   // Below the memory floor (checked in O(P L^2)) planning without rematerialization can only fail:
   // the contiguous algorithms find nothing below it, the others nothing below what any allocation
@@ -219,7 +249,7 @@ static madpipe::partition::PlanResult plan_profile(
   plan.stages = std::move(best->stages);
   plan.pattern = std::move(best->pattern);
   plan.solver = best->solver;
-  plan::fill_predicted(plan, lower_bound_for(plan, profile));
+  predict(plan, profile, options);
   return result;
 }
 
@@ -305,7 +335,7 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
   stages = std::move(best_stages);
   result.plan.pattern = std::move(best->pattern);
   result.plan.solver.reset();
-  plan::fill_predicted(result.plan, partition::lower_bound_for(result.plan, profile));
+  predict(result.plan, profile, options);
   return true;
 }
 
@@ -461,7 +491,7 @@ madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOp
       return [](int stages_after) { return stages_after; };
     case Algorithm::GPipe: {
       const int micro_batches =
-          options.gpipe_micro_batches > 0 ? options.gpipe_micro_batches : platform.gpus;
+          options.micro_batches_per_step > 0 ? options.micro_batches_per_step : platform.gpus;
       return [micro_batches](int) { return micro_batches; };
     }
     case Algorithm::MadPipe:

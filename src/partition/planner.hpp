@@ -94,7 +94,9 @@ inline constexpr double kCommandTimeLimitS = 10;
 struct PlannerOptions {
   Algorithm algorithm = Algorithm::MadPipe;
   Discretization discretization{};
-  int gpipe_micro_batches = 0;   // micro-batches per GPipe step; 0: number of GPUs
+  // Micro-batches per training step: GPipe's step, and the step over which the exchange of a
+  // tied weight's gradients between GPUs is spread; 0: the number of GPUs.
+  int micro_batches_per_step = 0;
   int max_k = 0;                 // largest k tried for k-periodic patterns; 0: 2 * stages - 1
                                  // (one per pipeline resource)
   int refine_evaluations = 150;  // madpipe: schedules tried by the local search; 0: none
@@ -140,10 +142,12 @@ struct PlanResult {
 PlanResult make_plan(const Profile& profile, const Platform& platform,
                      const PlannerOptions& options = {});
 
-// No plan can have a smaller normalized period: max(sum U / P, max_l (u_F + u_B), and for every
+// No plan can have a smaller normalized period: max(sum U / P, max_l (u_F + u_B), for every
 // layer boundary min(C(l), U_l + U_{l+1}): either the boundary is cut and its link carries a_l
-// and delta_l, or one GPU runs both layers). On a multi-node platform C(l) is over the fastest
-// link, which a cut may use.
+// and delta_l, or one GPU runs both layers), and what layers being indivisible adds: with U
+// sorted in decreasing order, for every k >= 1 with k P + 1 layers, some GPU runs k + 1 of the
+// k P + 1 longest, at least U_{kP-k+1} + ... + U_{kP+1} (80 equal blocks on 64 GPUs: two
+// blocks). On a multi-node platform C(l) is over the fastest link, which a cut may use.
 double lower_bound_period_ms(const Profile& profile, const Platform& platform);
 double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 

@@ -76,8 +76,9 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table{
       {"algorithm", [](O& o, S v, S l) { o.algorithm = named(algorithm_from_string, v, l); },
        [](const O& o) { return std::string(to_string(o.algorithm)); }},
-      {"micro-batches", [](O& o, S v, S l) { o.gpipe_micro_batches = integer_at_least(0, v, l); },
-       [](const O& o) { return std::to_string(o.gpipe_micro_batches); }},
+      {"micro-batches",
+       [](O& o, S v, S l) { o.micro_batches_per_step = integer_at_least(0, v, l); },
+       [](const O& o) { return std::to_string(o.micro_batches_per_step); }},
       {"max-k", [](O& o, S v, S l) { o.max_k = integer_at_least(0, v, l); },
        [](const O& o) { return std::to_string(o.max_k); }},
       {"scheduler", [](O& o, S v, S l) { o.scheduler = named(scheduler_from_string, v, l); },

@@ -4,6 +4,7 @@
 #include "core/json_file.hpp"
 #include "core/json_reader.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <cerrno>
 #include <climits>
@@ -65,6 +66,12 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
     s["stored_bytes"] = stage.stored_bytes;
     s["output_bytes"] = stage.output_bytes;
     s["workspace_bytes"] = stage.workspace_bytes;
+    if (!stage.shared_weights.empty()) {  // absent: no tied weight, as before
+      Json shared = Json::array();
+      for (const madpipe::schedule::SharedWeight& weight : stage.shared_weights)
+        shared.push_back(Json::object({{"group", weight.group}, {"bytes", weight.bytes}}));
+      s["shared_weights"] = std::move(shared);
+    }
     Json remat = Json::object();
     remat["strategy"] = madpipe::name_of(madpipe::schedule::kRematStrategyNames, stage.remat);
     s["remat"] = std::move(remat);
@@ -104,6 +111,21 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
   Json memory = Json::array();
   for (std::int64_t bytes : plan.predicted.memory_bytes) memory.push_back(bytes);
   predicted["memory_bytes"] = std::move(memory);
+  if (plan.predicted.tied_exchange_ms > 0) {  // absent: no tied weight apart, as before
+    predicted["tied_exchange_ms"] = plan.predicted.tied_exchange_ms;
+    predicted["micro_batches_per_step"] = plan.predicted.micro_batches_per_step;
+  }
+  if (plan.predicted.time) {
+    const madpipe::plan::TimeBreakdown& time = *plan.predicted.time;
+    Json breakdown = Json::object();
+    breakdown["useful"] = time.useful;
+    breakdown["recomputation"] = time.recomputation;
+    breakdown["imbalance"] = time.imbalance;
+    breakdown["tied_exchange"] = time.tied_exchange;
+    breakdown["waiting"] = time.waiting;
+    breakdown["busy"] = time.busy;
+    predicted["time"] = std::move(breakdown);
+  }
   j["predicted"] = std::move(predicted);
 
   if (plan.solver) {
@@ -291,6 +313,15 @@ static madpipe::schedule::Stage read_stage(const JsonReader& reader, const json&
   stage.offload =
       strategy_member(reader, o, "offload", p, madpipe::schedule::kOffloadStrategyNames);
   if (o.contains("sequence")) stage.sequence = reader.string_member(o, p, "sequence");
+  if (o.contains("shared_weights")) {
+    const json& shared = reader.array_member(o, p, "shared_weights");
+    for (std::size_t i = 0; i < shared.size(); ++i) {
+      const std::string at = p + "/shared_weights/" + std::to_string(i);
+      const json& entry = reader.object_value(shared[i], at);
+      stage.shared_weights.push_back(madpipe::schedule::SharedWeight{
+          reader.int_member(entry, at, "group", 0), reader.int64_member(entry, at, "bytes", 1)});
+    }
+  }
   return stage;
 }
 
@@ -348,6 +379,28 @@ static madpipe::plan::Predicted read_predicted(const JsonReader& reader, const j
   for (std::size_t g = 0; g < memory.size(); ++g)
     predicted.memory_bytes.push_back(
         reader.int64_value(memory[g], p + "/memory_bytes/" + std::to_string(g), 0));
+  if (o.contains("tied_exchange_ms") || o.contains("micro_batches_per_step")) {
+    predicted.tied_exchange_ms = reader.number_member(o, p, "tied_exchange_ms", Sign::Positive);
+    predicted.micro_batches_per_step = reader.int_member(o, p, "micro_batches_per_step", 1);
+  }
+  if (o.contains("time")) {
+    const std::string t = p + "/time";
+    const json& time = reader.object_member(o, p, "time");
+    const auto fraction = [&](const char* key) {
+      return reader.number_member(time, t, key, Sign::NonNegative);
+    };
+    madpipe::plan::TimeBreakdown breakdown;
+    breakdown.useful = fraction("useful");
+    breakdown.recomputation = fraction("recomputation");
+    breakdown.imbalance = fraction("imbalance");
+    breakdown.tied_exchange = fraction("tied_exchange");
+    breakdown.waiting = fraction("waiting");
+    const json& busy = reader.array_member(time, t, "busy");
+    for (std::size_t g = 0; g < busy.size(); ++g)
+      breakdown.busy.push_back(
+          reader.number_value(busy[g], t + "/busy/" + std::to_string(g), Sign::NonNegative));
+    predicted.time = breakdown;
+  }
   return predicted;
 }
 
@@ -402,10 +455,26 @@ madpipe::plan::Plan madpipe::plan::read_plan(const std::string& path) {
   return plan_from_json(read_json_file(path), path);
 }
 
-void madpipe::plan::fill_predicted(Plan& plan, double lower_bound_period_ms) {
+double madpipe::plan::period_with_tied_exchange_ms(const schedule::Pattern& pattern,
+                                                   const std::vector<schedule::Stage>& stages,
+                                                   const Platform& platform,
+                                                   int micro_batches_per_step) {
+  const int k = pattern.k > 0 ? pattern.k : 1;
+  const double exchange = schedule::tied_exchange_ms(stages, platform);
+  const int m = micro_batches_per_step > 0 ? micro_batches_per_step : platform.gpus;
+  return pattern.period_ms / k + (exchange > 0 ? exchange / m : 0.0);
+}
+
+void madpipe::plan::fill_predicted(Plan& plan, double lower_bound_period_ms,
+                                   int micro_batches_per_step) {
   Predicted& predicted = plan.predicted;
-  const int k = plan.pattern.k > 0 ? plan.pattern.k : 1;
-  predicted.period_ms = plan.pattern.period_ms / k;
+  predicted.tied_exchange_ms = schedule::tied_exchange_ms(plan.stages, plan.platform);
+  predicted.micro_batches_per_step =
+      predicted.tied_exchange_ms > 0
+          ? (micro_batches_per_step > 0 ? micro_batches_per_step : plan.platform.gpus)
+          : 0;
+  predicted.period_ms = period_with_tied_exchange_ms(plan.pattern, plan.stages, plan.platform,
+                                                     micro_batches_per_step);
   predicted.throughput_per_s = predicted.period_ms > 0 ? 1000.0 / predicted.period_ms : 0.0;
   predicted.lower_bound_period_ms = lower_bound_period_ms;
   predicted.memory_bytes = totals(evaluate_memory(plan.stages, plan.pattern, plan.platform));

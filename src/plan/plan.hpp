@@ -14,11 +14,34 @@
 
 namespace madpipe::plan {
 
+// Where the GPUs' time goes in one period of a plan, as fractions of P x period_ms (they add
+// up to 1). `useful` is the profile's compute of the layers; `recomputation` what
+// rematerialization adds to it; `imbalance` what the other GPUs lack of the busiest one's
+// compute; `tied_exchange` the step's exchange of tied weights spread over its micro-batches;
+// `waiting` what the busiest GPU itself idles: transfers and dependencies it waits for.
+struct TimeBreakdown {
+  double useful = 0;
+  double recomputation = 0;
+  double imbalance = 0;
+  double tied_exchange = 0;
+  double waiting = 0;
+  std::vector<double> busy;  // per GPU: its compute (recomputation included) / period_ms
+};
+
 struct Predicted {
-  double period_ms = 0;         // normalized period: pattern.period_ms / pattern.k
+  // Normalized period: pattern.period_ms / pattern.k, plus tied_exchange_ms /
+  // micro_batches_per_step.
+  double period_ms = 0;
   double throughput_per_s = 0;  // micro-batches per second: 1000 / period_ms
   double lower_bound_period_ms = 0;
   std::vector<std::int64_t> memory_bytes;  // per GPU, the full estimate (GpuMemory::total)
+  // Tied weights on several GPUs: their gradients' exchange once per step (tied_exchange_ms),
+  // spread over the step's micro-batches and counted in period_ms. 0 and 0 when none is apart.
+  double tied_exchange_ms = 0;
+  int micro_batches_per_step = 0;
+  // Filled by the planner, which knows the profile (time_breakdown.hpp); absent from plans
+  // made by hand.
+  std::optional<TimeBreakdown> time;
 };
 
 struct SolverInfo {
@@ -52,7 +75,14 @@ void write_plan(const Plan& plan, std::ostream& out);
 void write_plan(const Plan& plan, const std::string& path);  // atomic: temporary file + rename
 Plan read_plan(const std::string& path);
 
-// Fills plan.predicted from the pattern and the stages (memory from evaluate_memory).
-void fill_predicted(Plan& plan, double lower_bound_period_ms);
+// Fills plan.predicted from the pattern and the stages (memory from evaluate_memory), a tied
+// weight's exchange spread over `micro_batches_per_step` (0: the number of GPUs).
+void fill_predicted(Plan& plan, double lower_bound_period_ms, int micro_batches_per_step = 0);
+
+// The normalized period of a pattern on `stages` with the exchange of their tied weights (if any
+// lies on several GPUs) spread over `micro_batches_per_step` (0: the platform's GPUs).
+double period_with_tied_exchange_ms(const schedule::Pattern& pattern,
+                                    const std::vector<schedule::Stage>& stages,
+                                    const Platform& platform, int micro_batches_per_step);
 
 }  // namespace madpipe::plan

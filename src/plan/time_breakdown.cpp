@@ -7,8 +7,9 @@ madpipe::plan::TimeBreakdown madpipe::plan::time_breakdown(const Plan& plan,
                                                            const Profile& profile) {
   TimeBreakdown out;
   const int gpus = plan.platform.gpus;
-  const double period = plan.pattern.k > 0 ? plan.pattern.period_ms / plan.pattern.k : 0;
-  if (gpus <= 0 || !(period > 0)) return out;
+  const double pattern_period = plan.pattern.k > 0 ? plan.pattern.period_ms / plan.pattern.k : 0;
+  const double period = std::max(pattern_period, plan.predicted.period_ms);
+  if (gpus <= 0 || !(pattern_period > 0)) return out;
   std::vector<double> useful(gpus, 0.0), compute(gpus, 0.0);
   const int layers = static_cast<int>(profile.layers.size());
   for (const schedule::Stage& stage : plan.stages) {
@@ -26,7 +27,9 @@ madpipe::plan::TimeBreakdown madpipe::plan::time_breakdown(const Plan& plan,
   out.useful = total_useful / all;
   out.recomputation = (total_compute - total_useful) / all;
   out.imbalance = (gpus * busiest - total_compute) / all;
-  out.waiting = std::max(0.0, 1 - out.useful - out.recomputation - out.imbalance);
+  out.tied_exchange = (period - pattern_period) / period;
+  out.waiting =
+      std::max(0.0, 1 - out.useful - out.recomputation - out.imbalance - out.tied_exchange);
   for (double c : compute) out.busy.push_back(c / period);
   return out;
 }

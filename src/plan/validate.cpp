@@ -7,6 +7,7 @@
 #include "remat/remat_sequence.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/pattern.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -301,7 +302,21 @@ static void check_against_profile(const madpipe::plan::Plan& plan, const madpipe
                                                  range + " (" + std::to_string(kept) + "), got " +
                                                  std::to_string(stage.weight_kept_bytes));
     }
-    check_bytes("weight_bytes", stage.weight_bytes, costs.weight_bytes(f, l), "the sum");
+    check_bytes("weight_bytes", stage.weight_bytes, costs.weight_bytes(f, l),
+                costs.tied_weights().empty() ? "the sum" : "the sum (each tied weight once)");
+    std::vector<madpipe::schedule::SharedWeight> shared;
+    for (int group : costs.tied_groups_in(f, l))
+      shared.push_back(madpipe::schedule::SharedWeight{group, costs.tied_weights()[group].bytes});
+    if (stage.shared_weights != shared) {
+      std::string expected;
+      for (const madpipe::schedule::SharedWeight& weight : shared)
+        expected += (expected.empty() ? "" : ", ") + std::string("group ") +
+                    std::to_string(weight.group) + " of " + std::to_string(weight.bytes) + " bytes";
+      report.add(p + "/shared_weights",
+                 "must list the profile's tied_weights that layers" + range + " use (" +
+                     (expected.empty() ? std::string("none") : expected) + "), got " +
+                     std::to_string(stage.shared_weights.size()) + " entries");
+    }
     check_bytes("output_bytes", stage.output_bytes, costs.activation_bytes(l),
                 "the output of the last layer");
     const std::int64_t stored = costs.stored_bytes(f, l);
@@ -647,11 +662,22 @@ static void check_predicted(const madpipe::plan::Plan& plan, bool pattern_ok, Re
                "must be a finite number > 0, got " + format_number(predicted.period_ms));
   } else {
     if (period_sane) {
-      const double expected = plan.pattern.period_ms / plan.pattern.k;
+      const double exchange = madpipe::schedule::tied_exchange_ms(plan.stages, plan.platform);
+      if (!close_to(predicted.tied_exchange_ms, exchange, kCostTolerance, 0.0))
+        report.add("/predicted/tied_exchange_ms",
+                   "must equal the exchange of the tied weights that lie on several GPUs (" +
+                       format_number(exchange) + "), got " +
+                       format_number(predicted.tied_exchange_ms));
+      const double expected = plan.pattern.period_ms / plan.pattern.k +
+                              (exchange > 0 && predicted.micro_batches_per_step > 0
+                                   ? exchange / predicted.micro_batches_per_step
+                                   : 0.0);
       if (!close_to(predicted.period_ms, expected, kCostTolerance, 0.0))
-        report.add("/predicted/period_ms", "must equal pattern period_ms / k (" +
-                                               format_number(expected) + "), got " +
-                                               format_number(predicted.period_ms));
+        report.add("/predicted/period_ms",
+                   std::string(exchange > 0 ? "must equal pattern period_ms / k + tied_exchange_ms "
+                                              "/ micro_batches_per_step ("
+                                            : "must equal pattern period_ms / k (") +
+                       format_number(expected) + "), got " + format_number(predicted.period_ms));
     }
     const double throughput = 1000.0 / predicted.period_ms;
     if (!close_to(predicted.throughput_per_s, throughput, kCostTolerance, 0.0))

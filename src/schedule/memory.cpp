@@ -1,6 +1,7 @@
 #include "schedule/memory.hpp"
 
 #include "schedule/residue_table.hpp"
+#include "schedule/shared_weights.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -243,6 +244,7 @@ madpipe::schedule::GpuMemory madpipe::schedule::static_memory(const std::vector<
   GpuMemory memory;
   for (int s = 0; s < static_cast<int>(stages.size()); ++s)
     if (stages[s].gpu == gpu) add_static_terms(memory, stage_memory(stages, s, platform));
+  memory.weights -= saturated_mul(platform.weight_copies, repeated_shared_bytes(stages, gpu));
   return memory;
 }
 
@@ -254,6 +256,15 @@ static std::vector<madpipe::schedule::GpuMemory> static_memory_of_gpus(
   for (int s = 0; s < static_cast<int>(stages.size()); ++s)
     if (stages[s].gpu >= 0 && stages[s].gpu < platform.gpus)
       add_static_terms(memory[stages[s].gpu], madpipe::schedule::stage_memory(stages, s, platform));
+  // A GPU holds each tied weight once, however many of its stages use it.
+  std::vector<bool> holds_shared(memory.size(), false);
+  for (const madpipe::schedule::Stage& stage : stages)
+    if (!stage.shared_weights.empty() && stage.gpu >= 0 && stage.gpu < platform.gpus)
+      holds_shared[stage.gpu] = true;
+  for (int gpu = 0; gpu < platform.gpus; ++gpu)
+    if (holds_shared[gpu])
+      memory[gpu].weights -= saturated_mul(platform.weight_copies,
+                                           madpipe::schedule::repeated_shared_bytes(stages, gpu));
   return memory;
 }
 

@@ -9,10 +9,12 @@
 bool madpipe::schedule::operator==(const Stage& a, const Stage& b) {
   return std::tie(a.id, a.first_layer, a.last_layer, a.gpu, a.forward_ms, a.backward_ms,
                   a.weight_bytes, a.stored_bytes, a.output_bytes, a.workspace_bytes, a.remat,
-                  a.offload, a.sequence, a.backward_weight_ms, a.weight_kept_bytes) ==
+                  a.offload, a.sequence, a.backward_weight_ms, a.weight_kept_bytes,
+                  a.shared_weights) ==
          std::tie(b.id, b.first_layer, b.last_layer, b.gpu, b.forward_ms, b.backward_ms,
                   b.weight_bytes, b.stored_bytes, b.output_bytes, b.workspace_bytes, b.remat,
-                  b.offload, b.sequence, b.backward_weight_ms, b.weight_kept_bytes);
+                  b.offload, b.sequence, b.backward_weight_ms, b.weight_kept_bytes,
+                  b.shared_weights);
 }
 
 madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, int id,
@@ -28,6 +30,8 @@ madpipe::schedule::Stage madpipe::schedule::make_stage(const ChainCosts& costs, 
   stage.stored_bytes = costs.stored_bytes(first_layer, last_layer);
   stage.output_bytes = costs.activation_bytes(last_layer);
   stage.workspace_bytes = costs.workspace_bytes(first_layer, last_layer);
+  for (int group : costs.tied_groups_in(first_layer, last_layer))
+    stage.shared_weights.push_back(SharedWeight{group, costs.tied_weights()[group].bytes});
   return with_split_backward(costs, std::move(stage));
 }
 

@@ -19,6 +19,16 @@ enum class OffloadStrategy { None, Host };
 inline constexpr Named<OffloadStrategy> kOffloadStrategyNames[] = {{OffloadStrategy::None, "none"},
                                                                    {OffloadStrategy::Host, "host"}};
 
+// A tied weight (the profile's tied_weights) that a stage's layers use: group is its index in
+// the profile's list. A GPU holds it once, however many of its stages use it.
+struct SharedWeight {
+  int group = 0;
+  std::int64_t bytes = 0;
+};
+inline bool operator==(const SharedWeight& a, const SharedWeight& b) {
+  return a.group == b.group && a.bytes == b.bytes;
+}
+
 // A contiguous range of layers placed on one GPU, with its effective costs (FORMATS.md, "stages").
 struct Stage {
   int id = 0;
@@ -42,6 +52,8 @@ struct Stage {
   // of each micro-batch stay from the end of B to the end of W. 0: B is the whole backward.
   double backward_weight_ms = 0;
   std::int64_t weight_kept_bytes = 0;
+  // The tied weights its layers use, counted in weight_bytes (once each), by ascending group.
+  std::vector<SharedWeight> shared_weights;
 
   double compute_ms() const noexcept { return forward_ms + backward_ms; }
   // Whether the stage recomputes or offloads, running its sequence.

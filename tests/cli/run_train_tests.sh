@@ -1284,6 +1284,19 @@ PY
       "$madpipe" export-weights --run "tied-$ranks" --output "tied-$ranks.pt" >/dev/null 2>err ||
         fail "export-weights of tied-$ranks failed: $(cat err)"
     done
+    # The profile names the tie (embed and head share 32 x 16 fp32 values); the plan on 3 ranks
+    # lists it on the stages that use it.
+    "$python" - <<'PY' || fail "the profile or the plan of the tied model does not name the tie"
+import json
+profile = json.load(open("tied-3/profile.json"))
+names = [layer["name"] for layer in profile["layers"]]
+tied = [{"layers": [names.index("embed"), names.index("head")], "bytes": 32 * 16 * 4}]
+assert profile.get("tied_weights") == tied, (names, profile.get("tied_weights"))
+plan = json.load(open("tied-3/plan.json"))
+users = [s for s in plan["stages"] if s["first_layer"] <= tied[0]["layers"][1] <= s["last_layer"]
+         or s["first_layer"] <= tied[0]["layers"][0] <= s["last_layer"]]
+assert all(s.get("shared_weights") == [{"group": 0, "bytes": 2048}] for s in users), users
+PY
     mpi 1 "${lm[@]}" "${clip[@]}" --gpus 1 --plain-loop --output-dir tied-plain
     [[ $status -eq 0 ]] || fail "the tied model's plain loop failed: $(tail -3 err)"
     clipped_everywhere tied-plain/metrics.jsonl 0.1 || fail "the bound should clip every step"

@@ -1,5 +1,6 @@
 #include "core/analytic_profile.hpp"
 
+#include "core/chain.hpp"
 #include "core/decoder_config.hpp"
 #include "core/device_spec.hpp"
 #include "core/error.hpp"
@@ -283,9 +284,16 @@ TEST(AnalyticProfile, Gpt2FollowsTheConfigsTying) {
   EXPECT_TRUE(tied.tied_embeddings);
   const DecoderConfig untied = madpipe::decoder_config_from_json(builtin_gpt_json(1));
   EXPECT_FALSE(untied.tied_embeddings);
-  // For now a tied head counts the shared matrix too.
-  EXPECT_EQ(madpipe::analytic_profile(tied, options(32, 8, Precision::Fp32)),
-            madpipe::analytic_profile(untied, options(32, 8, Precision::Fp32)));
+  // Both layers count the shared token matrix (V h e: 84 x 64 x 4 bytes in fp32), which the
+  // tied profile names once; the position table and the head's bias are not shared.
+  Profile tied_profile = madpipe::analytic_profile(tied, options(32, 8, Precision::Fp32));
+  const Profile untied_profile = madpipe::analytic_profile(untied, options(32, 8, Precision::Fp32));
+  ASSERT_EQ(tied_profile.tied_weights.size(), 1u);
+  EXPECT_EQ(tied_profile.tied_weights[0].layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(tied_profile.tied_weights[0].bytes, 84 * 64 * 4);
+  EXPECT_TRUE(untied_profile.tied_weights.empty());
+  tied_profile.tied_weights.clear();
+  EXPECT_EQ(tied_profile, untied_profile);
 }
 
 TEST(AnalyticProfile, Gpt2SequenceMustFitThePositionTable) {
@@ -359,9 +367,14 @@ TEST(AnalyticProfile, ShippedConfigsHaveTheirModelsParameters) {
   const DecoderConfig gemma = madpipe::read_decoder_config(models_dir() + "/gemma-7b.json");
   EXPECT_TRUE(gemma.tied_embeddings);
   EXPECT_EQ(gemma.head_dim, 256);
-  // 8,537,680,896 parameters, the tied matrix counted once; the head counts it again for now.
-  EXPECT_EQ(total_weight_bytes(madpipe::analytic_profile(gemma, o)),
-            2 * (8'537'680'896 + 256'000 * 3072));
+  // 8,537,680,896 parameters: the layers' weight bytes count the tied matrix in the embedding
+  // and in the head, the chain as a whole once.
+  const Profile gemma_profile = madpipe::analytic_profile(gemma, o);
+  EXPECT_EQ(total_weight_bytes(gemma_profile), 2 * (8'537'680'896 + 256'000 * 3072));
+  ASSERT_EQ(gemma_profile.tied_weights.size(), 1u);
+  EXPECT_EQ(gemma_profile.tied_weights[0].bytes, 2 * 256'000 * 3072);
+  const int last = static_cast<int>(gemma_profile.layers.size()) - 1;
+  EXPECT_EQ(madpipe::ChainCosts(gemma_profile).weight_bytes(0, last), 2 * 8'537'680'896);
   const DecoderConfig gpt = madpipe::read_decoder_config(models_dir() + "/builtin-gpt.json");
   EXPECT_EQ(gpt.architecture, DecoderArchitecture::Gpt2);
   EXPECT_EQ(gpt.layers, 4);

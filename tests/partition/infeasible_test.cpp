@@ -44,7 +44,7 @@ TEST(ExplainInfeasible, OffloadingFloorsSayOffloadingAndSuggestRecomputingAsWell
   madpipe::Platform platform = mt::make_platform(1, std::int64_t{1800} << 20, 1e8, 3);
   platform.host_bandwidth_bytes_per_ms = 55.3e6;
   mp::PlannerOptions options;
-  options.gpipe_micro_batches = 4;
+  options.micro_batches_per_step = 4;
   options.remat.offload = madpipe::partition::OffloadStrategy::Host;
   options.remat.host_bytes_per_ms = platform.host_bandwidth_bytes_per_ms;
   const mp::PlanResult result = mp::make_plan(profile, platform, options);

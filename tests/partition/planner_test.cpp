@@ -198,7 +198,7 @@ TEST(Planner, OneFOneBAndGPipePlansKeepTheirPromisedMicroBatches) {
   for (int s = 0; s < S; ++s) EXPECT_EQ(nca[s], S - s) << "stage " << s;
 
   mp::PlannerOptions gpipe_options = options_for(mp::Algorithm::GPipe);
-  gpipe_options.gpipe_micro_batches = 6;
+  gpipe_options.micro_batches_per_step = 6;
   const mp::PlanResult gpipe = mp::make_plan(profile, platform, gpipe_options);
   ASSERT_TRUE(gpipe.feasible);
   EXPECT_EQ(gpipe.plan.pattern.k, 6);
@@ -340,6 +340,21 @@ TEST(Planner, LowerBound) {
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(profile, platform_of(8, kGB)), 2.0);
   const madpipe::Profile flat = mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2});
   EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(flat, platform_of(2, kGB)), 6.0);
+}
+
+// Layers are indivisible: five layers of 3 ms on 4 GPUs leave some GPU two (6 ms, where the sum
+// alone says 3.75); nine leave some GPU three (9 ms, not 6.75). The planner reaches it.
+TEST(Planner, TheBoundCountsThatLayersAreIndivisible) {
+  const std::vector<double> forward(9, 1.0), backward(9, 2.0);
+  const madpipe::Profile five = mt::make_chain({1, 1, 1, 1, 1}, {2, 2, 2, 2, 2});
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(five, platform_of(4, kGB)), 6.0);
+  const madpipe::Profile nine = mt::make_chain(forward, backward);
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(nine, platform_of(4, kGB)), 9.0);
+  EXPECT_DOUBLE_EQ(mp::lower_bound_period_ms(nine, platform_of(9, kGB)), 3.0);
+  const mp::PlanResult result = mp::make_plan(nine, platform_of(4, kGB));
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_NEAR(result.plan.predicted.period_ms, 9.0, 1e-6);
+  EXPECT_NEAR(result.plan.predicted.lower_bound_period_ms, 9.0, 1e-9);
 }
 
 TEST(Planner, SingleGpuRunsTheWholeChainSequentially) {

@@ -36,7 +36,7 @@ struct PlanningSettings {
   int replicas = 1;            // data-parallel copies of the pipeline
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
   TransportKind transport = TransportKind::Auto;
-  // As `madpipe plan` plans (its option group); gpipe_micro_batches is --micro-batches.
+  // As `madpipe plan` plans (its option group); micro_batches_per_step is --micro-batches.
   partition::PlannerOptions planner{};
   std::string plan;      // load this plan instead of planning
   std::string profile;   // plan from this profile instead of measuring the model

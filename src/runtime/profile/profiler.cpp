@@ -234,6 +234,47 @@ void measure_layer_memory(const LayerProbe& probe, madpipe::runtime::MemoryMeter
       std::max<std::int64_t>(0, meter.peak_bytes() - before_backward - results);
   probe.clear_gradients();
 }
+// The bytes of each tied parameter that layer l uses (read while the layer is materialized).
+void record_tied_bytes(const madpipe::runtime::ChainModel& model, int l,
+                       std::vector<std::int64_t>& tied_bytes) {
+  for (std::size_t g = 0; g < model.tied_parameters.size(); ++g)
+    for (const madpipe::runtime::TiedUse& use : model.tied_parameters[g])
+      if (use.layer == l && tied_bytes[g] == 0) {
+        const std::vector<torch::Tensor> parameters = model.layers[l].ptr()->parameters();
+        if (use.index >= 0 && use.index < static_cast<int>(parameters.size()))
+          tied_bytes[g] = bytes_of(parameters[static_cast<std::size_t>(use.index)]);
+      }
+}
+
+// The model's tied parameters as the profile's tied_weights: one group per set of layers (the
+// parameters that the same layers share add up). A layer in two different sets (never seen in
+// practice) keeps only the first: the weight is then counted on each GPU, a bound.
+std::vector<madpipe::TiedWeight> tied_weights_of(const madpipe::runtime::ChainModel& model,
+                                                 const std::vector<std::int64_t>& tied_bytes) {
+  std::vector<madpipe::TiedWeight> groups;
+  for (std::size_t g = 0; g < model.tied_parameters.size(); ++g) {
+    std::vector<int> layers;
+    for (const madpipe::runtime::TiedUse& use : model.tied_parameters[g])
+      if (std::find(layers.begin(), layers.end(), use.layer) == layers.end())
+        layers.push_back(use.layer);
+    std::sort(layers.begin(), layers.end());
+    if (layers.size() < 2 || tied_bytes[g] <= 0) continue;
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const madpipe::TiedWeight& t) { return t.layers == layers; });
+    if (same != groups.end()) {
+      same->bytes += tied_bytes[g];
+      continue;
+    }
+    const bool overlaps = std::any_of(groups.begin(), groups.end(), [&](const auto& t) {
+      return std::any_of(layers.begin(), layers.end(), [&](int l) {
+        return std::find(t.layers.begin(), t.layers.end(), l) != t.layers.end();
+      });
+    });
+    if (!overlaps) groups.push_back(madpipe::TiedWeight{layers, tied_bytes[g]});
+  }
+  return groups;
+}
+
 }  // namespace
 
 madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
@@ -258,6 +299,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
   torch::Tensor x = sample.input;
   const int n = static_cast<int>(model.layers.size());
   std::int64_t library_bytes = -1;  // measured with the first layer, in its dtype
+  std::vector<std::int64_t> tied_bytes(model.tied_parameters.size(), 0);
   for (int l = 0; l < n; ++l) {
     // A layer the model does not hold is built for its measurement and dropped after it.
     const bool borrowed = !model.holds(l);
@@ -281,6 +323,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     layer.backward_workspace_bytes += library_bytes;
     for (const auto& p : model.layers[l].ptr()->parameters()) layer.weight_bytes += bytes_of(p);
     for (const auto& b : model.layers[l].ptr()->buffers()) layer.weight_bytes += bytes_of(b);
+    record_tied_bytes(model, l, tied_bytes);
     torch::NoGradGuard no_grad;
     torch::Tensor y = model.layers[l].forward(x);
     layer.output_bytes = probe.last() ? 4 : bytes_of(y);
@@ -290,5 +333,6 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::profile_model(
     if (borrowed) model.drop(l);
   }
   if (profile.dtype.empty()) profile.dtype = "float32";
+  profile.tied_weights = tied_weights_of(model, tied_bytes);
   return out;
 }
