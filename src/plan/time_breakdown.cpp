@@ -28,8 +28,8 @@ madpipe::plan::TimeBreakdown madpipe::plan::time_breakdown(const Plan& plan,
   out.recomputation = (total_compute - total_useful) / all;
   out.imbalance = (gpus * busiest - total_compute) / all;
   out.tied_exchange = (period - pattern_period) / period;
-  out.waiting =
-      std::max(0.0, 1 - out.useful - out.recomputation - out.imbalance - out.tied_exchange);
+  out.waiting = 1 - out.useful - out.recomputation - out.imbalance - out.tied_exchange;
+  if (out.waiting < 1e-12) out.waiting = 0;  // rounding
   for (double c : compute) out.busy.push_back(c / period);
   return out;
 }
