@@ -15,18 +15,10 @@ namespace mt = madpipe::testing;
 
 namespace {
 
-// Four layers; layers 0 and 3 share 600 of their 1000 and 700 weight bytes.
-madpipe::Profile tied_chain() {
-  madpipe::Profile profile =
-      mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {1000, 50, 50, 700}, {10, 10, 10, 4}, 8);
-  profile.tied_weights.push_back(madpipe::TiedWeight{{0, 3}, 600});
-  return profile;
-}
-
 // The error message of reading `profile` with `edit` applied to its JSON.
 template <typename Edit>
 std::string error_reading(Edit edit) {
-  nlohmann::json j = madpipe::profile_to_json(tied_chain());
+  nlohmann::json j = madpipe::profile_to_json(mt::tied_chain());
   edit(j);
   try {
     madpipe::profile_from_json(j, "tied.json");
@@ -39,7 +31,7 @@ std::string error_reading(Edit edit) {
 }  // namespace
 
 TEST(TiedWeights, RoundTripThroughTheProfileFormat) {
-  const madpipe::Profile profile = tied_chain();
+  const madpipe::Profile profile = mt::tied_chain();
   const nlohmann::json j = madpipe::profile_to_json(profile);
   ASSERT_TRUE(j.contains("tied_weights"));
   EXPECT_EQ(j["tied_weights"][0]["layers"], nlohmann::json::array({0, 3}));
@@ -81,7 +73,7 @@ TEST(TiedWeights, MalformedGroupsAreRefusedNamingTheField) {
 }
 
 TEST(TiedWeights, ARangeHoldingBothLayersCountsTheSharedWeightOnce) {
-  const madpipe::ChainCosts costs(tied_chain());
+  const madpipe::ChainCosts costs(mt::tied_chain());
   EXPECT_EQ(costs.weight_bytes(0, 0), 1000);
   EXPECT_EQ(costs.weight_bytes(1, 3), 800);
   EXPECT_EQ(costs.weight_bytes(0, 2), 1100);

@@ -27,14 +27,6 @@ namespace mt = madpipe::testing;
 
 namespace {
 
-// Four layers; layers 0 and 3 (an embedding and a head) share 600 of their 1000 and 700 bytes.
-madpipe::Profile tied_chain() {
-  madpipe::Profile profile =
-      mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {1000, 50, 50, 700}, {10, 10, 10, 4}, 8);
-  profile.tied_weights.push_back(madpipe::TiedWeight{{0, 3}, 600});
-  return profile;
-}
-
 // 1000 B/ms between the GPUs, memory to spare, 3 weight copies.
 madpipe::Platform platform(int gpus) { return mt::make_platform(gpus, mt::kHugeMemory, 1000, 3); }
 
@@ -45,7 +37,7 @@ std::string problems(const mplan::Plan& plan, const madpipe::Profile& profile) {
 }  // namespace
 
 TEST(TiedWeightPlans, ApartEachGpuHoldsACopyAndTheExchangeIsInThePeriod) {
-  const madpipe::Profile profile = tied_chain();
+  const madpipe::Profile profile = mt::tied_chain();
   const mplan::Plan plan = mt::chain_plan(profile, {0, 2}, {0, 1}, platform(2), 0);
   EXPECT_EQ(problems(plan, profile), "");
   const std::vector<ms::GpuMemory> memory =
@@ -72,7 +64,7 @@ TEST(TiedWeightPlans, ApartEachGpuHoldsACopyAndTheExchangeIsInThePeriod) {
 }
 
 TEST(TiedWeightPlans, TogetherTheGpuHoldsTheWeightOnceAndExchangesNothing) {
-  const madpipe::Profile profile = tied_chain();
+  const madpipe::Profile profile = mt::tied_chain();
   // Layer 0 and layer 3 on GPU 0, layers 1 and 2 on GPU 1.
   const mplan::Plan plan = mt::chain_plan(profile, {0, 1, 3}, {0, 1, 0}, platform(2), 0);
   EXPECT_EQ(problems(plan, profile), "");

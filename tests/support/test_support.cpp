@@ -27,6 +27,12 @@ madpipe::Profile madpipe::testing::two_layer_profile() {
   return make_chain({1, 1}, {2, 2}, {100, 200}, {500, 10}, 300);
 }
 
+madpipe::Profile madpipe::testing::tied_chain() {
+  Profile profile = make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {1000, 50, 50, 700}, {10, 10, 10, 4}, 8);
+  profile.tied_weights.push_back(TiedWeight{{0, 3}, 600});
+  return profile;
+}
+
 madpipe::Profile madpipe::testing::random_chain(std::mt19937& rng, int layers) {
   std::uniform_real_distribution<double> time(0.5, 5.0);
   std::uniform_int_distribution<std::int64_t> bytes(1'000'000, 100'000'000);

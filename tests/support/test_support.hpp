@@ -22,6 +22,10 @@ Profile make_chain(const std::vector<double>& fwd, const std::vector<double>& bw
 // Two layers f = 1, b = 2, weights 100 and 200 bytes, activations 500 and 10 bytes, input 300.
 Profile two_layer_profile();
 
+// Four layers (f = 1, b = 2); layers 0 and 3 (an embedding and a head) share 600 bytes of their
+// 1000 and 700 weight bytes (tied_weights).
+Profile tied_chain();
+
 // A random heterogeneous chain of `layers` layers: times in [0.5, 5] ms, weights and activations
 // in [1, 100] MB, saved bytes in [0, 100] MB.
 Profile random_chain(std::mt19937& rng, int layers);
