@@ -95,8 +95,8 @@ static void print_tied_weights(const madpipe::plan::Plan& plan, const madpipe::P
     std::cout << " on gpus " << gpus << ": its gradients summed once per step\n";
   }
   if (plan.predicted.tied_exchange_ms > 0)
-    std::cout << "tied exchange " << format_ms(plan.predicted.tied_exchange_ms)
-              << " per step, over " << plan.predicted.micro_batches_per_step
+    std::cout << "exchange     " << format_ms(plan.predicted.tied_exchange_ms)
+              << " per step for the tied weights, over " << plan.predicted.micro_batches_per_step
               << " micro-batches per step (--micro-batches): "
               << format_ms(plan.predicted.tied_exchange_ms / plan.predicted.micro_batches_per_step)
               << " per micro-batch, in the period\n";
