@@ -105,7 +105,8 @@ class Plan(_Document):
 
     @property
     def period_ms(self):
-        """The predicted time per micro-batch in the steady state (pattern period / k)."""
+        """The predicted time per micro-batch in the steady state (pattern period / k, plus a
+        tied weight's exchange spread over the step's micro-batches where its layers are apart)."""
         return self._data["predicted"]["period_ms"]
 
     @property

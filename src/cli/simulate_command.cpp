@@ -104,7 +104,9 @@ int madpipe::cli::run_simulate(const SimulateOptions& options) {
   sim_options.policy = options.policy;
   const plan::SimResult sim = plan::simulate(plan, sim_options);
 
-  const double planned = plan.predicted.period_ms;
+  // The steady state the simulation replays (a tied weight's exchange, once per step, is not in
+  // its pattern).
+  const double planned = plan.pattern.normalized_period_ms();
   std::cout << "plan           " << options.plan_path << ": " << plan.profile << ", "
             << plan.algorithm << ", " << plan.stages.size() << " stages, " << plan.pattern.k
             << "-periodic\n"

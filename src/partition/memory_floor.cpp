@@ -257,6 +257,10 @@ madpipe::partition::MemoryFloor madpipe::partition::memory_floor(
           std::max(largest_layer, madpipe::schedule::layer_alone_bytes(costs, l, platform));
       everything += layer.weights + layer.stored;
     }
+    // A tied weight is held once at least, though each of its layers counts it.
+    for (const madpipe::TiedWeight& group : costs.tied_weights())
+      everything -=
+          platform.weight_copies * static_cast<std::int64_t>(group.layers.size() - 1) * group.bytes;
     const std::int64_t spread = (everything + platform.gpus - 1) / platform.gpus;
     floor.any_allocation_bytes = std::min(floor.bytes, std::max(largest_layer, spread));
   }

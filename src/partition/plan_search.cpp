@@ -326,7 +326,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   const double started_s = context.budget().elapsed_s();
   int solved = 0;
   for (const mp::Allocation& allocation : allocations) {
-    if (best && best->pattern.normalized_period_ms() <= lower_bound * (1 + 1e-9)) return;
+    if (best && context.period_of(*best) <= lower_bound * (1 + 1e-9)) return;
     // The best plan's allocation keeps the stages it has (some may run their backward whole),
     // so that its pattern is the warm start; stages that recompute or offload are not the ILP's.
     const bool keep_best_stages =
@@ -337,10 +337,12 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
         keep_best_stages ? best->stages : mp::stages_of(costs, allocation);
     const double allocation_bound =
         std::max(lower_bound, ms::busiest_resource_ms(stages, platform));
+    // A pattern of this allocation must beat the best plan with its own share of a tied exchange.
+    const double exchange_share = context.exchange_share_ms(stages);
     const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
-    if (best && best->pattern.normalized_period_ms() <= allocation_bound * (1 + 1e-9)) {
+    if (best && context.period_of(*best) <= (allocation_bound + exchange_share) * (1 + 1e-9)) {
       context.detail(what + "skipped, no pattern of this allocation beats " +
-                     format_ms(best->pattern.normalized_period_ms()));
+                     format_ms(context.period_of(*best)));
       continue;
     }
     const double seconds_left =
@@ -361,7 +363,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     if (!options.milp.mps_prefix.empty())
       ilp.mps_path = options.milp.mps_prefix + "-schedule-" + std::to_string(++solved) + ".mps";
     ilp.period_lower_bound_ms = allocation_bound;
-    if (best) ilp.period_upper_bound_ms = best->pattern.normalized_period_ms();
+    if (best) ilp.period_upper_bound_ms = context.period_of(*best) - exchange_share;
     if (best && best->allocation == allocation && best->pattern.k == 1) {
       ilp.warm_start = best->pattern;
     } else {
@@ -373,7 +375,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     }
     context.budget().step(what.substr(0, what.size() - 2));
     const ms::IlpScheduleResult result = ms::ilp_schedule(stages, platform, ilp);
-    if (result.pattern && (!best || result.pattern->period_ms + context.exchange_share_ms(stages) <
+    if (result.pattern && (!best || result.pattern->period_ms + exchange_share <
                                         context.period_of(*best) * (1 - 1e-9))) {
       context.detail(what + describe_solve(result.solve) +
                      (best ? ", heuristic had " + format_ms(best->pattern.normalized_period_ms())
@@ -545,14 +547,14 @@ static std::optional<mp::Candidate> plan_madpipe(const madpipe::ChainCosts& cost
   }
   const double lower_bound = mp::lower_bound_period_ms(costs, platform);
   if (best && options.refine_evaluations > 0 &&
-      best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
+      context.period_of(*best) > lower_bound * (1 + 1e-9)) {
     if (context.expired(kRefineShare))
       context.budget().cut("the local search");
     else
       refine_best(costs, platform, options, search, best, context);
   }
   if (best && options.choose_stage_splits && costs.has_split_backward() &&
-      best->pattern.normalized_period_ms() > lower_bound * (1 + 1e-9)) {
+      context.period_of(*best) > lower_bound * (1 + 1e-9)) {
     if (context.expired(kSplitChoiceShare))
       context.budget().cut("the choice of split backwards");
     else
@@ -622,15 +624,18 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
     context.note("full ILP: the time limit stopped the solver (" + describe_solve(result.solve) +
                  "): a longer --time-limit may find a shorter period, and the plan depends on the "
                  "machine's speed");
-  if (result.plan &&
-      (!warm || result.plan->pattern.period_ms < warm->pattern.period_ms * (1 - 1e-9))) {
+  if (result.plan) {
     Allocation allocation;
     for (const ms::Stage& stage : result.plan->stages) {
       allocation.first_layers.push_back(stage.first_layer);
       allocation.gpus.push_back(stage.gpu);
     }
-    context.budget().improved(result.plan->pattern.normalized_period_ms());
-    return Candidate{allocation, result.plan->stages, result.plan->pattern, "ilp", info};
+    // The ILP knows nothing of a tied weight's exchange: plans are compared with it.
+    Candidate solved{allocation, result.plan->stages, result.plan->pattern, "ilp", info};
+    if (!warm || context.period_of(solved) < context.period_of(*warm) * (1 - 1e-9)) {
+      context.budget().improved(context.period_of(solved));
+      return solved;
+    }
   }
   if (warm) warm->solver = info;
   return warm;

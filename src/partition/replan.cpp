@@ -64,8 +64,10 @@ madpipe::partition::ReplanOutcome madpipe::partition::replan_from_measurements(
     stages[s].backward_ms *= ratios[s].backward;
     stages[s].backward_weight_ms *= ratios[s].backward;
   }
+  // Compared with the new plan's predicted period: a tied weight's exchange counted in both.
   if (auto pattern = schedule::schedule_under_memory(stages, current.platform))
-    outcome.current_period_ms = pattern->pattern.normalized_period_ms();
+    outcome.current_period_ms = plan::period_with_tied_exchange_ms(
+        pattern->pattern, stages, current.platform, options.micro_batches_per_step);
 
   const PlanResult result =
       make_plan(corrected_profile(profile, current, measured), current.platform, options);

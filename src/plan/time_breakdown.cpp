@@ -24,12 +24,13 @@ madpipe::plan::TimeBreakdown madpipe::plan::time_breakdown(const Plan& plan,
   const double all = gpus * period;
   const double total_useful = std::accumulate(useful.begin(), useful.end(), 0.0);
   const double total_compute = std::accumulate(compute.begin(), compute.end(), 0.0);
+  // Sums of equal loads can round a few ulps below zero; a plan's fractions are never negative.
   out.useful = total_useful / all;
-  out.recomputation = (total_compute - total_useful) / all;
-  out.imbalance = (gpus * busiest - total_compute) / all;
-  out.tied_exchange = (period - pattern_period) / period;
+  out.recomputation = std::max(0.0, (total_compute - total_useful) / all);
+  out.imbalance = std::max(0.0, (gpus * busiest - total_compute) / all);
+  out.tied_exchange = std::max(0.0, (period - pattern_period) / period);
   out.waiting = 1 - out.useful - out.recomputation - out.imbalance - out.tied_exchange;
-  if (out.waiting < 1e-12) out.waiting = 0;  // rounding
+  if (out.waiting < 1e-12) out.waiting = 0;
   for (double c : compute) out.busy.push_back(c / period);
   return out;
 }

@@ -80,6 +80,40 @@ static bool crosses_nodes(const madpipe::Platform& platform, int a, int b) {
          madpipe::node_of(platform, a) != madpipe::node_of(platform, b);
 }
 
+// Stage s's shared_weights: groups ascending, each with bytes in [1, weight_bytes] and the same
+// bytes wherever the group appears (else the per-GPU memory, which holds each once, would be
+// wrong). False when they cannot be trusted for memory.
+static bool check_shared_weights(const std::vector<madpipe::schedule::Stage>& stages, std::size_t s,
+                                 Report& report) {
+  const madpipe::schedule::Stage& stage = stages[s];
+  bool sound = true;
+  for (std::size_t i = 0; i < stage.shared_weights.size(); ++i) {
+    const madpipe::schedule::SharedWeight& weight = stage.shared_weights[i];
+    const std::string p = stage_ptr(s) + "/shared_weights/" + std::to_string(i);
+    if (weight.group < 0 || (i > 0 && weight.group <= stage.shared_weights[i - 1].group)) {
+      report.add(p + "/group",
+                 "must be >= 0 and above the entry before it, got " + std::to_string(weight.group));
+      sound = false;
+    }
+    if (weight.bytes < 1 || weight.bytes > stage.weight_bytes) {
+      report.add(p + "/bytes", "must be in [1, weight_bytes] = [1, " +
+                                   std::to_string(stage.weight_bytes) + "], got " +
+                                   std::to_string(weight.bytes));
+      sound = false;
+    }
+    for (std::size_t t = 0; t < s; ++t)
+      for (const madpipe::schedule::SharedWeight& other : stages[t].shared_weights)
+        if (other.group == weight.group && other.bytes != weight.bytes) {
+          report.add(p + "/bytes", "must equal group " + std::to_string(weight.group) +
+                                       "'s bytes in stage " + std::to_string(t) + " (" +
+                                       std::to_string(other.bytes) + "), got " +
+                                       std::to_string(weight.bytes));
+          sound = false;
+        }
+  }
+  return sound;
+}
+
 static void check_platform_fields(const madpipe::Platform& platform, Report& report) {
   for (const madpipe::PlatformProblem& problem : madpipe::platform_problems(platform))
     report.add("/platform/" + problem.field, problem.problem);
@@ -142,6 +176,7 @@ static bool check_stages(const madpipe::plan::Plan& plan, Report& report) {
                  "a stage that rematerializes or offloads runs its backward whole; remove "
                  "backward_weight_ms or the strategy");
     }
+    if (!check_shared_weights(stages, s, report)) sound = false;
   }
   return sound;
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace mp = madpipe::partition;
 namespace ms = madpipe::schedule;
@@ -389,6 +390,25 @@ TEST(Planner, MadPipePlanWithZeroCostLayersIsValid) {
   ASSERT_TRUE(result.feasible);
   const auto violations = mplan::validate(result.plan, profile);
   EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+}
+
+// Eleven equal layers on eleven GPUs: loads that sum with rounding. The plan's time breakdown
+// has no negative share and the plan reads back.
+TEST(Planner, APlansTimeBreakdownAddsUpAndReadsBack) {
+  const std::vector<double> forward(11, 0.1), backward(11, 0.2);
+  const madpipe::Profile profile = mt::make_chain(forward, backward);
+  const mp::PlanResult result = mp::make_plan(profile, platform_of(11, kGB));
+  ASSERT_TRUE(result.feasible) << result.reason;
+  ASSERT_TRUE(result.plan.predicted.time.has_value());
+  const mplan::TimeBreakdown& time = *result.plan.predicted.time;
+  for (double share :
+       {time.useful, time.recomputation, time.imbalance, time.tied_exchange, time.waiting})
+    EXPECT_GE(share, 0.0);
+  EXPECT_NEAR(time.useful + time.recomputation + time.imbalance + time.tied_exchange + time.waiting,
+              1.0, 1e-9);
+  const mplan::Plan read = mplan::plan_from_json(mplan::plan_to_json(result.plan));
+  ASSERT_TRUE(read.predicted.time.has_value());
+  EXPECT_EQ(read.predicted.time->busy, time.busy);
 }
 
 // Little's law: three layers of 1 ms forward and 2 ms backward, each storing 1 MB (and its 1 kB

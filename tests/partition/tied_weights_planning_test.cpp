@@ -61,6 +61,12 @@ TEST(TiedWeightPlans, ApartEachGpuHoldsACopyAndTheExchangeIsInThePeriod) {
   mplan::Plan forgotten = plan;
   forgotten.stages[1].shared_weights.clear();
   EXPECT_NE(problems(forgotten, profile).find("/stages/1/shared_weights"), std::string::npos);
+  // Without a profile too, a tied weight larger than its stage's weights is refused (it would
+  // make a GPU's memory smaller than what it holds).
+  mplan::Plan forged = plan;
+  forged.stages[1].shared_weights[0].bytes = forged.stages[1].weight_bytes + 1;
+  EXPECT_NE(mt::describe(mplan::validate(forged)).find("/stages/1/shared_weights/0/bytes"),
+            std::string::npos);
 }
 
 TEST(TiedWeightPlans, TogetherTheGpuHoldsTheWeightOnceAndExchangesNothing) {

@@ -196,13 +196,16 @@ void madpipe::runtime::TrainingRun::write_trace(
   trace.mode = madpipe::name_of(madpipe::runtime::kTrainingModeNames, c.mode);
   trace.micro_batches = c.micro_batches;
   trace.steps = steps;
-  trace.predicted_period_ms = plan.predicted.period_ms;
+  // The steady state's spacing, which the trace measures within a step; the step's tied-weight
+  // exchange (in predicted.period_ms) is in the predicted step instead.
+  trace.predicted_period_ms = plan.pattern.normalized_period_ms();
   if (c.mode == madpipe::runtime::TrainingMode::Sync) {
     // A step as the runtime runs it: each op as soon as its inputs are there, in plan order.
     plan::SimOptions options;
     options.micro_batches = c.micro_batches;
     options.policy = plan::StartPolicy::Asap;
-    trace.predicted_step_ms = plan::simulate(plan, options).step_ms;
+    trace.predicted_step_ms =
+        plan::simulate(plan, options).step_ms + plan.predicted.tied_exchange_ms;
   }
   // What the run's program holds at most on each rank (the memory model's terms, instruction by
   // instruction), which the tensors the rank tracks do not exceed.
