@@ -1,5 +1,8 @@
 #include "schedule/memory.hpp"
 
+#include "core/error.hpp"
+#include "schedule/k_periodic.hpp"
+
 #include "schedule/residue_table.hpp"
 #include "schedule/shared_weights.hpp"
 
@@ -17,6 +20,7 @@ namespace {
 struct FlightClass {
   double f_start = 0;
   double span = 0;
+  int shift = 0;  // of the F op whose micro-batches these are
 };
 }  // namespace
 
@@ -88,7 +92,7 @@ static std::vector<std::vector<FlightClass>> flight_classes(
     const madpipe::schedule::Op* b = backwards.at(f.stage, r);
     if (!b) continue;
     if (!kept) {
-      classes[f.stage].push_back(FlightClass{f.start_ms, span_between(f, *b, T, k)});
+      classes[f.stage].push_back(FlightClass{f.start_ms, span_between(f, *b, T, k), f.shift});
       continue;
     }
     const madpipe::schedule::Op* w = weights->at(f.stage, r);
@@ -96,7 +100,8 @@ static std::vector<std::vector<FlightClass>> flight_classes(
     madpipe::schedule::Op b_end = *b;
     b_end.start_ms += b->duration_ms;
     b_end.duration_ms = 0;
-    classes[f.stage].push_back(FlightClass{b_end.start_ms, span_between(b_end, *w, T, k)});
+    classes[f.stage].push_back(
+        FlightClass{b_end.start_ms, span_between(b_end, *w, T, k), f.shift});
   }
   return classes;
 }
@@ -268,10 +273,13 @@ static std::vector<madpipe::schedule::GpuMemory> static_memory_of_gpus(
   return memory;
 }
 
-// evaluate_memory, which stops at the first GPU whose total exceeds `stop_above` (the GPUs after
-// it are left at zero).
-static std::vector<madpipe::schedule::GpuMemory> memory_until(
-    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::schedule::Pattern& pattern,
+// Per-GPU memory of stages whose micro-batches are in flight as `classes` (stored bytes) and
+// `kept` (what W keeps) in a pattern of period `period`; stops at the first GPU whose total
+// exceeds `stop_above` (the GPUs after it are left at zero).
+static std::vector<madpipe::schedule::GpuMemory> memory_of_classes(
+    const std::vector<madpipe::schedule::Stage>& stages,
+    const std::vector<std::vector<FlightClass>>& classes,
+    const std::vector<std::vector<FlightClass>>& kept, double period,
     const madpipe::Platform& platform, std::int64_t stop_above) {
   using namespace madpipe::schedule;
   const int n = static_cast<int>(stages.size());
@@ -284,20 +292,49 @@ static std::vector<madpipe::schedule::GpuMemory> memory_until(
     memory[g] = statics[g];
     if (memory[g].total() > stop_above) return memory;
   }
-  if (pattern.period_ms <= 0) return memory;
-  const auto classes = flight_classes(pattern, n);
-  const auto kept = flight_classes(pattern, n, true);
+  if (period <= 0) return memory;
   for (int g = 0; g < platform.gpus; ++g) {
     std::vector<WeightedClasses> on_gpu;
     for (int s : stages_on[g]) {
       on_gpu.push_back(WeightedClasses{&classes[s], stages[s].stored_bytes});
       on_gpu.push_back(WeightedClasses{&kept[s], stages[s].weight_kept_bytes});
     }
-    const std::int64_t peak = std::max<std::int64_t>(0, peak_in_flight(on_gpu, pattern.period_ms));
+    const std::int64_t peak = std::max<std::int64_t>(0, peak_in_flight(on_gpu, period));
     memory[g].activations = peak;
     if (memory[g].total() > stop_above) return memory;
   }
   return memory;
+}
+
+// evaluate_memory, which stops at the first GPU whose total exceeds `stop_above`.
+static std::vector<madpipe::schedule::GpuMemory> memory_until(
+    const std::vector<madpipe::schedule::Stage>& stages, const madpipe::schedule::Pattern& pattern,
+    const madpipe::Platform& platform, std::int64_t stop_above) {
+  const int n = static_cast<int>(stages.size());
+  if (pattern.period_ms <= 0)
+    return memory_of_classes(stages, {}, {}, pattern.period_ms, platform, stop_above);
+  return memory_of_classes(stages, flight_classes(pattern, n), flight_classes(pattern, n, true),
+                           pattern.period_ms, platform, stop_above);
+}
+
+// The classes of drop_every_kth_plus_one(one_periodic, k) from those of the 1-periodic pattern:
+// copy r of a class starts r periods later, and the copy of the micro-batch the variant drops
+// is left out (as there: copy r of an op of shift s holds micro-batch r + s of each k + 1).
+static std::vector<std::vector<FlightClass>> k_variant_classes(
+    const std::vector<std::vector<FlightClass>>& one_periodic, int k, double period) {
+  std::vector<std::vector<FlightClass>> out(one_periodic.size());
+  for (std::size_t s = 0; s < one_periodic.size(); ++s) {
+    for (const FlightClass& c : one_periodic[s]) {
+      for (int r = 0; r <= k; ++r) {
+        const int offset = r + c.shift;
+        const int position = residue(offset, k + 1);
+        if (position == k) continue;
+        const int shift = (offset - position) / (k + 1) * k + position;
+        out[s].push_back(FlightClass{c.f_start + r * period, c.span, shift});
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
@@ -308,6 +345,28 @@ std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_memory(
 bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Pattern& pattern,
                                     const Platform& platform) {
   for (const GpuMemory& m : memory_until(stages, pattern, platform, platform.memory_bytes))
+    if (m.total() > platform.memory_bytes) return false;
+  return true;
+}
+
+std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_k_variant_memory(
+    const std::vector<Stage>& stages, const Pattern& one_periodic, int k,
+    const Platform& platform, std::int64_t stop_above) {
+  if (one_periodic.k != 1 || k < 1)
+    throw Error(ErrorKind::Internal, "", "", "k-periodic variant needs a 1-periodic pattern");
+  if (k == 1 || one_periodic.period_ms <= 0) return memory_until(stages, one_periodic, platform, stop_above);
+  const int n = static_cast<int>(stages.size());
+  const double T = one_periodic.period_ms;
+  return memory_of_classes(stages, k_variant_classes(flight_classes(one_periodic, n), k, T),
+                           k_variant_classes(flight_classes(one_periodic, n, true), k, T),
+                           (k + 1) * T, platform, stop_above);
+}
+
+bool madpipe::schedule::k_variant_fits(const std::vector<Stage>& stages,
+                                       const Pattern& one_periodic, int k,
+                                       const Platform& platform) {
+  for (const GpuMemory& m :
+       evaluate_k_variant_memory(stages, one_periodic, k, platform, platform.memory_bytes))
     if (m.total() > platform.memory_bytes) return false;
   return true;
 }

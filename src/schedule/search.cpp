@@ -64,7 +64,7 @@ static const madpipe::schedule::Pattern* fitting_variant(
   std::optional<bool> fits = k_variant_fits_memory(stages, base->peaks, k, platform);
   if (!fits) {
     ++generated.stats().variants_measured;
-    fits = fits_memory(stages, drop_every_kth_plus_one(base->pattern, k), platform);
+    fits = k_variant_fits(stages, base->pattern, k, platform);
   }
   if (!*fits) return nullptr;
   return &base->pattern;

@@ -267,12 +267,16 @@ TEST(KVariantMemory, ToldWithoutBuildingAgreesWithTheBuiltVariant) {
     for (int k = 1; k <= 6; ++k) {
       const ms::Pattern variant = ms::drop_every_kth_plus_one(*base, k);
       const auto totals = ms::totals(ms::evaluate_memory(stages, variant, platform));
+      EXPECT_EQ(ms::totals(ms::evaluate_k_variant_memory(stages, *base, k, platform)), totals)
+          << "trial " << trial << " k " << k;
       const std::int64_t largest = *std::max_element(totals.begin(), totals.end());
       for (std::int64_t limit : {largest - 1, largest, largest + 1}) {
         SCOPED_TRACE("trial " + std::to_string(trial) + " k " + std::to_string(k) + " limit " +
                      std::to_string(limit - largest));
         platform.memory_bytes = limit;
         const std::optional<bool> fits = ms::k_variant_fits_memory(stages, peaks, k, platform);
+        EXPECT_EQ(ms::k_variant_fits(stages, *base, k, platform),
+                  ms::fits_memory(stages, variant, platform));
         ++compared;
         if (contiguous) {
           ASSERT_TRUE(fits.has_value());
@@ -285,4 +289,37 @@ TEST(KVariantMemory, ToldWithoutBuildingAgreesWithTheBuiltVariant) {
   }
   EXPECT_GT(compared, 300);
   EXPECT_GT(told, compared / 2);
+}
+
+// With split backwards (what W keeps counts too) and several stages per GPU, the variant's memory
+// computed from its 1-periodic pattern is the built variant's, GPU by GPU.
+TEST(KVariantMemory, ComputedWithoutBuildingEqualsTheBuiltVariantWithSplitBackwards) {
+  std::mt19937 rng(31);
+  int compared = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int layers = 4 + trial % 6;
+    const int gpus = 2 + trial % 3;
+    const int n = 2 + static_cast<int>(rng() % (layers - 1));
+    auto stages = mt::random_stages(rng, layers, n, gpus, false);
+    for (ms::Stage& stage : stages) {
+      stage.backward_weight_ms = 0.4 * stage.backward_ms;
+      stage.weight_kept_bytes = stage.stored_bytes / 2 + 1;
+    }
+    const madpipe::Platform platform = platform_of(gpus);
+    const auto base =
+        ms::modulo_schedule(stages, platform, 2.0 * mt::busiest_load(stages, platform));
+    if (!base) continue;
+    for (int k = 2; k <= 5; ++k) {
+      const ms::Pattern variant = ms::drop_every_kth_plus_one(*base, k);
+      const auto computed = ms::evaluate_k_variant_memory(stages, *base, k, platform);
+      const auto built = ms::evaluate_memory(stages, variant, platform);
+      ASSERT_EQ(computed.size(), built.size());
+      for (std::size_t g = 0; g < built.size(); ++g)
+        EXPECT_EQ(computed[g].activations, built[g].activations)
+            << "trial " << trial << " k " << k << " gpu " << g;
+      EXPECT_EQ(ms::totals(computed), ms::totals(built));
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 60);
 }
