@@ -13,6 +13,7 @@
 #include "schedule/ilp_schedule.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/one_f_one_b.hpp"
+#include "schedule/period_bound.hpp"
 #include "schedule/retime.hpp"
 #include "schedule/search.hpp"
 #include "schedule/shared_weights.hpp"
@@ -169,6 +170,28 @@ static std::vector<mp::Allocation> with_node_placements(
   return out;
 }
 
+// The allocations, those whose period can be shortest first (by the bound of their busiest
+// resource and of their memory, schedule::memory_period_bound_ms; stable): where the time limit
+// stops scheduling, it stops at the least promising. Where memory binds, deep pipelines differ
+// most in how their stages share it (a V shape pairs the stage that keeps the most micro-batches
+// in flight with the one that keeps the fewest).
+static std::vector<mp::Allocation> ordered_by_bound(const madpipe::ChainCosts& costs,
+                                                    const madpipe::Platform& platform,
+                                                    std::vector<mp::Allocation> allocations) {
+  std::vector<std::pair<double, std::size_t>> bounds;
+  for (std::size_t i = 0; i < allocations.size(); ++i) {
+    const std::vector<ms::Stage> stages = mp::stages_of(costs, allocations[i]);
+    bounds.emplace_back(std::max(ms::busiest_resource_ms(stages, platform),
+                                 ms::memory_period_bound_ms(stages, platform)),
+                        i);
+  }
+  std::stable_sort(bounds.begin(), bounds.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<mp::Allocation> ordered;
+  for (const auto& [bound, i] : bounds) ordered.push_back(std::move(allocations[i]));
+  return ordered;
+}
+
 // Schedules each allocation (and its placement on the nodes of a multi-node platform) with the
 // given pattern families and keeps the shortest period. Once out of time, it stops as soon as
 // it has a plan (or a `fallback`), and until then tries each allocation at its longest period
@@ -180,7 +203,7 @@ static std::optional<mp::Candidate> schedule_allocations(
   using namespace madpipe;
   context.enter("schedule");
   const std::vector<mp::Allocation> allocations =
-      with_node_placements(costs, platform, dp_allocations);
+      ordered_by_bound(costs, platform, with_node_placements(costs, platform, dp_allocations));
   std::optional<mp::Candidate> best;
   const int total = static_cast<int>(allocations.size());
   for (int index = 0; index < total; ++index) {

@@ -20,8 +20,8 @@ Pattern drop_every_kth_plus_one(const Pattern& one_periodic, int k);
 // computed from the 1-periodic pattern without building the variant (k + 1 times its ops). Stops
 // at the first GPU whose total exceeds `stop_above` (the GPUs after it are left at zero).
 std::vector<GpuMemory> evaluate_k_variant_memory(
-    const std::vector<Stage>& stages, const Pattern& one_periodic, int k,
-    const Platform& platform, std::int64_t stop_above = std::numeric_limits<std::int64_t>::max());
+    const std::vector<Stage>& stages, const Pattern& one_periodic, int k, const Platform& platform,
+    std::int64_t stop_above = std::numeric_limits<std::int64_t>::max());
 // fits_memory(stages, drop_every_kth_plus_one(one_periodic, k), platform), without building it.
 bool k_variant_fits(const std::vector<Stage>& stages, const Pattern& one_periodic, int k,
                     const Platform& platform);

@@ -2,7 +2,6 @@
 
 #include "core/error.hpp"
 #include "schedule/k_periodic.hpp"
-
 #include "schedule/residue_table.hpp"
 #include "schedule/shared_weights.hpp"
 
@@ -100,8 +99,7 @@ static std::vector<std::vector<FlightClass>> flight_classes(
     madpipe::schedule::Op b_end = *b;
     b_end.start_ms += b->duration_ms;
     b_end.duration_ms = 0;
-    classes[f.stage].push_back(
-        FlightClass{b_end.start_ms, span_between(b_end, *w, T, k), f.shift});
+    classes[f.stage].push_back(FlightClass{b_end.start_ms, span_between(b_end, *w, T, k), f.shift});
   }
   return classes;
 }
@@ -350,11 +348,12 @@ bool madpipe::schedule::fits_memory(const std::vector<Stage>& stages, const Patt
 }
 
 std::vector<madpipe::schedule::GpuMemory> madpipe::schedule::evaluate_k_variant_memory(
-    const std::vector<Stage>& stages, const Pattern& one_periodic, int k,
-    const Platform& platform, std::int64_t stop_above) {
+    const std::vector<Stage>& stages, const Pattern& one_periodic, int k, const Platform& platform,
+    std::int64_t stop_above) {
   if (one_periodic.k != 1 || k < 1)
     throw Error(ErrorKind::Internal, "", "", "k-periodic variant needs a 1-periodic pattern");
-  if (k == 1 || one_periodic.period_ms <= 0) return memory_until(stages, one_periodic, platform, stop_above);
+  if (k == 1 || one_periodic.period_ms <= 0)
+    return memory_until(stages, one_periodic, platform, stop_above);
   const int n = static_cast<int>(stages.size());
   const double T = one_periodic.period_ms;
   return memory_of_classes(stages, k_variant_classes(flight_classes(one_periodic, n), k, T),

@@ -174,8 +174,8 @@ static bool op_before(const madpipe::schedule::Op& x, const madpipe::schedule::O
   const bool tx = x.kind == OpKind::SendAct || x.kind == OpKind::SendGrad;
   const bool ty = y.kind == OpKind::SendAct || y.kind == OpKind::SendGrad;
   return std::make_tuple(tx, x.gpu, x.link.a, x.link.b, x.stage, static_cast<int>(x.kind),
-                         x.shift) < std::make_tuple(ty, y.gpu, y.link.a, y.link.b, y.stage,
-                                                    static_cast<int>(y.kind), y.shift);
+                         x.shift) <
+         std::make_tuple(ty, y.gpu, y.link.a, y.link.b, y.stage, static_cast<int>(y.kind), y.shift);
 }
 
 void madpipe::schedule::sort_ops(Pattern& pattern) {

@@ -4,10 +4,12 @@
 #include "schedule/memory.hpp"
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
+#include "schedule/period_bound.hpp"
 #include "schedule/retime.hpp"
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 
 using Generator = std::function<std::optional<madpipe::schedule::Pattern>(double)>;
@@ -109,6 +111,9 @@ std::optional<madpipe::schedule::ScheduledPattern> madpipe::schedule::schedule_u
   for (const PipelineResource& r : resources) total += r.load_ms();
   const double lo = busiest_resource_ms(stages, platform);
   if (lo >= options.give_up_at_ms) return std::nullopt;
+  if (options.give_up_at_ms < std::numeric_limits<double>::infinity() &&
+      memory_period_bound_ms(stages, platform) >= options.give_up_at_ms)
+    return std::nullopt;
   const double hi_start = std::max(total, lo) * (1 + 1e-9);
   const int max_k = options.max_k > 0 ? options.max_k : static_cast<int>(resources.size());
 
