@@ -134,15 +134,30 @@ double madpipe::partition::memory_bound_period_ms(const ChainCosts& costs,
                                                   const Platform& platform) {
   double bound = 0;
   double after = 0;  // sum over the layers from l to the end
+  double held = 0;   // sum over the layers of stored bytes x after
+  std::int64_t largest_workspace = 0;
   for (int l = costs.num_layers() - 1; l >= 0; --l) {
     after += costs.compute_ms(l, l) - costs.backward_weight_ms(l, l);
     const std::int64_t stored = costs.stored_bytes(l, l);
+    largest_workspace = std::max(largest_workspace, costs.workspace_bytes(l, l));
+    held += static_cast<double>(stored) * after;
     if (stored <= 0) continue;
     const std::int64_t room = platform.memory_bytes -
                               platform.weight_copies * costs.weight_bytes(l, l) -
                               costs.workspace_bytes(l, l);
     const std::int64_t most_in_flight = room / stored;
     if (most_in_flight >= 1) bound = std::max(bound, after / static_cast<double>(most_in_flight));
+  }
+  // All GPUs together: each layer's micro-batches are held at least `after` (its stage's round
+  // trip is no shorter), and what the GPUs have for them is at most P M less every weight once
+  // (C copies) and the largest workspace.
+  if (costs.num_layers() > 0) {
+    const double room =
+        static_cast<double>(platform.gpus) * static_cast<double>(platform.memory_bytes) -
+        static_cast<double>(platform.weight_copies) *
+            static_cast<double>(costs.weight_bytes(0, costs.num_layers() - 1)) -
+        static_cast<double>(largest_workspace);
+    if (room > 0 && held > 0) bound = std::max(bound, held / room * (1 - 1e-9));
   }
   return bound;
 }

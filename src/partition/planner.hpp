@@ -154,8 +154,9 @@ double lower_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 // No plan that keeps every activation (no rematerialization or offloading) has a smaller
 // normalized period (Little's law): a micro-batch holds what layer l stores from the start of
 // l's forward to the end of its (input) backward, at least sum_{m >= l} (u_F(m) + u_B(m) - its W
-// part) apart, and a GPU holding l keeps at most (M - C W_l - workspace_l) / stored_l of them.
-// 0 where no layer binds.
+// part) apart, and a GPU holding l keeps at most (M - C W_l - workspace_l) / stored_l of them;
+// all GPUs together keep sum_l stored_l x that time / T, within P M less every weight (C copies)
+// and the largest workspace. 0 where no layer binds.
 double memory_bound_period_ms(const ChainCosts& costs, const Platform& platform);
 
 // The best bound the planner knows for `plan`: lower_bound_period_ms, and memory_bound_period_ms

@@ -441,3 +441,36 @@ TEST(Planner, TheMemoryAwareBoundCountsWhatMemoryKeepsInFlight) {
   EXPECT_GE(result.plan.predicted.period_ms, 4.5 * (1 - 1e-9));
   EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
 }
+
+// Little's law over all GPUs together: four layers of 1 ms forward and 2 ms backward, each with
+// 1 MB of weights and storing 1 MB, on two GPUs of 4.2 MB. Each layer alone would keep three
+// micro-batches (4 ms for layer 0), but the weights leave 8.4 - 4 MB for all of them, and layer
+// l's are held at least 12 - 3 l ms: no plan beats (1.001 x 12 + 1.000001 x 18) / 4.4 ms.
+TEST(Planner, TheMemoryAwareBoundCountsTheMemoryOfAllGpusTogether) {
+  madpipe::Profile profile;
+  profile.name = "four";
+  profile.device = "test";
+  profile.batch = 1;
+  profile.input_bytes = 1000;
+  for (int l = 0; l < 4; ++l) {
+    madpipe::Layer layer;
+    layer.name = "layer" + std::to_string(l);
+    layer.forward_ms = 1;
+    layer.backward_ms = 2;
+    layer.weight_bytes = 1000 * 1000;
+    layer.saved_bytes = 1000 * 1000;
+    layer.output_bytes = 1;
+    profile.layers.push_back(layer);
+  }
+  const madpipe::Platform platform = mt::make_platform(2, 4200 * 1000, 1e9, 1);
+  const madpipe::ChainCosts costs(profile);
+  const double held = 1001000.0 * 12 + 1000001.0 * (9 + 6 + 3);
+  const double bound = held / (2 * 4.2e6 - 4e6);
+  EXPECT_NEAR(mp::lower_bound_period_ms(costs, platform), 6.0, 1e-9);
+  EXPECT_NEAR(mp::memory_bound_period_ms(costs, platform), bound, 1e-6);
+  const mp::PlanResult result = mp::make_plan(profile, platform);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_NEAR(result.plan.predicted.lower_bound_period_ms, bound, 1e-6);
+  EXPECT_GE(result.plan.predicted.period_ms, bound);
+  EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
+}
