@@ -22,7 +22,7 @@ enum class PatternFamily {
 // What a schedule search did, for tests and benchmarks that count work rather than time it.
 struct ScheduleSearchStats {
   int patterns_generated = 0;  // 1-periodic patterns built, each period of each family once
-  int variants_measured = 0;   // k-periodic variants built only to measure their memory
+  int variants_measured = 0;   // k-periodic variants whose memory the bounds could not tell
   int candidates_retimed = 0;  // patterns (k-periodic variants built for it) retimed as candidates
 };
 

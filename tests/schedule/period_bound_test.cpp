@@ -72,3 +72,21 @@ TEST(MemoryPeriodBound, NoPatternThatFitsBeatsIt) {
 }
 
 }  // namespace
+
+namespace {
+// An allocation whose memory bound cannot beat the period to beat is given up before any
+// pattern is generated.
+TEST(MemoryPeriodBound, TheSearchGivesUpAtOnceWhereItCannotBeat) {
+  const auto stages = two_stages();
+  const madpipe::Platform tight = mt::make_platform(2, 15, 1e9, 1);  // bound 4 ms, busiest 3 ms
+  ms::ScheduleSearchStats stats;
+  ms::ScheduleSearchOptions options;
+  options.stats = &stats;
+  options.give_up_at_ms = 3.5;  // above the busiest resource, below the memory bound
+  EXPECT_FALSE(ms::schedule_under_memory(stages, tight, options).has_value());
+  EXPECT_EQ(stats.patterns_generated, 0);
+  options.give_up_at_ms = 7.0;  // 6 ms is found
+  EXPECT_TRUE(ms::schedule_under_memory(stages, tight, options).has_value());
+  EXPECT_GT(stats.patterns_generated, 0);
+}
+}  // namespace
