@@ -6,6 +6,7 @@
 #include "partition/loop_placements.hpp"
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
+#include "plan/simulate.hpp"
 #include "plan/validate.hpp"
 #include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
@@ -189,6 +190,32 @@ TEST(Baselines, MadPipeIsNeverWorse) {
         EXPECT_LE(madpipe_plan.plan.predicted.period_ms,
                   baseline.plan.predicted.period_ms * (1 + 1e-9))
             << mp::to_string(algorithm) << ", trial " << trial << ", memory " << memory;
+      }
+    }
+  }
+}
+
+// On the zero-bubble paper's uniform case (every stage F = 2 ms, B = 4 ms of which W = 2 ms, free
+// links), a synchronous step of m micro-batches run as soon as possible takes what the papers
+// say: 1F1B (m + p - 1)(F + B), and GPipe with m micro-batches per flush the same.
+TEST(Baselines, StepsOfOneFOneBAndGPipeMatchTheirFormulasOnUniformChains) {
+  for (int p : {2, 3, 4, 8}) {
+    const madpipe::Profile profile = mt::with_split_backward(
+        mt::make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0)), 0.5);
+    const madpipe::Platform platform = mt::huge_memory_platform(p);
+    for (int m : {p, 2 * p, 4 * p}) {
+      for (mp::Algorithm algorithm : {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
+        SCOPED_TRACE(std::string(mp::to_string(algorithm)) + " p " + std::to_string(p) + " m " +
+                     std::to_string(m));
+        mp::PlannerOptions options;
+        options.algorithm = algorithm;
+        options.micro_batches_per_step = m;
+        const auto result = mp::make_plan(profile, platform, options);
+        ASSERT_TRUE(result.feasible) << result.reason;
+        mplan::SimOptions step;
+        step.micro_batches = m;
+        step.policy = mplan::StartPolicy::Asap;
+        EXPECT_NEAR(mplan::simulate(result.plan, step).step_ms, (m + p - 1) * 6.0, 1e-6);
       }
     }
   }
