@@ -258,6 +258,28 @@ static std::string count_weight_copies(const madpipe::cli::PlanOptions& options,
          compute_dtype_name(precision) + " weights";
 }
 
+// Where memory, not compute, sets the period of a plan that keeps every activation (the
+// memory-aware bound above the compute bound, and the period well above the compute bound), says
+// so and names what could shorten it.
+static void print_memory_binds_note(const madpipe::plan::Plan& plan,
+                                    const madpipe::Profile& profile,
+                                    const madpipe::partition::PlannerOptions& planner) {
+  using namespace madpipe;
+  constexpr double kWellAbove = 1.5;
+  if (planner.remat.remat != partition::RematStrategy::None ||
+      planner.remat.offload != partition::OffloadStrategy::None || plan.predicted.period_ms <= 0)
+    return;
+  const double compute_bound = partition::lower_bound_period_ms(profile, plan.platform);
+  const double bound = plan.predicted.lower_bound_period_ms;
+  if (bound <= compute_bound * (1 + 1e-9) || plan.predicted.period_ms < kWellAbove * compute_bound)
+    return;
+  std::cout << "note         memory sets this period: no plan that keeps every activation beats "
+            << format_ms(bound) << " per micro-batch, where compute alone allows "
+            << format_ms(compute_bound)
+            << "; --remat rotor (recompute activations in the backward) or --offload host may "
+               "plan a shorter one\n";
+}
+
 int madpipe::cli::run_plan(const PlanOptions& options) {
   const Profile profile = read_profile(options.profile_path);
   PlatformOptions platform_options = options.platform;
@@ -284,6 +306,7 @@ int madpipe::cli::run_plan(const PlanOptions& options) {
               << cli::fixed(100 * solver.gap, 2) << "%\n";
   }
   for (const std::string& note : result.notes) std::cout << "note         " << note << '\n';
+  print_memory_binds_note(result.plan, profile, planner);
   if (!options.output_path.empty()) {
     plan::write_plan(result.plan, options.output_path);
     std::cout << "plan written to " << options.output_path << '\n';

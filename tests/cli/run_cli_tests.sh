@@ -400,6 +400,20 @@ case_too_little_memory() {
   expect_status 0
 }
 
+# Where memory, not compute, sets the period of a plan that keeps every activation, a note says
+# so and names the options that may shorten it; none where compute sets it.
+case_plan_memory_binds() {
+  local gpt2_xl16=$source_dir/configs/profiles/gpt2_xl16.json
+  run plan --profile "$gpt2_xl16" --gpus 4 --memory 4GiB --bandwidth 50GB/s --scheduler heuristic \
+    --quiet
+  expect_status 0
+  expect_match out "^note +memory sets this period: no plan that keeps every activation beats [0-9.]+ ms per micro-batch, where compute alone allows 18\\.09 ms; --remat rotor \\(recompute activations in the backward\\) or --offload host may plan a shorter one$"
+  run plan --profile "$gpt2_xl16" --gpus 4 --memory 6GiB --bandwidth 50GB/s --scheduler heuristic \
+    --quiet
+  expect_status 0
+  ! grep -q "memory sets this period" out || fail "a note that memory binds where it does not"
+}
+
 # --time-limit bounds the whole request: cut short, the plan found by then comes with a note
 # saying what was cut, and it is a valid plan.
 case_time_limit() {
@@ -1111,7 +1125,7 @@ case_profile_analytic() {
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan scale export_torch split_backward profile_analytic)
+  multi_node memplan scale export_torch split_backward profile_analytic plan_memory_binds)
 
 run_case() {
   case_name=$1
