@@ -47,16 +47,20 @@ def main(out):
         with open(path) as f:
             for r in csv.DictReader(f):
                 rows.append((key, r))
+    # With --remat rotor, `compare` plans each algorithm without and with it: the plain plan's
+    # columns, then the period with rematerialization.
     lines = ["| model | P | memory | remat | algorithm | period (ms) | vs bound | max GPU memory (GiB) "
-             "| planning (s) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| planning (s) | with remat (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in sorted(rows, key=lambda kr: (kr[0][0], kr[0][1], kr[0][2], kr[0][3])):
         model, gpus, memory, remat = key
         ok = r["status"] == "ok"
+        with_remat = r.get("remat_period_ms") or ""
+        with_remat = f"{float(with_remat):.2f}" if with_remat else "-"
         lines.append(f"| {model} | {gpus} | {memory} | {remat} | {r['algorithm']} | "
                      f"{float(r['period_ms']):.2f} | {float(r['ratio_to_lower_bound']):.3f} | "
-                     f"{gib(r['max_memory_bytes'])} | {r['planning_s']} |" if ok else
+                     f"{gib(r['max_memory_bytes'])} | {r['planning_s']} | {with_remat} |" if ok else
                      f"| {model} | {gpus} | {memory} | {remat} | {r['algorithm']} | {r['status']} "
-                     f"| - | - | {r['planning_s']} |")
+                     f"| - | - | {r['planning_s']} | {with_remat} |")
     lines += ["", "Planning time of each whole comparison (every algorithm), in seconds:", "",
               "| model | P | memory | remat | seconds |", "|---|---|---|---|---|"]
     for key in sorted(walls):
