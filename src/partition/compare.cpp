@@ -25,21 +25,17 @@ ComparisonRow plan_row(const madpipe::Profile& profile, const madpipe::Platform&
   ComparisonRow row;
   row.algorithm = options.algorithm;
   const RematSettings asked = options.remat;
-  const bool remat_asked =
-      asked.remat != RematStrategy::None || asked.offload != OffloadStrategy::None;
   if (remat_apart) {
     options.remat.remat = RematStrategy::None;
     options.remat.offload = OffloadStrategy::None;
-    // The plan with rematerialization gets what the plain one leaves of the row's time, at least
-    // half: where memory binds, the plain search would use it all.
-    if (remat_asked) options.time_limit_s = std::max(1e-3, 0.5 * seconds);
   }
   row.plan = checked_plan(profile, platform, options);
   row.planning_seconds = row.plan.planning_seconds;
   row.cut_by_time_limit = row.plan.cut_by_time_limit;
-  if (remat_apart && remat_asked) {
+  if (remat_apart &&
+      (asked.remat != RematStrategy::None || asked.offload != OffloadStrategy::None)) {
     options.remat = asked;
-    options.time_limit_s = std::max(1e-3, seconds - row.planning_seconds);
+    options.time_limit_s = std::max(1e-3, options.time_limit_s - row.planning_seconds);
     row.remat = checked_plan(profile, platform, options);
     row.planning_seconds += row.remat->planning_seconds;
     row.cut_by_time_limit = row.cut_by_time_limit || row.remat->cut_by_time_limit;

@@ -39,20 +39,7 @@ std::function<void(const std::string&)> mp::PlanningContext::detail_sink() {
 }
 
 std::function<bool()> mp::PlanningContext::out_of_time(double share) {
-  const double absolute = absolute_share(share);
-  return [this, absolute] { return budget_.used(absolute); };
-}
-
-double mp::PlanningContext::seconds_left() const {
-  if (!budget_.has_limit()) return budget_.seconds_left();
-  const double limit = budget_.seconds_left() + budget_.elapsed_s();
-  return window_.end * limit - budget_.elapsed_s();
-}
-
-double mp::PlanningContext::used_share() const {
-  if (!budget_.has_limit()) return 0;
-  const double limit = budget_.seconds_left() + budget_.elapsed_s();
-  return limit > 0 ? std::min(1.0, budget_.elapsed_s() / limit) : 1.0;
+  return [this, share] { return budget_.used(share); };
 }
 
 // Shares of the time limit each phase may run until: what is left goes to the phases after it.
@@ -61,8 +48,6 @@ constexpr double kScheduleShare = 0.75;
 constexpr double kRefineShare = 0.9;
 constexpr double kSplitChoiceShare = 0.93;
 constexpr int kSplitChoiceEvaluations = 60;
-// With rematerialization or offloading, the plain search's share of the request's time.
-constexpr double kPlainShareWithRemat = 0.5;
 
 // The backend the ILPs use, or "" when none is built and none was asked for.
 static std::string milp_backend(const mp::MilpSettings& milp, bool required,
@@ -119,12 +104,13 @@ static std::string describe_solve(const madpipe::solver::SolveResult& result) {
 // An ILP's time limit within what is left. Under a request time limit the solver gets three
 // quarters of it: CBC counts CPU seconds and runs past its limit in preprocessing.
 static double ilp_seconds(double seconds, mp::PlanningContext& context) {
-  return context.budget().has_limit() ? std::min(seconds, 0.75 * context.seconds_left()) : seconds;
+  return context.budget().has_limit() ? std::min(seconds, 0.75 * context.budget().seconds_left())
+                                      : seconds;
 }
 
 // Under a request time limit, a solver still running at its end is stopped.
 static double wall_limit(mp::PlanningContext& context) {
-  return context.budget().has_limit() ? std::max(0.5, context.seconds_left()) : 0;
+  return context.budget().has_limit() ? std::max(0.5, context.budget().seconds_left()) : 0;
 }
 
 double mp::PlanningContext::exchange_share_ms(const std::vector<schedule::Stage>& stages) const {
@@ -148,22 +134,11 @@ static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candid
 std::optional<mp::Candidate> mp::plan_without_and_with(
     const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
     bool plain_can_fit, PlanningContext& context) {
-  if (!remat.enabled()) return plain_can_fit ? plan(nullptr) : std::nullopt;
-  // The plain search gets the first half of the window and the search with rematerialization
-  // what is left: where memory binds, the plain search's phases (its ILPs the longest) would use
-  // it all, and the plan with rematerialization can be many times faster.
-  const PlanningContext::Window window = context.window();
-  std::optional<Candidate> best;
-  if (plain_can_fit) {
-    context.set_window(
-        {window.start, window.start + kPlainShareWithRemat * (window.end - window.start)});
-    best = plan(nullptr);
-    context.set_window({std::max(window.start, context.used_share()), window.end});
-  }
+  std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
+  if (!remat.enabled()) return best;
   // Planning again costs a ROTOR solve per stage range, which no deadline interrupts: with a
   // plan and less than a tenth of the time left, it is cut.
-  if (best && window.end - context.used_share() < 0.1 * (window.end - window.start)) {
-    context.set_window(window);
+  if (best && context.expired(0.9)) {
     context.budget().cut("planning with per-stage rematerialization");
     return best;
   }
@@ -174,7 +149,6 @@ std::optional<mp::Candidate> mp::plan_without_and_with(
     keep_better(best, std::move(*with_remat), context);
   context.detail("rematerialization options computed for " +
                  std::to_string(remat.ranges_computed()) + " stage ranges");
-  context.set_window(window);
   return best;
 }
 
@@ -371,7 +345,7 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
   using namespace madpipe;
   const double lower_bound = mp::lower_bound_period_ms(costs, platform);
   // One time budget for all of them: options.milp.time_limit_s, within the request's.
-  const double ilp_budget_s = std::min(options.milp.time_limit_s, context.seconds_left());
+  const double ilp_budget_s = std::min(options.milp.time_limit_s, context.budget().seconds_left());
   const double started_s = context.budget().elapsed_s();
   int solved = 0;
   for (const mp::Allocation& allocation : allocations) {
@@ -642,7 +616,7 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
   // The full ILP plans plain stages.
   if (!plain_can_fit) return warm;
   const double seconds =
-      ilp_seconds(std::min(options.milp.time_limit_s, context.seconds_left()), context);
+      ilp_seconds(std::min(options.milp.time_limit_s, context.budget().seconds_left()), context);
   if (seconds < 0.1) {
     context.budget().cut("the full ILP (returning its warm start)");
     return warm;

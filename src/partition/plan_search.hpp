@@ -49,25 +49,11 @@ class PlanningContext {
   // A note is kept for PlanResult::notes and shown as a detail line.
   void note(const std::string& line);
   // Whether the phase that may use `share` of the time limit (the DPs half, scheduling three
-  // quarters, the local search nine tenths, the ILPs all) is out of time. Shares are of the
-  // current window of the limit (set_window; the whole limit by default).
-  bool expired(double share = 1.0) const { return budget_.used(absolute_share(share)); }
+  // quarters, the local search nine tenths, the ILPs all) is out of time.
+  bool expired(double share = 1.0) const { return budget_.used(share); }
   // For the DPs, the schedule search and the local search.
   std::function<void(const std::string&)> detail_sink();
   std::function<bool()> out_of_time(double share = 1.0);
-  // Seconds left until the end of the window (infinite without a limit).
-  double seconds_left() const;
-  // The part of the time limit, from `start` to `end` (shares of the whole, 0 <= start <= end
-  // <= 1), that the phases' shares divide from now on: a request that plans twice (without, then
-  // with rematerialization) gives each its window.
-  struct Window {
-    double start = 0;
-    double end = 1;
-  };
-  Window window() const { return window_; }
-  void set_window(Window window) { window_ = window; }
-  // The share of the whole limit used so far (0 without a limit).
-  double used_share() const;
 
   const std::vector<std::string>& notes() const { return notes_; }
 
@@ -84,12 +70,7 @@ class PlanningContext {
   PlanningBudget& budget_;
   Platform platform_;
   int micro_batches_per_step_ = 0;
-  double absolute_share(double share) const {
-    return window_.start + share * (window_.end - window_.start);
-  }
-
   std::vector<std::string> notes_;
-  Window window_;
   int allocations_total_ = 0;
   int allocations_scheduled_ = 0;
 };

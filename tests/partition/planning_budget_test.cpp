@@ -3,14 +3,7 @@
 
 #include "partition/planning_budget.hpp"
 
-#include "core/platform.hpp"
-#include "core/profile.hpp"
-#include "partition/plan_search.hpp"
-#include "partition/stage_options.hpp"
-#include "support/test_support.hpp"
-
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,52 +107,4 @@ TEST(PlanningBudget, CutsAreKeptOnce) {
   budget.cut("the stage ILPs");
   budget.cut("the local search");
   EXPECT_EQ(budget.cuts(), (std::vector<std::string>{"the local search", "the stage ILPs"}));
-}
-
-// A window of the limit: the phases' shares divide it, and what is left ends with it.
-TEST(PlanningContext, SharesDivideTheWindow) {
-  Fixture f;
-  mp::PlanningBudget budget = f.make(10);
-  mp::PlanningContext context(budget, madpipe::Platform{}, 0);
-  context.set_window({0.2, 0.6});  // seconds 2 to 6
-  f.now += 3;
-  EXPECT_DOUBLE_EQ(context.used_share(), 0.3);
-  EXPECT_DOUBLE_EQ(context.seconds_left(), 3);
-  EXPECT_FALSE(context.expired(0.5));  // until 4 s
-  f.now += 1;
-  EXPECT_TRUE(context.expired(0.5));
-  EXPECT_FALSE(context.expired());
-  EXPECT_FALSE(context.out_of_time()());
-  f.now += 2;
-  EXPECT_TRUE(context.out_of_time()());
-}
-
-// Planning without, then with rematerialization: the plain search gets half of the limit however
-// long it would run, and the search with rematerialization what it leaves.
-TEST(PlanningContext, ThePlainSearchLeavesHalfTheLimitToRematerialization) {
-  Fixture f;
-  mp::PlanningBudget budget = f.make(10);
-  mp::PlanningContext context(budget, madpipe::Platform{}, 0);
-  madpipe::Profile profile = madpipe::testing::make_chain({1, 1}, {2, 2});
-  mp::RematSettings settings;
-  settings.remat = mp::RematStrategy::Rotor;
-  mp::StageOptions remat(profile, settings);
-  double plain_left = -1, remat_left = -1;
-  bool remat_planned = false;
-  const auto plan = [&](mp::StageOptions* options) -> std::optional<mp::Candidate> {
-    if (options == nullptr) {
-      plain_left = context.seconds_left();
-      while (!context.expired()) f.now += 0.25;  // a search that would use all it is given
-      return mp::Candidate{};
-    }
-    remat_planned = true;
-    remat_left = context.seconds_left();
-    return std::nullopt;
-  };
-  EXPECT_TRUE(mp::plan_without_and_with(plan, remat, true, context).has_value());
-  EXPECT_DOUBLE_EQ(plain_left, 5);
-  EXPECT_TRUE(remat_planned);
-  EXPECT_DOUBLE_EQ(remat_left, 5);
-  EXPECT_DOUBLE_EQ(context.window().start, 0);  // restored
-  EXPECT_DOUBLE_EQ(context.window().end, 1);
 }
