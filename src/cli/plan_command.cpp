@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <boost/program_options/value_semantic.hpp>
 
@@ -258,7 +260,7 @@ static std::string count_weight_copies(const madpipe::cli::PlanOptions& options,
          compute_dtype_name(precision) + " weights";
 }
 
-// Where memory, not compute, sets the period of a plan that keeps every activation (the
+// Where memory, not compute, sets the period of a plan whose stages keep every activation (the
 // memory-aware bound above the compute bound, and the period well above the compute bound), says
 // so and names what could shorten it.
 static void print_memory_binds_note(const madpipe::plan::Plan& plan,
@@ -266,18 +268,31 @@ static void print_memory_binds_note(const madpipe::plan::Plan& plan,
                                     const madpipe::partition::PlannerOptions& planner) {
   using namespace madpipe;
   constexpr double kWellAbove = 1.5;
-  if (planner.remat.remat != partition::RematStrategy::None ||
-      planner.remat.offload != partition::OffloadStrategy::None || plan.predicted.period_ms <= 0)
-    return;
+  if (plan.predicted.period_ms <= 0) return;
+  for (const schedule::Stage& stage : plan.stages)
+    if (stage.remat != schedule::RematStrategy::None ||
+        stage.offload != schedule::OffloadStrategy::None)
+      return;
   const double compute_bound = partition::lower_bound_period_ms(profile, plan.platform);
   const double bound = plan.predicted.lower_bound_period_ms;
   if (bound <= compute_bound * (1 + 1e-9) || plan.predicted.period_ms < kWellAbove * compute_bound)
     return;
+  // What was not asked for may help; what was asked for did not find a shorter plan in time.
+  std::vector<std::string> untried;
+  if (planner.remat.remat == partition::RematStrategy::None)
+    untried.push_back("--remat rotor (recompute activations in the backward)");
+  if (planner.remat.offload == partition::OffloadStrategy::None)
+    untried.push_back("--offload host");
   std::cout << "note         memory sets this period: no plan that keeps every activation beats "
             << format_ms(bound) << " per micro-batch, where compute alone allows "
-            << format_ms(compute_bound)
-            << "; --remat rotor (recompute activations in the backward) or --offload host may "
-               "plan a shorter one\n";
+            << format_ms(compute_bound);
+  if (untried.empty())
+    std::cout << "; no stage rematerializes or offloads: a longer --time-limit may find a plan "
+                 "that does\n";
+  else
+    std::cout << "; " << untried.front()
+              << (untried.size() > 1 ? " or " + untried.back() : std::string())
+              << " may plan a shorter one\n";
 }
 
 int madpipe::cli::run_plan(const PlanOptions& options) {

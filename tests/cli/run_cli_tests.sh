@@ -412,6 +412,12 @@ case_plan_memory_binds() {
     --quiet
   expect_status 0
   ! grep -q "memory sets this period" out || fail "a note that memory binds where it does not"
+  # Offloading asked for but no stage offloads: the note names what was not asked.
+  run plan --profile "$gpt2_xl16" --gpus 4 --memory 4GiB --bandwidth 50GB/s --scheduler heuristic \
+    --offload host --host-bandwidth 12GB/s --time-limit 1 --quiet
+  expect_status 0
+  if grep -q "offload" <(sed -n '/^stage /,/^$/p' out); then return 0; fi
+  expect_match out "^note +memory sets this period: .*; --remat rotor \\(recompute activations in the backward\\) may plan a shorter one$"
 }
 
 # --time-limit bounds the whole request: cut short, the plan found by then comes with a note
