@@ -91,6 +91,9 @@ PatternIlp::Decoded PatternIlp::decode(const std::vector<double>& values) const 
       break;
     }
   }
+  // The period is the objective: the solver may leave a micro-batch waiting whole periods between
+  // two of its ops, which costs memory and nothing else.
+  out.pattern = with_earliest_shifts(out.pattern, out.stages, platform_);
   return out;
 }
 

@@ -276,3 +276,35 @@ std::optional<madpipe::schedule::Pattern> madpipe::schedule::retime(
   sort_ops(out);
   return out;
 }
+
+madpipe::schedule::Pattern madpipe::schedule::with_earliest_shifts(const Pattern& pattern,
+                                                                   const std::vector<Stage>& stages,
+                                                                   const Platform& platform) {
+  if (pattern.k != 1 || !(pattern.period_ms > 0)) return pattern;
+  Pattern out = pattern;
+  std::map<std::pair<OpKind, int>, Op*> op_of;
+  for (Op& op : out.ops) op_of[{op.kind, op.stage}] = &op;
+  const auto find = [&op_of](const Op& wanted) -> Op* {
+    const auto it = op_of.find({wanted.kind, wanted.stage});
+    return it == op_of.end() ? nullptr : it->second;
+  };
+  const double T = out.period_ms;
+  const double eps = 1e-9 * T;  // the validator's tolerance for dependencies
+  // Micro-batch 0 runs an op of shift x in period -x: `next` waits the fewest periods after
+  // `before` ends.
+  const auto follow = [&](const Op& before, Op& next) {
+    const double wait = before.start_ms + before.duration_ms - next.start_ms - eps;
+    next.shift = before.shift - std::max(0, static_cast<int>(std::ceil(wait / T)));
+  };
+  const std::vector<Op> chain = micro_batch_chain(stages, platform);
+  std::vector<Op*> ops;
+  for (const Op& c : chain) ops.push_back(find(c));
+  for (const Op& w : weight_ops(stages)) ops.push_back(find(w));
+  if (std::find(ops.begin(), ops.end(), nullptr) != ops.end()) return pattern;
+  for (std::size_t c = 1; c < chain.size(); ++c) follow(*ops[c - 1], *ops[c]);
+  for (std::size_t w = chain.size(); w < ops.size(); ++w)
+    follow(*find({OpKind::B, ops[w]->stage}), *ops[w]);
+  normalize(out);
+  sort_ops(out);
+  return out;
+}

@@ -264,6 +264,13 @@ PY
     [[ $status -eq 0 ]] || fail "uninterrupted run failed"
     [[ $(wc -l <straight/metrics.jsonl) -eq 8 ]] || fail "one metrics line per update expected"
     grep -q '"step":8,.*"val_loss"' straight/metrics.jsonl || fail "no validation at step 8"
+    # Its plan keeps 2 micro-batches in flight on stage 0: one per update is refused, with what
+    # to change.
+    mpi 2 --model mlp --layers 3 --width 8 --inputs 4 --outputs 2 --micro-batch-size 2 \
+      --micro-batches 1 --mode 2bw --gpus 2 --steps 1 --plan straight/plan.json --output-dir one
+    [[ $status -eq 2 ]] || fail "2bw with fewer micro-batches than in flight must exit 2"
+    grep -q "micro-batches: 2bw needs at least as many micro-batches per update as the plan keeps in flight on a stage (2), got 1: raise --micro-batches to 2, plan with --algorithm 1f1b" err ||
+      fail "the refusal should say what to change: $(cat err)"
     mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 4 --plan straight/plan.json --output-dir resumed
     [[ $status -eq 0 ]] || fail "first half failed"
     [[ $(cat resumed/checkpoints/latest) == 4 ]] || fail "latest should name step 4"
@@ -964,9 +971,11 @@ PY
     [[ $status -eq 0 ]] || fail "the dropout resume failed: $(tail -3 err)"
     same_losses drop/metrics.jsonl drop-straight/metrics.jsonl || fail "with dropout: losses differ"
     # 2BW checkpoints hold each stage's two weight versions: they resume only where they ran.
-    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 4 --output-dir twobw
+    # 1f1b: 2bw needs a plan with at most --micro-batches in flight per stage, which the madpipe
+    # planner does not bound.
+    mpi 2 "${small[@]}" --mode 2bw --gpus 2 --steps 4 --algorithm 1f1b --output-dir twobw
     [[ $status -eq 0 ]] || fail "the 2bw run failed: $(tail -3 err)"
-    mpi 3 "${small[@]}" --mode 2bw --gpus 3 --steps 6 --resume --output-dir twobw
+    mpi 3 "${small[@]}" --mode 2bw --gpus 3 --steps 6 --algorithm 1f1b --resume --output-dir twobw
     [[ $status -eq 2 ]] || fail "a 2bw resume on other GPUs must be refused"
     grep -q "this checkpoint holds the stages of its plan (--mode 2bw keeps its two weight versions per stage): it resumes only where it was trained, but gpus 2 -> 3" err ||
       fail "the refusal should say why: $(cat err)"

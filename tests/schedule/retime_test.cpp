@@ -12,6 +12,7 @@
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+#include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -255,4 +256,131 @@ TEST(Retime, ZeroDurationOpsStartingWithAnotherOpKeepTheirDependencies) {
   ASSERT_TRUE(retimed.has_value());
   EXPECT_NEAR(retimed->period_ms, 1.0, 1e-9);
   EXPECT_TRUE(mplan::validate(mt::plan_of(stages, platform, *retimed)).empty());
+}
+
+namespace {
+// Micro-batch i runs an op of shift x in period i - x: the time from `before`'s end to `next`'s
+// start for one micro-batch.
+double wait_ms(const ms::Op& before, const ms::Op& next, double period) {
+  return next.start_ms + (before.shift - next.shift) * period - before.start_ms -
+         before.duration_ms;
+}
+
+const ms::Op& op_of(const ms::Pattern& pattern, OpKind kind, int stage) {
+  return *std::find_if(pattern.ops.begin(), pattern.ops.end(),
+                       [&](const ms::Op& op) { return op.kind == kind && op.stage == stage; });
+}
+
+// The (before, next) dependencies of one micro-batch: the chain's and each W after its B.
+std::vector<std::pair<ms::Op, ms::Op>> dependencies(const std::vector<ms::Stage>& stages,
+                                                    const madpipe::Platform& platform) {
+  std::vector<std::pair<ms::Op, ms::Op>> out;
+  const auto chain = ms::micro_batch_chain(stages, platform);
+  for (std::size_t c = 1; c < chain.size(); ++c) out.emplace_back(chain[c - 1], chain[c]);
+  for (const ms::Op& w : ms::weight_ops(stages)) {
+    ms::Op b = w;
+    b.kind = OpKind::B;
+    out.emplace_back(b, w);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(EarliestShifts, NoMicroBatchWaitsAWholePeriodAndNoStageKeepsMore) {
+  // 1-periodic patterns with and without split backwards, and the same patterns where a random
+  // point of the chain waits one to three whole periods more (everything before it shifted).
+  std::vector<Case> cases;
+  for (const Case& c : pattern_cases())
+    if (c.pattern.k == 1) cases.push_back(c);
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int layers = 3 + trial % 6, num_stages = 2 + trial % (layers - 1);
+    const bool contiguous = trial % 2 == 0;
+    const int gpus = contiguous ? num_stages : 2 + trial % 3;
+    const madpipe::Profile profile =
+        mt::with_split_backward(mt::random_chain(rng, layers), 0.2 + 0.1 * (trial % 5));
+    Case c;
+    c.stages = mt::random_stages(rng, profile, num_stages, gpus, contiguous);
+    c.platform = mt::huge_memory_platform(gpus);
+    for (double factor : {1.3, 2.0, 4.0})
+      if (auto p = ms::modulo_schedule(c.stages, c.platform,
+                                       factor * mt::busiest_load(c.stages, c.platform))) {
+        c.name = "split modulo trial " + std::to_string(trial) + " x" + std::to_string(factor);
+        c.pattern = *p;
+        cases.push_back(c);
+      }
+  }
+  ASSERT_GE(cases.size(), 100u);
+  int padded_cases = 0, split_cases = 0;
+  for (const Case& original : cases) {
+    const auto deps = dependencies(original.stages, original.platform);
+    const int n = static_cast<int>(original.stages.size());
+    if (!ms::weight_ops(original.stages).empty()) ++split_cases;
+    Case padded = original;
+    padded.name += " padded";
+    const ms::Op& wait_before = deps[rng() % deps.size()].second;
+    const int extra = 1 + static_cast<int>(rng() % 3);
+    // Everything of micro-batch 0 up to wait_before's predecessor runs `extra` periods earlier.
+    const auto chain = ms::micro_batch_chain(original.stages, original.platform);
+    std::vector<std::pair<OpKind, int>> earlier;
+    for (const ms::Op& c : chain) {
+      if (c.kind == wait_before.kind && c.stage == wait_before.stage) break;
+      earlier.emplace_back(c.kind, c.stage);
+    }
+    for (ms::Op& op : padded.pattern.ops) {
+      const OpKind anchor = op.kind == OpKind::W ? OpKind::B : op.kind;
+      if (std::find(earlier.begin(), earlier.end(), std::make_pair(anchor, op.stage)) !=
+              earlier.end() &&
+          !(op.kind == OpKind::W && wait_before.kind == OpKind::W && op.stage == wait_before.stage))
+        op.shift += extra;
+    }
+    ms::normalize(padded.pattern);
+    ms::Pattern tightest_of_original;
+    for (const Case* c : std::initializer_list<const Case*>{&original, &padded}) {
+      SCOPED_TRACE(c->name);
+      const auto given = mplan::validate(mt::plan_of(c->stages, c->platform, c->pattern));
+      ASSERT_TRUE(given.empty()) << mt::describe(given);
+      const ms::Pattern tight = ms::with_earliest_shifts(c->pattern, c->stages, c->platform);
+      EXPECT_EQ(tight.period_ms, c->pattern.period_ms);
+      ASSERT_EQ(tight.ops.size(), c->pattern.ops.size());
+      for (const ms::Op& op : tight.ops)
+        EXPECT_EQ(op.start_ms, op_of(c->pattern, op.kind, op.stage).start_ms);
+      const auto violations = mplan::validate(mt::plan_of(c->stages, c->platform, tight));
+      EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+      for (const auto& [before, next] : deps) {
+        const double wait = wait_ms(op_of(tight, before.kind, before.stage),
+                                    op_of(tight, next.kind, next.stage), tight.period_ms);
+        EXPECT_GE(wait, -1e-9 * tight.period_ms) << ms::op_token(next.kind, next.stage);
+        EXPECT_LT(wait, tight.period_ms) << ms::op_token(next.kind, next.stage);
+      }
+      const auto kept = ms::concurrent_activations(tight, n);
+      const auto before = ms::concurrent_activations(c->pattern, n);
+      for (int s = 0; s < n; ++s) EXPECT_LE(kept[s], before[s]) << "stage " << s;
+      if (c == &original) {
+        tightest_of_original = tight;
+      } else {
+        // Padding is undone: the same shifts as the original's tightest.
+        for (const ms::Op& op : tight.ops)
+          EXPECT_EQ(op.shift, op_of(tightest_of_original, op.kind, op.stage).shift)
+              << ms::op_token(op.kind, op.stage);
+        if (kept != before) ++padded_cases;
+      }
+    }
+  }
+  EXPECT_GE(split_cases, 20);
+  EXPECT_GE(padded_cases, 50);  // padding raised what some stage keeps, and it came back down
+}
+
+TEST(EarliestShifts, KPeriodicAndIncompletePatternsAreReturnedAsTheyAre) {
+  std::mt19937 rng(5);
+  const auto stages = mt::random_stages(rng, 3, 3, 3, true);
+  const auto platform = mt::huge_memory_platform(3);
+  const auto pattern = ms::one_f_one_b_star(stages, platform, 1e4);
+  ASSERT_TRUE(pattern.has_value());
+  const ms::Pattern k2 = ms::drop_every_kth_plus_one(*pattern, 2);
+  EXPECT_EQ(ms::with_earliest_shifts(k2, stages, platform), k2);
+  ms::Pattern missing = *pattern;
+  missing.ops.erase(std::find_if(missing.ops.begin(), missing.ops.end(),
+                                 [](const ms::Op& op) { return op.kind == OpKind::B; }));
+  EXPECT_EQ(ms::with_earliest_shifts(missing, stages, platform), missing);
 }

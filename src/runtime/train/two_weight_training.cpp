@@ -104,7 +104,10 @@ TwoWeightWindows::TwoWeightWindows(TrainingRun& run, const plan::Plan& plan, Cha
     throw Error(ErrorKind::InvalidInput, "", "micro-batches",
                 "2bw needs at least as many micro-batches per update as the plan keeps in flight "
                 "on a stage (" +
-                    std::to_string(deepest) + "), got " + std::to_string(m_));
+                    std::to_string(deepest) + "), got " + std::to_string(m_) +
+                    ": raise --micro-batches to " + std::to_string(deepest) +
+                    ", plan with --algorithm 1f1b (no stage keeps more than the plan has "
+                    "stages), or give a --plan that keeps fewer");
   second_ = second_version(model, plan, run.rank(), device_);
   if (model.release_source) model.release_source();
   versions_ = std::make_unique<TwoWeightVersions>(
