@@ -9,6 +9,7 @@
 #include "partition/planner.hpp"
 #include "partition/planning_request.hpp"
 #include "plan/plan.hpp"
+#include "plan/step.hpp"
 #include "plan/time_breakdown.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/shared_weights.hpp"
@@ -196,6 +197,16 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
               << ")";
   std::cout << "; period / lower bound = "
             << cli::fixed(predicted.period_ms / predicted.lower_bound_period_ms, 3) << "\n";
+  if (predicted.step) {
+    const plan::StepPrediction& step = *predicted.step;
+    const double bound = plan::step_lower_bound_ms(plan, step.micro_batches);
+    std::cout << "step         " << format_ms(step.time_ms) << " for " << step.micro_batches
+              << " micro-batch" << (step.micro_batches == 1 ? "" : "es") << " (warm-up and drain "
+              << "included), " << cli::fixed(100 * step.bubble, 1) << "% bubble; lower bound "
+              << format_ms(bound)
+              << ", step / lower bound = " << cli::fixed(bound > 0 ? step.time_ms / bound : 0, 3)
+              << "\n";
+  }
   const plan::TimeBreakdown time =
       predicted.time ? *predicted.time : plan::time_breakdown(plan, profile);
   if (!time.busy.empty()) {

@@ -37,8 +37,10 @@ void add_pipeline_options(po::options_description& group, PlannerOptions& o,
   auto add = group.add_options();
   if (micro_batches_option)
     add("micro-batches", field_value(o, "micro-batches", "N"),
-        "micro-batches per training step: GPipe's step, and what the exchange of a tied "
-        "weight's gradients between GPUs is spread over (0: the number of GPUs)");
+        "micro-batches per training step: plans are compared by the time of that step (warm-up "
+        "and drain included) and predict it; also GPipe's step and what the exchange of a tied "
+        "weight's gradients is spread over. 0: the steady-state period alone (tied exchange "
+        "over the number of GPUs)");
   add("max-k", field_value(o, "max-k", "K"),
       "largest k tried for k-periodic patterns (0: one per pipeline resource, 2S - 1)");
   add("scheduler", field_value(o, "scheduler", "NAME"),

@@ -9,6 +9,7 @@
 #include "partition/loop_placements.hpp"
 #include "partition/plan_search.hpp"
 #include "partition/planning_budget.hpp"
+#include "plan/step.hpp"
 #include "plan/time_breakdown.hpp"
 
 #include <algorithm>
@@ -193,12 +194,20 @@ static madpipe::Profile with_split_on(madpipe::Profile profile,
 }
 
 // The plan's predicted fields: period (a tied weight's exchange included), bound, memory and
-// where the time goes.
+// where the time goes, and the step where the options give its micro-batches.
 static void predict(madpipe::plan::Plan& plan, const madpipe::Profile& profile,
                     const madpipe::partition::PlannerOptions& options) {
   madpipe::plan::fill_predicted(plan, madpipe::partition::lower_bound_for(plan, profile),
                                 options.micro_batches_per_step);
   plan.predicted.time = madpipe::plan::time_breakdown(plan, profile);
+  if (options.micro_batches_per_step > 0)
+    madpipe::plan::predict_step(plan, options.micro_batches_per_step);
+}
+
+// What plans are compared by: the step's time where the options give its micro-batches, else
+// the period.
+static double objective_ms(const madpipe::plan::Plan& plan) {
+  return plan.predicted.step ? plan.predicted.step->time_ms : plan.predicted.period_ms;
 }
 
 // One planning request on `profile` as it is (split backwards where it has them).
@@ -358,7 +367,7 @@ static bool split_as_profiled(madpipe::partition::PlanResult& result,
 // what is left of the time limit: whole backwards, every layer split, and (not for the full ILP)
 // the split on the first or last half or quarters of the chain only. The split fills idle time
 // but keeps memory until W: where memory is short, splitting only where it costs least may beat
-// both. Keeps the shortest period, with a note that compares them.
+// both. Keeps the shortest period (step, with its micro-batches), with a note that compares them.
 static madpipe::partition::PlanResult plan_choosing_splits(
     const madpipe::Profile& profile, const madpipe::Profile& whole,
     const madpipe::Platform& platform, const madpipe::partition::PlannerOptions& options) {
@@ -421,11 +430,12 @@ static madpipe::partition::PlanResult plan_choosing_splits(
         !split_as_profiled(planned, profile, platform, options))
       planned.feasible = false;
   }
+  const auto better = [](const PlanResult& a, const PlanResult& b) {
+    return objective_ms(a.plan) < objective_ms(b.plan) * (1 - 1e-9);
+  };
   std::size_t kept = 0;
   for (std::size_t i = 1; i < results.size(); ++i)
-    if (results[i].feasible &&
-        (!results[kept].feasible ||
-         results[i].plan.predicted.period_ms < results[kept].plan.predicted.period_ms * (1 - 1e-9)))
+    if (results[i].feasible && (!results[kept].feasible || better(results[i], results[kept])))
       kept = i;
   // The note compares the best plan of each kind, whichever request found it.
   const ChainCosts costs(profile);
@@ -433,32 +443,36 @@ static madpipe::partition::PlanResult plan_choosing_splits(
   for (const PlanResult& r : results) {
     if (!r.feasible) continue;
     const PlanResult*& best = best_of[static_cast<std::size_t>(split_kind(r.plan, costs))];
-    if (!best || r.plan.predicted.period_ms < best->plan.predicted.period_ms * (1 - 1e-9))
-      best = &r;
+    if (!best || better(r, *best)) best = &r;
   }
-  auto period_of = [&](SplitKind kind) {
-    const PlanResult* r = best_of[static_cast<std::size_t>(kind)];
-    return r ? r->plan.predicted.period_ms : std::numeric_limits<double>::infinity();
+  // "6.00 ms per micro-batch", or with a step "a step of 54.00 ms (6.00 ms per micro-batch)";
+  // the first time with its unit, the others short.
+  const auto text = [](const PlanResult* r, bool first) {
+    if (!r) return std::string("no plan");
+    const plan::Predicted& p = r->plan.predicted;
+    if (!p.step) return format_ms(p.period_ms) + (first ? " per micro-batch" : "");
+    return (first ? "a step of " : "") + format_ms(p.step->time_ms) + " (" +
+           format_ms(p.period_ms) + (first ? " per micro-batch)" : ")");
   };
-  auto text = [](double period_ms) {
-    return std::isfinite(period_ms) ? format_ms(period_ms) : std::string("no plan");
-  };
+  const auto best_kind = [&](SplitKind kind) { return best_of[static_cast<std::size_t>(kind)]; };
   const SplitKind kept_kind =
       results[kept].feasible ? split_kind(results[kept].plan, costs) : SplitKind::Whole;
   std::string compared;
   if (kept_kind == SplitKind::Partial) {
     compared = "split backward (B and W) on " + split_layers_text(results[kept].plan) +
-               " only: " + text(period_of(SplitKind::Partial)) + " per micro-batch, ";
-    if (best_of[static_cast<std::size_t>(SplitKind::Everywhere)])
-      compared += "on every layer: " + text(period_of(SplitKind::Everywhere)) + ", ";
-    compared +=
-        "whole backwards: " + text(period_of(SplitKind::Whole)) + "; the partial split is kept";
+               " only: " + text(best_kind(SplitKind::Partial), true) + ", ";
+    if (best_kind(SplitKind::Everywhere))
+      compared += "on every layer: " + text(best_kind(SplitKind::Everywhere), false) + ", ";
+    compared += "whole backwards: " + text(best_kind(SplitKind::Whole), false) +
+                "; the partial split is kept";
   } else {
     // The best plan with any split (a local search may have left some stages whole).
-    const double split_ms =
-        std::min(period_of(SplitKind::Everywhere), period_of(SplitKind::Partial));
-    compared = "split backward (B and W): " + text(split_ms) +
-               " per micro-batch, whole backwards: " + text(period_of(SplitKind::Whole)) +
+    const PlanResult* everywhere = best_kind(SplitKind::Everywhere);
+    const PlanResult* partial = best_kind(SplitKind::Partial);
+    const PlanResult* split =
+        !everywhere || (partial && better(*partial, *everywhere)) ? partial : everywhere;
+    compared = "split backward (B and W): " + text(split, true) +
+               ", whole backwards: " + text(best_kind(SplitKind::Whole), false) +
                (kept_kind == SplitKind::Whole ? "; whole backwards kept" : "; the split is kept");
   }
   PlanResult result = std::move(results[kept]);

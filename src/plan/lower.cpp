@@ -4,6 +4,7 @@
 #include "plan/program.hpp"
 #include "plan/program_memory.hpp"
 #include "plan/receive_plan.hpp"
+#include "plan/simulate.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -44,7 +45,7 @@ void check_options(const LowerOptions& options, int num_stages) {
 
 // Every planned F (and B in training) of micro-batches 0..N-1, grouped by GPU, in the order of
 // their planned times.
-std::vector<std::vector<Planned>> planned_ops(const Plan& plan, const LowerOptions& options) {
+std::vector<std::vector<Planned>> in_pattern_order(const Plan& plan, const LowerOptions& options) {
   const schedule::Pattern& pattern = plan.pattern;
   const int k = pattern.k;
   const std::vector<schedule::Op> chain = micro_batch_chain(plan.stages, plan.platform);
@@ -68,6 +69,23 @@ std::vector<std::vector<Planned>> planned_ops(const Plan& plan, const LowerOptio
       return std::tie(a.time, a.micro_batch, a.chain_position) <
              std::tie(b.time, b.micro_batch, b.chain_position);
     });
+  return planned;
+}
+
+// The compute ops of each GPU in the order it runs them. A synchronous training step of N
+// micro-batches is the simulated ASAP step (F and B in pattern order, W ops of split stages in
+// the warm-up's and drain's bubbles, within the plan's predicted memory); with updates inside
+// the program (2BW) or forwards only, the pattern's order.
+std::vector<std::vector<Planned>> planned_ops(const Plan& plan, const LowerOptions& options) {
+  if (!options.train || options.update_micro_batches > 0) return in_pattern_order(plan, options);
+  SimOptions step;
+  step.micro_batches = options.micro_batches;
+  step.policy = StartPolicy::Asap;
+  const SimResult simulated = simulate(plan, step);
+  std::vector<std::vector<Planned>> planned(plan.platform.gpus);
+  for (int g = 0; g < plan.platform.gpus; ++g)
+    for (const SimOp& op : simulated.per_gpu[g])
+      planned[g].push_back({op.start_ms, 0, op.kind, op.stage, op.micro_batch});
   return planned;
 }
 

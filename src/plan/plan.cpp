@@ -126,6 +126,13 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
     breakdown["busy"] = time.busy;
     predicted["time"] = std::move(breakdown);
   }
+  if (plan.predicted.step) {
+    Json step = Json::object();
+    step["micro_batches"] = plan.predicted.step->micro_batches;
+    step["time_ms"] = plan.predicted.step->time_ms;
+    step["bubble"] = plan.predicted.step->bubble;
+    predicted["step"] = std::move(step);
+  }
   j["predicted"] = std::move(predicted);
 
   if (plan.solver) {
@@ -400,6 +407,15 @@ static madpipe::plan::Predicted read_predicted(const JsonReader& reader, const j
       breakdown.busy.push_back(
           reader.number_value(busy[g], t + "/busy/" + std::to_string(g), Sign::NonNegative));
     predicted.time = breakdown;
+  }
+  if (o.contains("step")) {
+    const std::string t = p + "/step";
+    const json& step = reader.object_member(o, p, "step");
+    madpipe::plan::StepPrediction read;
+    read.micro_batches = reader.int_member(step, t, "micro_batches", 1);
+    read.time_ms = reader.number_member(step, t, "time_ms", Sign::NonNegative);
+    read.bubble = reader.number_member(step, t, "bubble", Sign::NonNegative);
+    predicted.step = read;
   }
   return predicted;
 }

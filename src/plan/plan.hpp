@@ -28,6 +28,15 @@ struct TimeBreakdown {
   std::vector<double> busy;  // per GPU: its compute (recomputation included) / period_ms
 };
 
+// One synchronous training step of `micro_batches` (warm-up, steady state and drain), as the
+// runtime runs it (simulate's Asap policy): planned where the planner knew the step's
+// micro-batches (`madpipe plan --micro-batches`, `madpipe train`).
+struct StepPrediction {
+  int micro_batches = 0;
+  double time_ms = 0;  // first start to last end, plus a tied weight's exchange
+  double bubble = 0;   // the GPUs' idle share of P x time_ms
+};
+
 struct Predicted {
   // Normalized period: pattern.period_ms / pattern.k, plus tied_exchange_ms /
   // micro_batches_per_step.
@@ -42,6 +51,7 @@ struct Predicted {
   // Filled by the planner, which knows the profile (time_breakdown.hpp); absent from plans
   // made by hand.
   std::optional<TimeBreakdown> time;
+  std::optional<StepPrediction> step;
 };
 
 struct SolverInfo {

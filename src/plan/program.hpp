@@ -115,10 +115,12 @@ struct LowerOptions {
 };
 
 // Lowers the plan's pattern for micro-batches 0..N-1: each GPU runs its F and B ops in the order
-// of their planned times; a receive is waited for right before the op that needs the data, a send
-// or a hand-over comes right after the op that produced it (sends do not block). Each GPU posts
-// its receives from a peer in the order the peer sends them (one order per GPU pair, which an
-// NCCL transport needs), at the latest `lookahead` compute ops before their use. Throws
+// of their planned times, and in a synchronous training step (train, no updates inside) its W
+// ops where simulate()'s Asap step runs them (in the bubbles, within the plan's predicted
+// memory), else after their B as planned; a receive is waited for right before the op that needs
+// the data, a send or a hand-over comes right after the op that produced it (sends do not block).
+// Each GPU posts its receives from a peer in the order the peer sends them (one order per GPU pair,
+// which an NCCL transport needs), at the latest `lookahead` compute ops before their use. Throws
 // Error{InvalidInput} on bad options.
 Program lower(const Plan& plan, const LowerOptions& options);
 Program lower(const Plan& plan, int micro_batches);  // training, default options

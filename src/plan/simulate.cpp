@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -169,6 +171,7 @@ struct Unrolled {
   // Each resource's instances in the order of their planned times; only the resources the
   // pattern uses (there are gpus + gpus * gpus in all).
   std::map<int, std::vector<int>> by_resource;
+  std::vector<std::vector<int>> executed;  // per GPU: its instances in the order they ran
 };
 }  // namespace
 
@@ -231,11 +234,9 @@ static Unrolled unroll(const madpipe::plan::Plan& plan, const MicroBatchOps& m,
   return u;
 }
 
-// Event-driven pass: an instance runs once its chain predecessor and the previous instance on
-// its resource are done; its start is the latest of their ends (and, with the timetable policy,
-// of its planned time). Throws when some never can.
-static void run_instances(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
-                          madpipe::plan::StartPolicy policy) {
+// The timetable step: an instance runs once its chain predecessor and the previous instance on
+// its resource are done, and not before its planned time. Throws when some never can.
+static void run_timetable(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan) {
   std::vector<Instance>& instances = u.instances;
   std::vector<int> ready;
   for (int id = 0; id < static_cast<int>(instances.size()); ++id) {
@@ -243,13 +244,12 @@ static void run_instances(Unrolled& u, const MicroBatchOps& m, const madpipe::pl
     x.waiting = (m.before[x.position] >= 0 ? 1 : 0) + (x.resource_prev >= 0 ? 1 : 0);
     if (x.waiting == 0) ready.push_back(id);
   }
-  const bool timetable = policy == madpipe::plan::StartPolicy::Timetable;
   std::size_t finished = 0;
   while (!ready.empty()) {
     const int id = ready.back();
     ready.pop_back();
     Instance& x = instances[id];
-    double start = timetable ? x.planned - u.origin : 0.0;
+    double start = x.planned - u.origin;
     const int first_of_micro_batch = id - x.position;
     if (m.before[x.position] >= 0)
       start = std::max(start, instances[first_of_micro_batch + m.before[x.position]].end);
@@ -268,21 +268,196 @@ static void run_instances(Unrolled& u, const MicroBatchOps& m, const madpipe::pl
     report_deadlock(instances, u.by_resource, plan.pattern.ops, m.before, plan.platform.gpus);
 }
 
+namespace {
+// A GPU in the step: its F and B instances in the order of their planned times, and the W
+// instances whose B is done, by planned time.
+struct GpuQueue {
+  std::vector<int> sequence;
+  std::size_t next = 0;
+  std::set<std::pair<double, int>> pending_weights;
+  double free_at = 0;
+  std::int64_t memory = 0;  // what its ops hold now (static memory included)
+  std::int64_t budget = 0;  // the pattern's peak: W waits only while the GPU stays within it
+};
+}  // namespace
+
+// The ASAP step: every transfer and every F and B runs in the order of its planned time on its
+// resource, as soon as its input and its resource are free. A W of a split stage waits once its
+// B is done and runs where its GPU would otherwise wait (it ends before the next F or B can
+// start), before an F or B that would take the GPU's memory above the budget, or at the end: in
+// the warm-up and drain it fills the bubbles (the zero-bubble schedules' idea), and the B ops of
+// the drain reach the first stages sooner. Each step schedules, of all the resources, the op
+// that can start first.
+static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
+                     const std::vector<std::int64_t>& budget) {
+  using madpipe::schedule::OpKind;
+  std::vector<Instance>& instances = u.instances;
+  const int gpus = plan.platform.gpus;
+  const std::vector<std::int64_t> peaks =
+      totals(evaluate_memory(plan.stages, plan.pattern, plan.platform));
+  std::vector<GpuQueue> queues(gpus);
+  for (int g = 0; g < gpus; ++g) {
+    queues[g].memory = static_memory(plan.stages, g, plan.platform).total();
+    queues[g].budget = peaks[g];
+    if (g < static_cast<int>(budget.size())) queues[g].budget = std::max(peaks[g], budget[g]);
+  }
+  std::vector<int> weight_of_stage(plan.stages.size(), -1);  // position of the stage's W
+  for (int c = 0; c < u.length; ++c)
+    if (m.ops[c].kind == OpKind::W) weight_of_stage[m.ops[c].stage] = c;
+  struct LinkQueue {
+    const std::vector<int>* sequence = nullptr;
+    std::size_t next = 0;
+    double free_at = 0;
+  };
+  std::vector<LinkQueue> links;
+  for (const auto& [resource, list] : u.by_resource) {
+    if (resource >= gpus) {
+      links.push_back({&list, 0, 0.0});
+      continue;
+    }
+    for (int id : list)
+      if (m.ops[instances[id].position].kind != OpKind::W) queues[resource].sequence.push_back(id);
+  }
+  // When instance `id` could start on a resource free at `free_at`; nullopt while its input is
+  // not done.
+  const auto ready_at = [&](int id, double free_at) -> std::optional<double> {
+    const Instance& x = instances[id];
+    const int before = m.before[x.position];
+    if (before < 0) return free_at;
+    const Instance& input = instances[id - x.position + before];
+    if (!input.done) return std::nullopt;
+    return std::max(free_at, input.end);
+  };
+  // What starting instance `id` adds to its GPU's memory at its peak (F: what it stores; B: what
+  // W keeps beyond the stored bytes it frees).
+  const auto growth = [&](int id) -> std::int64_t {
+    const madpipe::schedule::Op& op = m.ops[instances[id].position];
+    const madpipe::schedule::Stage& stage = plan.stages[op.stage];
+    if (op.kind == OpKind::F) return stage.stored_bytes;
+    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
+    return std::max<std::int64_t>(0, kept - stage.stored_bytes);
+  };
+  const auto run = [&](int id, double start) {
+    Instance& x = instances[id];
+    x.start = start;
+    x.end = start + x.duration;
+    x.done = true;
+    const madpipe::schedule::Op& op = m.ops[x.position];
+    if (x.resource >= gpus) return;
+    GpuQueue& q = queues[x.resource];
+    q.free_at = x.end;
+    const madpipe::schedule::Stage& stage = plan.stages[op.stage];
+    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
+    if (op.kind == OpKind::F) {
+      q.memory += stage.stored_bytes;
+    } else if (op.kind == OpKind::B) {
+      q.memory += kept - stage.stored_bytes;
+      if (weight_of_stage[op.stage] >= 0) {
+        const int w = id - x.position + weight_of_stage[op.stage];
+        q.pending_weights.insert({instances[w].planned, w});
+      }
+    } else {
+      q.memory -= kept;
+    }
+    if (op.kind == OpKind::W)
+      q.pending_weights.erase({x.planned, id});
+    else
+      ++q.next;
+  };
+  std::vector<double*> free_at_of(static_cast<std::size_t>(gpus) * (gpus + 1), nullptr);
+  for (int g = 0; g < gpus; ++g) free_at_of[g] = &queues[g].free_at;
+  for (LinkQueue& link : links)
+    free_at_of[instances[link.sequence->front()].resource] = &link.free_at;
+  // No earlier than this can instance `id`'s input be done: the ops before it in its chain that
+  // are not done run back to back, each once its resource is free.
+  const auto earliest_ready = [&](int id) {
+    const Instance& x = instances[id];
+    const int first = id - x.position;
+    std::vector<int> waiting_for;
+    int c = m.before[x.position];
+    while (c >= 0 && !instances[first + c].done) {
+      waiting_for.push_back(first + c);
+      c = m.before[c];
+    }
+    double t = c >= 0 ? instances[first + c].end : 0.0;
+    for (auto it = waiting_for.rbegin(); it != waiting_for.rend(); ++it)
+      t = std::max(t, *free_at_of[instances[*it].resource]) + instances[*it].duration;
+    return t;
+  };
+  const double eps = 1e-9 * plan.pattern.period_ms;
+  const double infinity = std::numeric_limits<double>::infinity();
+  std::size_t finished = 0;
+  while (finished < instances.size()) {
+    double best_start = infinity;
+    int best = -1;
+    for (LinkQueue& link : links) {
+      if (link.next >= link.sequence->size()) continue;
+      const int id = (*link.sequence)[link.next];
+      if (const auto start = ready_at(id, link.free_at); start && *start < best_start) {
+        best_start = *start;
+        best = id;
+      }
+    }
+    for (GpuQueue& q : queues) {
+      const int weight = q.pending_weights.empty() ? -1 : q.pending_weights.begin()->second;
+      int chosen = -1;
+      double start = infinity;
+      if (q.next < q.sequence.size()) {
+        const int id = q.sequence[q.next];
+        const bool memory_first = weight >= 0 && q.memory + growth(id) > q.budget;
+        const bool fits_before =
+            weight >= 0 && q.free_at + instances[weight].duration <= earliest_ready(id) + eps;
+        if (memory_first || fits_before) {
+          chosen = weight;
+          start = q.free_at;
+        } else if (const std::optional<double> ready = ready_at(id, q.free_at)) {
+          chosen = id;
+          start = *ready;
+        }
+      } else if (weight >= 0) {
+        chosen = weight;
+        start = q.free_at;
+      }
+      if (chosen >= 0 && start < best_start) {
+        best_start = start;
+        best = chosen;
+      }
+    }
+    if (best < 0) break;
+    run(best, best_start);
+    ++finished;
+    const int resource = instances[best].resource;
+    if (resource < gpus) {
+      u.executed[resource].push_back(best);
+    } else {
+      for (LinkQueue& link : links)
+        if (link.next < link.sequence->size() && (*link.sequence)[link.next] == best) {
+          link.next++;
+          link.free_at = instances[best].end;
+        }
+    }
+  }
+  if (finished != instances.size())
+    report_deadlock(instances, u.by_resource, plan.pattern.ops, m.before, plan.platform.gpus);
+}
+
+static madpipe::plan::SimOp simulated_op(const Instance& x, const MicroBatchOps& m, double first) {
+  madpipe::plan::SimOp op;
+  op.kind = m.ops[x.position].kind;
+  op.stage = m.ops[x.position].stage;
+  op.micro_batch = x.micro_batch;
+  op.resource = x.resource;
+  op.start_ms = x.start - first;
+  op.end_ms = x.end - first;
+  return op;
+}
+
 // The simulated ops, times from the first start, sorted by start.
 static std::vector<madpipe::plan::SimOp> simulated_ops(const Unrolled& u, const MicroBatchOps& m,
                                                        double first) {
   std::vector<madpipe::plan::SimOp> ops;
   ops.reserve(u.instances.size());
-  for (const Instance& x : u.instances) {
-    madpipe::plan::SimOp op;
-    op.kind = m.ops[x.position].kind;
-    op.stage = m.ops[x.position].stage;
-    op.micro_batch = x.micro_batch;
-    op.resource = x.resource;
-    op.start_ms = x.start - first;
-    op.end_ms = x.end - first;
-    ops.push_back(op);
-  }
+  for (const Instance& x : u.instances) ops.push_back(simulated_op(x, m, first));
   std::stable_sort(ops.begin(), ops.end(),
                    [&](const madpipe::plan::SimOp& a, const madpipe::plan::SimOp& b) {
                      return std::make_tuple(a.start_ms, a.resource, a.micro_batch, a.stage,
@@ -371,7 +546,16 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
   const int n = options.micro_batches > 0 ? options.micro_batches
                                           : default_micro_batches(num_stages, max_in_flight, k);
   Unrolled u = unroll(plan, m, table, n);
-  run_instances(u, m, plan, options.policy);
+  u.executed.resize(plan.platform.gpus);
+  if (options.policy == StartPolicy::Asap) {
+    run_asap(u, m, plan,
+             options.memory_budget_bytes.empty() ? plan.predicted.memory_bytes
+                                                 : options.memory_budget_bytes);
+  } else {
+    run_timetable(u, m, plan);
+    for (const auto& [resource, list] : u.by_resource)
+      if (resource < plan.platform.gpus) u.executed[resource] = list;
+  }
 
   SimResult result;
   result.micro_batches = n;
@@ -383,6 +567,10 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
   }
   result.step_ms = last - first;
   result.ops = simulated_ops(u, m, first);
+  result.per_gpu.resize(plan.platform.gpus);
+  for (int g = 0; g < plan.platform.gpus; ++g)
+    for (int id : u.executed[g])
+      result.per_gpu[g].push_back(simulated_op(u.instances[id], m, first));
   measure_steady_period(u, k, result);
   memory_timeline(plan, u, m, first, result);
   return result;

@@ -10,12 +10,19 @@ namespace madpipe::plan {
 
 enum class StartPolicy {
   Timetable,  // an op starts at max(ready, its planned time): what the pattern promises
-  Asap,       // an op starts as soon as its inputs and its resource are free, in pattern order
+  // What a runtime runs: transfers, F and B in pattern order, each as soon as its input and its
+  // resource are free; the W of a split stage where its GPU would otherwise wait (in the
+  // warm-up and drain above all), or before an F or B that would take the GPU's memory above
+  // its budget, or at the end.
+  Asap,
 };
 
 struct SimOptions {
   int micro_batches = 0;  // 0: 4 * max(stages, largest NCA), rounded up to a multiple of k
   StartPolicy policy = StartPolicy::Timetable;
+  // Asap: per GPU, the memory that waiting W ops may fill; never below the pattern's peak
+  // (evaluate_memory). Empty: the plan's predicted memory.
+  std::vector<std::int64_t> memory_budget_bytes;
 };
 
 struct SimOp {
@@ -38,13 +45,13 @@ struct SimResult {
   double steady_period_ms = 0;  // pattern period measured in the steady state (per k micro-batches)
   double steady_normalized_ms = 0;               // steady_period_ms / k
   std::vector<SimOp> ops;                        // in start order
+  std::vector<std::vector<SimOp>> per_gpu;       // each GPU's F, B and W in the order it runs them
   std::vector<std::vector<MemoryPoint>> memory;  // per GPU timeline
   std::vector<std::int64_t> peak_memory_bytes;   // per GPU
 };
 
-// Runs the pattern for micro-batches 0..N-1 of one training step with a flush: each resource
-// executes its ops in the order of their planned times. Throws Error{InvalidInput} if the pattern
-// deadlocks (it is then not valid).
+// Runs the pattern for micro-batches 0..N-1 of one training step with a flush, under the policy.
+// Throws Error{InvalidInput} if the pattern deadlocks (it is then not valid).
 SimResult simulate(const Plan& plan, const SimOptions& options = {});
 
 }  // namespace madpipe::plan

@@ -1029,6 +1029,23 @@ case_split_backward() {
   expect_match out "; the (partial )?split is kept"
   run simulate --plan plan.json --profile split.json
   expect_status 0
+  # Given the step's micro-batches, the plan predicts the step (W in its bubbles), which
+  # simulate's asap policy (what the runtime runs) replays, and whole and split backwards are
+  # compared by it.
+  run plan --profile split.json --gpus 4 --memory 5.7GiB --bandwidth 12GB/s --micro-batches 8 \
+    --output step.json
+  expect_status 0
+  expect_match out "^step +[0-9.]+ ms for 8 micro-batches \(warm-up and drain included\), [0-9.]+% bubble; lower bound [0-9.]+ ms, step / lower bound = [0-9.]+$"
+  expect_match out "split backward \(B and W\).*: a step of [0-9.]+ ms \([0-9.]+ ms per micro-batch\)"
+  run simulate --plan step.json --profile split.json --micro-batches 8 --policy asap
+  expect_status 0
+  python3 - step.json out <<'PY' || fail "the predicted step is not the simulated one: $(grep 'step time' out)"
+import json, re, sys
+step = json.load(open(sys.argv[1]))["predicted"]["step"]
+simulated = float(re.search(r"^step time +([0-9.]+) ms", open(sys.argv[2]).read(), re.M).group(1))
+assert step["micro_batches"] == 8 and 0 <= step["bubble"] < 1, step
+assert abs(step["time_ms"] - simulated) <= 0.006, (step, simulated)
+PY
   run export --plan plan.json --format torch --micro-batches 8 --output torch
   expect_status 0
   expect_match torch/schedule.csv "(^|,)[0-9]+I[0-9]+(,|$)"

@@ -7,6 +7,7 @@
 #include "partition/planner.hpp"
 #include "plan/plan.hpp"
 #include "plan/simulate.hpp"
+#include "plan/step.hpp"
 #include "plan/validate.hpp"
 #include "support/planner_support.hpp"
 #include "support/schedule_support.hpp"
@@ -216,6 +217,44 @@ TEST(Baselines, StepsOfOneFOneBAndGPipeMatchTheirFormulasOnUniformChains) {
         step.micro_batches = m;
         step.policy = mplan::StartPolicy::Asap;
         EXPECT_NEAR(mplan::simulate(result.plan, step).step_ms, (m + p - 1) * 6.0, 1e-6);
+      }
+    }
+  }
+}
+
+// ZB-H1 on the same case (Qi et al. 2024): in a step its W ops wait in the warm-up's and drain's
+// bubbles, for (p - 1)(F + B - W) + m (F + B + W), here 2 (p - 1) + 6 m: the isolated step's
+// lower bound. Waiting W ops keep their bytes, within each GPU's steady-state peak (the plan's
+// prediction): with activations of 1000 bytes, 100 kept for W, the last stages have no room
+// for them and the step is (p - 1)(F + B) + m (F + B + W), 4 (p - 1) + 6 m, still without W's
+// share of 1F1B's bubble. Planned with the step's micro-batches, the plan predicts the step, and
+// the runtime's order (simulated) runs it.
+TEST(Baselines, ZbH1StepFillsTheBubblesWithWWithinEachGpusMemory) {
+  for (int p : {2, 3, 4, 8}) {
+    for (bool activations : {false, true}) {
+      madpipe::Profile profile =
+          mt::make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0));
+      for (madpipe::Layer& layer : profile.layers) layer.saved_bytes = activations ? 1000 : 0;
+      profile = mt::with_split_backward(profile, 0.5);
+      for (madpipe::Layer& layer : profile.layers) layer.split_backward->kept_bytes /= 5;
+      const madpipe::Platform platform = mt::huge_memory_platform(p);
+      for (int m : {p, 2 * p, 4 * p}) {
+        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) +
+                     (activations ? " with activations" : ""));
+        mp::PlannerOptions options;
+        options.algorithm = mp::Algorithm::ZbH1;
+        options.micro_batches_per_step = m;
+        const auto result = mp::make_plan(profile, platform, options);
+        ASSERT_TRUE(result.feasible) << result.reason;
+        ASSERT_TRUE(result.plan.predicted.step.has_value());
+        const double zb_h1 = 2.0 * (p - 1) + 6.0 * m;
+        const double expected = activations ? 4.0 * (p - 1) + 6.0 * m : zb_h1;
+        EXPECT_NEAR(result.plan.predicted.step->time_ms, expected, 1e-6);
+        EXPECT_NEAR(mplan::step_lower_bound_ms(result.plan, m), zb_h1, 1e-6);
+        mplan::SimOptions step;
+        step.micro_batches = m;
+        step.policy = mplan::StartPolicy::Asap;
+        EXPECT_NEAR(mplan::simulate(result.plan, step).step_ms, expected, 1e-6);
       }
     }
   }
