@@ -324,8 +324,9 @@ PY
         within_plan $run
       done
     done
-    # Whole backwards: with the split, a waiting W of a residual block holds up to 3% more than
-    # the profile's backward_weight_kept_bytes (a known gap of the memory model).
+    # Whole backwards: with the split, a residual block's B holds its W's kept bytes before its
+    # stored ones are freed, up to 4% above the prediction at a B (a known gap of the memory
+    # model, whose split B frees first).
     mpi 3 --model cnn --micro-batches 6 --steps 3 --trace-steps 2 --eval-every 0 \
       --bandwidth 1GB/s --gpus 3 --split-backward off --output-dir cnn3
     [[ $status -eq 0 ]] || fail "cnn3 failed: $(tail -3 err)"

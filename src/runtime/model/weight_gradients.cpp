@@ -148,6 +148,11 @@ struct DeferredEmbeddingFunction : torch::autograd::Function<DeferredEmbeddingFu
 }  // namespace
 
 void madpipe::runtime::DeferredWeightGradients::add(Deferred deferred) {
+  // Without their autograd history: an input made by an earlier op would keep that op's node
+  // alive until W, and through it the stage's input and its gradient (the graph's leaf holds
+  // its .grad), which the memory model frees at the end of B.
+  deferred.input = deferred.input.detach();
+  deferred.output_grad = deferred.output_grad.detach();
   std::lock_guard<std::mutex> lock(mutex_);
   deferred_.push_back(std::move(deferred));
 }

@@ -149,6 +149,31 @@ TEST(DeferredWeightGradients, CoverBiasesStridesDilationsAndGroups) {
     EXPECT_TRUE(torch::allclose(whole[i], split[i], 1e-5, 1e-6)) << "gradient " << i;
 }
 
+// A waiting W holds what its weight gradient reads, not the graph behind it: the stage's input
+// (the graph's leaf) and its gradient are freed when B is done, as the memory model says.
+TEST(DeferredWeightGradients, HoldNothingOfTheGraphBeforeThem) {
+  torch::nn::Linear linear(4, 3);
+  auto deferred = c10::make_intrusive<mr::DeferredWeightGradients>();
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl>;
+  std::optional<Weak> input, input_grad;
+  {
+    torch::Tensor x = torch::rand({2, 4}).requires_grad_(true);
+    torch::Tensor y;
+    {
+      mr::DeferWeightGradients scope(deferred);
+      y = mr::deferrable_linear(linear, torch::tanh(x));  // its input has a history
+    }
+    y.sum().backward();
+    input.emplace(x.getIntrusivePtr());
+    input_grad.emplace(x.grad().getIntrusivePtr());
+  }
+  EXPECT_TRUE(input->expired());
+  EXPECT_TRUE(input_grad->expired());
+  ASSERT_FALSE(deferred->empty());
+  deferred->run();
+  EXPECT_TRUE(linear->weight.grad().defined());
+}
+
 TEST(DeferredWeightGradients, KeepTheirOwnCopyOfAnArena) {
   torch::nn::Linear linear(4, 3);
   const torch::Tensor arena = torch::rand({2 * 4});
