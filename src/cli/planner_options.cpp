@@ -50,8 +50,8 @@ void add_pipeline_options(po::options_description& group, PlannerOptions& o,
       "where the profile splits backwards into input and weight gradients "
       "(backward_weight_ms): auto (madpipe and contiguous plan with whole backwards, split ones, "
       "and split ones on the first or last half or quarters of the chain only, ilp with and "
-      "without the split; the shortest period is kept; zb-h1 and zb-v split) or off (whole "
-      "backwards)");
+      "without the split; the shortest step is kept, or period without --micro-batches; zb-h1 "
+      "and zb-v split) or off (whole backwards)");
 }
 
 void add_budget_and_solver_options(po::options_description& group, PlannerOptions& o) {

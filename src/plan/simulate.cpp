@@ -535,6 +535,23 @@ static void memory_timeline(const madpipe::plan::Plan& plan, const Unrolled& u,
   }
 }
 
+std::int64_t madpipe::plan::step_memory_cap_bytes(const Plan& plan) {
+  std::int64_t busiest = 0;
+  for (std::int64_t peak : totals(evaluate_memory(plan.stages, plan.pattern, plan.platform)))
+    busiest = std::max(busiest, peak);
+  return plan.platform.memory_bytes > 0 ? std::min(busiest, plan.platform.memory_bytes) : busiest;
+}
+
+// The Asap budget of a plan: its predicted memory, but no more than step_memory_cap_bytes() (a
+// prediction raised above that by what the step's program holds besides, predict_step(), does
+// not let its W ops wait longer than planned).
+static std::vector<std::int64_t> waiting_budget(const madpipe::plan::Plan& plan) {
+  const std::int64_t cap = madpipe::plan::step_memory_cap_bytes(plan);
+  std::vector<std::int64_t> budget = plan.predicted.memory_bytes;
+  for (std::int64_t& bytes : budget) bytes = std::min(bytes, cap);
+  return budget;
+}
+
 madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOptions& options) {
   check_simulated(plan, options);
   const int k = plan.pattern.k;
@@ -548,9 +565,9 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
   Unrolled u = unroll(plan, m, table, n);
   u.executed.resize(plan.platform.gpus);
   if (options.policy == StartPolicy::Asap) {
-    run_asap(u, m, plan,
-             options.memory_budget_bytes.empty() ? plan.predicted.memory_bytes
-                                                 : options.memory_budget_bytes);
+    run_asap(
+        u, m, plan,
+        options.memory_budget_bytes.empty() ? waiting_budget(plan) : options.memory_budget_bytes);
   } else {
     run_timetable(u, m, plan);
     for (const auto& [resource, list] : u.by_resource)

@@ -21,7 +21,7 @@ struct SimOptions {
   int micro_batches = 0;  // 0: 4 * max(stages, largest NCA), rounded up to a multiple of k
   StartPolicy policy = StartPolicy::Timetable;
   // Asap: per GPU, the memory that waiting W ops may fill; never below the pattern's peak
-  // (evaluate_memory). Empty: the plan's predicted memory.
+  // (evaluate_memory). Empty: the plan's predicted memory, at most step_memory_cap_bytes().
   std::vector<std::int64_t> memory_budget_bytes;
 };
 
@@ -53,5 +53,10 @@ struct SimResult {
 // Runs the pattern for micro-batches 0..N-1 of one training step with a flush, under the policy.
 // Throws Error{InvalidInput} if the pattern deadlocks (it is then not valid).
 SimResult simulate(const Plan& plan, const SimOptions& options = {});
+
+// The most that a synchronous step's waiting W ops may take a GPU's memory to (the zero-bubble
+// paper's ZB-H1 rule, in bytes): the busiest GPU's pattern peak (evaluate_memory), within the
+// platform's memory.
+std::int64_t step_memory_cap_bytes(const Plan& plan);
 
 }  // namespace madpipe::plan

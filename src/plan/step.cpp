@@ -1,21 +1,31 @@
 #include "plan/step.hpp"
 
 #include "core/error.hpp"
+#include "plan/program.hpp"
+#include "plan/program_memory.hpp"
+#include "schedule/memory.hpp"
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace madpipe::plan {
 
-SimResult simulate_step(const Plan& plan, int micro_batches) {
+// Asap options for a step of `micro_batches`; throws for fewer than one.
+static SimOptions step_options(int micro_batches) {
   if (micro_batches < 1)
     throw Error(ErrorKind::InvalidInput, "", "micro-batches",
                 "a step needs at least one micro-batch, got " + std::to_string(micro_batches));
   SimOptions options;
   options.micro_batches = micro_batches;
   options.policy = StartPolicy::Asap;
-  return simulate(plan, options);
+  return options;
+}
+
+SimResult simulate_step(const Plan& plan, int micro_batches) {
+  return simulate(plan, step_options(micro_batches));
 }
 
 double bubble_fraction(const SimResult& step, int gpus) {
@@ -47,8 +57,71 @@ double step_lower_bound_ms(const Plan& plan, int micro_batches) {
   return bound + plan.predicted.tied_exchange_ms;
 }
 
+std::vector<std::int64_t> step_memory_budget(const Plan& plan) {
+  std::vector<std::int64_t> budget =
+      schedule::totals(schedule::evaluate_memory(plan.stages, plan.pattern, plan.platform));
+  const std::int64_t cap = step_memory_cap_bytes(plan);
+  for (std::int64_t& bytes : budget) bytes = std::max(bytes, cap);
+  return budget;
+}
+
+// The plan with its predicted memory raised to what `step` holds on each GPU.
+static Plan with_step_memory(Plan plan, const SimResult& step) {
+  std::vector<std::int64_t>& memory = plan.predicted.memory_bytes;
+  memory.resize(step.peak_memory_bytes.size(), 0);
+  for (std::size_t g = 0; g < memory.size(); ++g)
+    memory[g] = std::max(memory[g], step.peak_memory_bytes[g]);
+  return plan;
+}
+
+// What the runtime's program of the plan's step holds on each GPU, by the memory model applied
+// instruction by instruction (program_memory.hpp): its receive arena as posted, each send until
+// it completes.
+static std::vector<std::int64_t> program_peaks(const Plan& plan, int micro_batches) {
+  LowerOptions options;
+  options.micro_batches = micro_batches;
+  for (const schedule::Stage& stage : plan.stages)
+    options.message_bytes.push_back(stage.output_bytes);
+  const Program program = lower(plan, options);
+  std::vector<std::int64_t> peaks;
+  for (const ProgramMemory& memory : program_memory(plan, program))
+    peaks.push_back(memory.peak_bytes);
+  return peaks;
+}
+
+// The step with the W ops of split stages waiting within step_memory_budget(), and the plan
+// with its predicted memory raised to what that step holds and to what the step's program holds
+// (the runtime's receives and sends may hold more than the memory model's buffer per cut, and
+// its B holds its W's kept bytes before it frees its stored ones); nullopt where that program
+// would not fit the platform's memory.
+static std::optional<std::pair<SimResult, Plan>> step_within_busiest_peak(const Plan& plan,
+                                                                          int micro_batches) {
+  SimOptions options = step_options(micro_batches);
+  options.memory_budget_bytes = step_memory_budget(plan);
+  SimResult step = simulate(plan, options);
+  Plan raised = with_step_memory(plan, step);
+  const std::vector<std::int64_t> program = program_peaks(raised, micro_batches);
+  if (program.size() != raised.predicted.memory_bytes.size()) return std::nullopt;
+  for (std::size_t g = 0; g < program.size(); ++g) {
+    if (plan.platform.memory_bytes > 0 && program[g] > plan.platform.memory_bytes)
+      return std::nullopt;
+    raised.predicted.memory_bytes[g] = std::max(raised.predicted.memory_bytes[g], program[g]);
+  }
+  return std::make_pair(std::move(step), std::move(raised));
+}
+
 void predict_step(Plan& plan, int micro_batches) {
-  const SimResult step = simulate_step(plan, micro_batches);
+  const bool splits = std::any_of(plan.stages.begin(), plan.stages.end(),
+                                  [](const schedule::Stage& s) { return s.splits_backward(); });
+  std::optional<std::pair<SimResult, Plan>> within_busiest;
+  if (splits) within_busiest = step_within_busiest_peak(plan, micro_batches);
+  SimResult step;
+  if (within_busiest) {
+    step = std::move(within_busiest->first);
+    plan = std::move(within_busiest->second);
+  } else {
+    step = simulate(plan, step_options(micro_batches));
+  }
   StepPrediction predicted;
   predicted.micro_batches = micro_batches;
   predicted.time_ms = step.step_ms + plan.predicted.tied_exchange_ms;

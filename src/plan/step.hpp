@@ -3,6 +3,9 @@
 #include "plan/plan.hpp"
 #include "plan/simulate.hpp"
 
+#include <cstdint>
+#include <vector>
+
 namespace madpipe::plan {
 
 // One synchronous step of `micro_batches` as the runtime runs it (simulate's Asap policy): W
@@ -10,8 +13,19 @@ namespace madpipe::plan {
 // and drain's bubbles.
 SimResult simulate_step(const Plan& plan, int micro_batches);
 
-// Sets plan.predicted.step from simulate_step(). Throws Error{InvalidInput} as simulate() does
-// for an invalid plan, and for micro_batches < 1.
+// What a step may hold on each GPU while its W ops wait: step_memory_cap_bytes(), never less
+// than the GPU's own pattern peak.
+std::vector<std::int64_t> step_memory_budget(const Plan& plan);
+
+// Sets plan.predicted.step from the simulated step of `micro_batches`. On a plan with split
+// stages their W ops wait within step_memory_budget(), and plan.predicted.memory_bytes rises to
+// the step's peaks and to what the runtime's program of that step holds by the memory model
+// (program_memory(), the plan's stage outputs as messages), so that the runtime holds no more
+// than predicted; the lowering and simulate_step(), whose W ops wait within the predicted memory
+// capped at step_memory_cap_bytes(), run this very step. Where that program would not fit the
+// platform's memory, and on plans without split stages, the W ops wait within each GPU's own
+// pattern peak and the predicted memory stays. Throws Error{InvalidInput} as simulate() does for
+// an invalid plan, and for micro_batches < 1.
 void predict_step(Plan& plan, int micro_batches);
 
 // The share of P x step_ms the GPUs are idle in `step` (0 where step_ms is 0).

@@ -324,11 +324,11 @@ PY
         within_plan $run
       done
     done
-    # Whole backwards: with the split, a residual block's B holds its W's kept bytes before its
-    # stored ones are freed, up to 4% above the prediction at a B (a known gap of the memory
-    # model, whose split B frees first).
+    # Split backwards: a residual block's B holds its W's kept bytes before its stored ones are
+    # freed, which the step's program, and hence the plan's prediction, counts.
     mpi 3 --model cnn --micro-batches 6 --steps 3 --trace-steps 2 --eval-every 0 \
-      --bandwidth 1GB/s --gpus 3 --split-backward off --output-dir cnn3
+      --bandwidth 1GB/s --gpus 3 --output-dir cnn3
+    grep -q backward_weight_ms cnn3/plan.json || fail "cnn3: the plan should split backwards"
     [[ $status -eq 0 ]] || fail "cnn3 failed: $(tail -3 err)"
     within_plan cnn3
     # A TorchScript chain whose ReLU and Tanh layers keep their outputs, at a size where the
