@@ -202,8 +202,7 @@ TEST(Baselines, MadPipeIsNeverWorse) {
 // say: 1F1B (m + p - 1)(F + B), and GPipe with m micro-batches per flush the same.
 TEST(Baselines, StepsOfOneFOneBAndGPipeMatchTheirFormulasOnUniformChains) {
   for (int p : {2, 3, 4, 8}) {
-    const madpipe::Profile profile = mt::with_split_backward(
-        mt::make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0)), 0.5);
+    const madpipe::Profile profile = mt::zero_bubble_chain(p, 0);
     const madpipe::Platform platform = mt::huge_memory_platform(p);
     for (int m : {p, 2 * p, 4 * p}) {
       for (mp::Algorithm algorithm : {mp::Algorithm::OneFOneB, mp::Algorithm::GPipe}) {
@@ -230,17 +229,8 @@ TEST(Baselines, StepsOfOneFOneBAndGPipeMatchTheirFormulasOnUniformChains) {
 // W) = (p - 1) F + m (F + B + W), at 1F1B's memory: the step takes no GPU above the busiest one's
 // pattern peak (the prediction adds what the runtime's program holds besides).
 TEST(Baselines, ZbH1StepMeetsItsFormulaWithinTheBusiestGpusMemory) {
-  for (int p : {2, 3, 4, 8}) {
-    for (bool activations : {false, true}) {
-      madpipe::Profile profile =
-          mt::make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0));
-      for (madpipe::Layer& layer : profile.layers) layer.saved_bytes = activations ? 1000 : 0;
-      profile = mt::with_split_backward(profile, 0.5);
-      for (madpipe::Layer& layer : profile.layers) layer.split_backward->kept_bytes /= 5;
-      const madpipe::Platform platform = mt::huge_memory_platform(p);
-      for (int m : {p, 2 * p, 4 * p}) {
-        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) +
-                     (activations ? " with activations" : ""));
+  mt::for_each_zero_bubble_case(
+      [](const madpipe::Profile& profile, const madpipe::Platform& platform, int p, int m) {
         mp::PlannerOptions options;
         options.algorithm = mp::Algorithm::ZbH1;
         options.micro_batches_per_step = m;
@@ -263,7 +253,5 @@ TEST(Baselines, ZbH1StepMeetsItsFormulaWithinTheBusiestGpusMemory) {
           EXPECT_LE(simulated.peak_memory_bytes[g], busiest);
           EXPECT_LE(simulated.peak_memory_bytes[g], result.plan.predicted.memory_bytes[g]);
         }
-      }
-    }
-  }
+      });
 }

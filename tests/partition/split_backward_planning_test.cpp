@@ -275,38 +275,27 @@ TEST(SplitBackwardPlanning, ChoosingWhichStagesSplitNeverLosesAndCanWin) {
 // (p - 1) F + m (F + B + W), the isolated step's lower bound, where 1F1B's takes
 // (p - 1 + m)(F + B + W).
 TEST(StepObjective, MadPipeReachesTheIsolatedStepLowerBoundOnUniformChains) {
-  for (int p : {2, 3, 4, 8}) {
-    for (bool activations : {false, true}) {
-      madpipe::Profile profile =
-          mt::make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0));
-      for (madpipe::Layer& layer : profile.layers) layer.saved_bytes = activations ? 1000 : 0;
-      profile = mt::with_split_backward(profile, 0.5);
-      for (madpipe::Layer& layer : profile.layers) layer.split_backward->kept_bytes /= 5;
-      const madpipe::Platform platform = mt::huge_memory_platform(p);
-      for (int m : {p, 2 * p, 4 * p}) {
-        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) +
-                     (activations ? " with activations" : ""));
-        mp::PlannerOptions options;
-        options.micro_batches_per_step = m;
-        const auto result = mp::make_plan(profile, platform, options);
-        ASSERT_TRUE(result.feasible) << result.reason;
-        EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
-        ASSERT_TRUE(result.plan.predicted.step.has_value());
-        EXPECT_NEAR(result.plan.predicted.step->time_ms, 2.0 * (p - 1) + 6.0 * m, 1e-6);
-        EXPECT_NEAR(result.plan.predicted.period_ms, 6.0, 1e-6);
-        const std::string note =
-            "split backward (B and W): a step of " + madpipe::format_ms(2.0 * (p - 1) + 6.0 * m) +
-            " (6.00 ms per micro-batch), whole backwards: " +
-            madpipe::format_ms(6.0 * (p - 1 + m)) + " (6.00 ms); the split is kept";
-        EXPECT_NE(std::find(result.notes.begin(), result.notes.end(), note), result.notes.end())
-            << "no note \"" << note << "\" among:\n"
-            << ::testing::PrintToString(result.notes);
-        // Without the step the period decides: a tie, and whole backwards are kept.
-        const auto steady = mp::make_plan(profile, platform, {});
-        ASSERT_TRUE(steady.feasible);
-        EXPECT_FALSE(steady.plan.predicted.step.has_value());
-        EXPECT_NEAR(steady.plan.predicted.period_ms, 6.0, 1e-6);
-      }
-    }
-  }
+  mt::for_each_zero_bubble_case([](const madpipe::Profile& profile,
+                                   const madpipe::Platform& platform, int p, int m) {
+    mp::PlannerOptions options;
+    options.micro_batches_per_step = m;
+    const auto result = mp::make_plan(profile, platform, options);
+    ASSERT_TRUE(result.feasible) << result.reason;
+    EXPECT_TRUE(mplan::validate(result.plan, profile).empty());
+    ASSERT_TRUE(result.plan.predicted.step.has_value());
+    EXPECT_NEAR(result.plan.predicted.step->time_ms, 2.0 * (p - 1) + 6.0 * m, 1e-6);
+    EXPECT_NEAR(result.plan.predicted.period_ms, 6.0, 1e-6);
+    const std::string note =
+        "split backward (B and W): a step of " + madpipe::format_ms(2.0 * (p - 1) + 6.0 * m) +
+        " (6.00 ms per micro-batch), whole backwards: " + madpipe::format_ms(6.0 * (p - 1 + m)) +
+        " (6.00 ms); the split is kept";
+    EXPECT_NE(std::find(result.notes.begin(), result.notes.end(), note), result.notes.end())
+        << "no note \"" << note << "\" among:\n"
+        << ::testing::PrintToString(result.notes);
+    // Without the step the period decides: a tie, and whole backwards are kept.
+    const auto steady = mp::make_plan(profile, platform, {});
+    ASSERT_TRUE(steady.feasible);
+    EXPECT_FALSE(steady.plan.predicted.step.has_value());
+    EXPECT_NEAR(steady.plan.predicted.period_ms, 6.0, 1e-6);
+  });
 }

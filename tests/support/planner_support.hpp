@@ -2,9 +2,14 @@
 
 #include "partition/planner.hpp"
 #include "solver/solve.hpp"
+#include "support/test_support.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace madpipe::testing {
 
@@ -29,6 +34,33 @@ inline Profile with_split_backward(Profile profile, double weight_fraction) {
     layer.split_backward = split;
   }
   return profile;
+}
+
+// The zero-bubble paper's uniform case: p layers of F = 2 and B = 4 ms split evenly (F = B = W =
+// 2 ms on a GPU each), each storing `stored_bytes`, of which W keeps a tenth.
+inline Profile zero_bubble_chain(int p, std::int64_t stored_bytes) {
+  Profile profile = make_chain(std::vector<double>(p, 2.0), std::vector<double>(p, 4.0));
+  for (Layer& layer : profile.layers) layer.saved_bytes = stored_bytes;
+  profile = with_split_backward(profile, 0.5);
+  for (Layer& layer : profile.layers) layer.split_backward->kept_bytes = stored_bytes / 10;
+  return profile;
+}
+
+// Calls check(profile, platform, p, m) on the zero-bubble paper's uniform cases, each in a
+// SCOPED_TRACE: p = 2, 3, 4 and 8 GPUs, layers that store nothing and 1000 bytes, m = p, 2p and
+// 4p micro-batches per step, memory ample.
+template <typename Check>
+void for_each_zero_bubble_case(Check check) {
+  for (int p : {2, 3, 4, 8})
+    for (std::int64_t stored : {0, 1000}) {
+      const Profile profile = zero_bubble_chain(p, stored);
+      const Platform platform = huge_memory_platform(p);
+      for (int m : {p, 2 * p, 4 * p}) {
+        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + ", " +
+                     std::to_string(stored) + " bytes stored");
+        check(profile, platform, p, m);
+      }
+    }
 }
 
 // Whether the plan's pattern has W ops (split backwards).
