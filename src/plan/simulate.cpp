@@ -268,6 +268,12 @@ static void run_timetable(Unrolled& u, const MicroBatchOps& m, const madpipe::pl
     report_deadlock(instances, u.by_resource, plan.pattern.ops, m.before, plan.platform.gpus);
 }
 
+// What a micro-batch of the stage keeps from the end of its B to the end of its W (0 where the
+// backward is whole).
+static std::int64_t kept_until_weight(const madpipe::schedule::Stage& stage) {
+  return stage.splits_backward() ? stage.weight_kept_bytes : 0;
+}
+
 namespace {
 // A GPU in the step: its F and B instances in the order of their planned times, and the W
 // instances whose B is done, by planned time.
@@ -277,7 +283,7 @@ struct GpuQueue {
   std::set<std::pair<double, int>> pending_weights;
   double free_at = 0;
   std::int64_t memory = 0;  // what its ops hold now (static memory included)
-  std::int64_t budget = 0;  // the pattern's peak: W waits only while the GPU stays within it
+  std::int64_t budget = 0;  // W waits only while the GPU stays within it (run_asap's budget)
 };
 }  // namespace
 
@@ -334,7 +340,7 @@ static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::P
     const madpipe::schedule::Op& op = m.ops[instances[id].position];
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
     if (op.kind == OpKind::F) return stage.stored_bytes;
-    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
+    const std::int64_t kept = kept_until_weight(stage);
     return std::max<std::int64_t>(0, kept - stage.stored_bytes);
   };
   const auto run = [&](int id, double start) {
@@ -347,7 +353,7 @@ static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::P
     GpuQueue& q = queues[x.resource];
     q.free_at = x.end;
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
-    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
+    const std::int64_t kept = kept_until_weight(stage);
     if (op.kind == OpKind::F) {
       q.memory += stage.stored_bytes;
     } else if (op.kind == OpKind::B) {
@@ -501,7 +507,7 @@ static void memory_timeline(const madpipe::plan::Plan& plan, const Unrolled& u,
   for (const Instance& x : u.instances) {
     const madpipe::schedule::Op& op = m.ops[x.position];
     const madpipe::schedule::Stage& stage = plan.stages[op.stage];
-    const std::int64_t kept = stage.splits_backward() ? stage.weight_kept_bytes : 0;
+    const std::int64_t kept = kept_until_weight(stage);
     if (op.kind == madpipe::schedule::OpKind::F) {
       add_event(stage.gpu, x.start - first, stage.stored_bytes);
     } else if (op.kind == madpipe::schedule::OpKind::B) {
