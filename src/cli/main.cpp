@@ -1,6 +1,7 @@
 // The `madpipe` command. This is the only `try` of the CLI: every error surfaces here.
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "core/error.hpp"
 
 #include <exception>
@@ -13,7 +14,8 @@
 int main(int argc, char** argv) {
   try {
     return madpipe::cli::run_madpipe(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const madpipe::Error& e) {
+  } catch (const madpipe::Error& thrown) {
+    const madpipe::Error e = madpipe::cli::with_config_origin(thrown);
     const bool internal = e.kind() == madpipe::ErrorKind::Internal;
     std::cerr << "madpipe: " << (internal ? "internal error: " : "error: ") << e.what() << '\n';
     return 2;

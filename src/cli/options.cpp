@@ -7,7 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <utility>
 
 #include <boost/program_options/parsers.hpp>
 #include <boost/program_options/variables_map.hpp>
@@ -97,6 +99,13 @@ static void check_section_names(std::istream& in, const std::string& path,
   in.seekg(0);
 }
 
+// Where --config gave each option (by long name) its value in this process: the file and its
+// "[section] key", for the errors about that value found after parsing (with_config_origin).
+static std::map<std::string, std::pair<std::string, std::string>>& config_origins() {
+  static std::map<std::string, std::pair<std::string, std::string>> origins;
+  return origins;
+}
+
 // Reads an INI file and turns "[section] key = value" into the option "key" of `options`, then
 // stores it: values already stored from the command line are kept.
 static void store_config_file(const std::string& path, const po::options_description& options,
@@ -129,13 +138,31 @@ static void store_config_file(const std::string& path, const po::options_descrip
                            "unknown key (known: " + join(section->keys) + ")");
     }
     if (!options.find_nothrow(key, false)) continue;  // a key of another subcommand
+    if (!madpipe::cli::given(vm, key))
+      config_origins()[key] = {path, "[" + section_name + "] " + key};
     po::option option(key, entry.value);
     option.original_tokens = {key};
     option.original_tokens.insert(option.original_tokens.end(), entry.value.begin(),
                                   entry.value.end());
     translated.options.push_back(std::move(option));
   }
-  po::store(translated, vm);
+  try {
+    po::store(translated, vm);
+  } catch (const po::error_with_option_name& e) {
+    std::string name = e.get_option_name();
+    name.erase(0, name.find_first_not_of('-'));
+    const auto origin = config_origins().find(name);
+    if (origin == config_origins().end()) throw;
+    throw madpipe::Error(madpipe::ErrorKind::InvalidInput, origin->second.first,
+                         origin->second.second, e.what());
+  }
+}
+
+madpipe::Error madpipe::cli::with_config_origin(const madpipe::Error& error) {
+  if (!error.file().empty() || error.field().rfind("--", 0) != 0) return error;
+  const auto origin = config_origins().find(error.field().substr(2));
+  if (origin == config_origins().end()) return error;
+  return madpipe::Error(error.kind(), origin->second.first, origin->second.second, error.problem());
 }
 
 bool madpipe::cli::parse_options(const std::vector<std::string>& args, const CommandSyntax& syntax,

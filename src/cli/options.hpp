@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/error.hpp"
 #include "core/names.hpp"
 
 #include <cstddef>
@@ -77,6 +78,10 @@ bool parse_options(const std::vector<std::string>& args, const CommandSyntax& sy
                    const po::options_description& options,
                    const std::vector<ConfigSection>& config_sections = {},
                    po::variables_map* parsed = nullptr);
+
+// `error` naming the config file, the section and the key where its field is an option
+// ("--name") whose value --config gave (not the command line); else `error` itself.
+madpipe::Error with_config_origin(const madpipe::Error& error);
 
 // Whether `vm` holds `name` from the command line or a config file (not its default).
 bool given(const po::variables_map& vm, const std::string& name);

@@ -514,6 +514,23 @@ EOF
   run plan --profile "$minimal" --config absent.ini
   expect_status 2
   expect_in err "madpipe: error: absent.ini: cannot open config file"
+  # A bad value names the file, the section and the key where the file gave it, the option
+  # where the command line did.
+  printf '[platform]\ngpus = two\n' >values.ini
+  run plan --profile "$minimal" --config values.ini --memory 16GiB --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: values.ini: [platform] gpus: the argument ('two') for option 'gpus' is invalid"
+  printf '[platform]\ngpus = 2\nmemory = 16XB\n\n[planner]\nmicro-batches = many\n' >values.ini
+  run plan --profile "$minimal" --config values.ini --bandwidth 12GB/s
+  expect_status 2
+  expect_in err "madpipe: error: values.ini: [platform] memory: cannot parse '16XB' as a size"
+  run plan --profile "$minimal" --config values.ini --bandwidth 12GB/s --memory 16GiB
+  expect_status 2
+  expect_in err "madpipe: error: values.ini: [planner] micro-batches: expected an integer, got 'many'"
+  run plan --profile "$minimal" --config values.ini --bandwidth 12GB/s --memory 16GiB \
+    --micro-batches few
+  expect_status 2
+  expect_in err "madpipe: error: --micro-batches: expected an integer, got 'few'"
 }
 
 case_simulate_rejects_invalid_plan() {
