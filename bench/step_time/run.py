@@ -90,7 +90,7 @@ def uniform_tables(madpipe, gpu_counts, work):
 
 def profile_tables(madpipe, work):
     settings = [("gpt2_xl16", 4, ["12GiB", "6GiB"], "12GB/s"),
-                ("resnet50", 4, ["8GiB", "3GiB"], "12GB/s")]
+                ("resnet50", 4, ["32GiB", "12GiB"], "12GB/s")]
     print("\n### Shipped profiles with an estimated split (ms; lower bound of the step)\n")
     print("| profile, P, memory, m | " + " | ".join("`%s`" % a for a in ALGORITHMS)
           + " | lower bound |")

@@ -488,6 +488,37 @@ static madpipe::partition::PlanResult plan_choosing_splits(
   return result;
 }
 
+// madpipe's candidates are compared by their period; given the step's micro-batches, ZB-H1's
+// plan (its partition and schedule, the W ops waiting where ZB-H1 lets them) replaces `result`
+// where its step is shorter, with a note, in what is left of the time limit.
+static void keep_zero_bubble_step_if_shorter(const madpipe::Profile& profile,
+                                             const madpipe::Platform& platform,
+                                             const madpipe::partition::PlannerOptions& options,
+                                             std::chrono::steady_clock::time_point started,
+                                             madpipe::partition::PlanResult& result) {
+  using namespace madpipe::partition;
+  if (!result.feasible || !result.plan.predicted.step) return;
+  PlannerOptions zero_bubble = options;
+  zero_bubble.algorithm = Algorithm::ZbH1;
+  if (std::isfinite(options.time_limit_s)) {
+    const double spent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    zero_bubble.time_limit_s = options.time_limit_s - spent;
+    if (zero_bubble.time_limit_s <= 0) return;
+  }
+  zero_bubble.progress = nullptr;
+  PlanResult baseline = plan_profile(profile, platform, zero_bubble, zero_bubble.time_limit_s);
+  if (!baseline.feasible || !baseline.plan.predicted.step) return;
+  const double ours = result.plan.predicted.step->time_ms;
+  const double theirs = baseline.plan.predicted.step->time_ms;
+  if (!(theirs < ours * (1 - 1e-9))) return;
+  baseline.plan.algorithm = to_string(Algorithm::MadPipe);
+  result.plan = std::move(baseline.plan);
+  result.notes.push_back("ZB-H1's partition and schedule give a shorter step, " +
+                         madpipe::format_ms(theirs) + ", than the best plan by period, " +
+                         madpipe::format_ms(ours) + ": kept");
+}
+
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
                                                              const Platform& platform,
                                                              const PlannerOptions& options) {
@@ -508,7 +539,11 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
   // The zero-bubble schedules are split ones.
   if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
     return plan_profile(profile, platform, options, options.time_limit_s);
-  return plan_choosing_splits(profile, whole, platform, options);
+  const auto started = std::chrono::steady_clock::now();
+  PlanResult result = plan_choosing_splits(profile, whole, platform, options);
+  if (options.algorithm == Algorithm::MadPipe && options.micro_batches_per_step > 0)
+    keep_zero_bubble_step_if_shorter(profile, platform, options, started, result);
+  return result;
 }
 
 madpipe::partition::InFlight madpipe::partition::least_in_flight(const PlannerOptions& options,

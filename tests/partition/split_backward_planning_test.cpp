@@ -17,6 +17,7 @@
 #include "support/test_support.hpp"
 
 #include <algorithm>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -298,4 +299,41 @@ TEST(StepObjective, MadPipeReachesTheIsolatedStepLowerBoundOnUniformChains) {
     EXPECT_FALSE(steady.plan.predicted.step.has_value());
     EXPECT_NEAR(steady.plan.predicted.period_ms, 6.0, 1e-6);
   });
+}
+
+// Given the step's micro-batches, madpipe's plan never has a longer step than ZB-H1's: where
+// the best plan by period loses to ZB-H1's partition and schedule in the step, madpipe keeps
+// the latter and says so.
+TEST(StepObjective, MadPipesStepIsNoLongerThanZbH1s) {
+  std::mt19937 rng(47);
+  int replaced = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int gpus = 2 + trial % 3, layers = 2 * gpus + trial % 5;
+    const madpipe::Profile profile =
+        mt::with_split_backward(mt::random_chain(rng, layers), 0.3 + 0.1 * (trial % 3));
+    const madpipe::Platform platform = mt::huge_memory_platform(gpus);
+    for (int m : {gpus, 2 * gpus}) {
+      SCOPED_TRACE("trial " + std::to_string(trial) + " m " + std::to_string(m));
+      mp::PlannerOptions options;
+      options.micro_batches_per_step = m;
+      const auto madpipe = mp::make_plan(profile, platform, options);
+      options.algorithm = mp::Algorithm::ZbH1;
+      const auto zb_h1 = mp::make_plan(profile, platform, options);
+      ASSERT_TRUE(madpipe.feasible && zb_h1.feasible);
+      ASSERT_TRUE(madpipe.plan.predicted.step && zb_h1.plan.predicted.step);
+      EXPECT_LE(madpipe.plan.predicted.step->time_ms,
+                zb_h1.plan.predicted.step->time_ms * (1 + 1e-9));
+      EXPECT_TRUE(mplan::validate(madpipe.plan, profile).empty());
+      EXPECT_EQ(madpipe.plan.algorithm, "madpipe");
+      const bool noted =
+          std::any_of(madpipe.notes.begin(), madpipe.notes.end(), [](const std::string& note) {
+            return note.rfind("ZB-H1's partition and schedule", 0) == 0;
+          });
+      if (noted) {
+        ++replaced;
+        EXPECT_DOUBLE_EQ(madpipe.plan.predicted.step->time_ms, zb_h1.plan.predicted.step->time_ms);
+      }
+    }
+  }
+  std::cout << replaced << " of 24 steps kept ZB-H1's plan\n";
 }
