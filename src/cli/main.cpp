@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
     std::cerr << "madpipe: " << (internal ? "internal error: " : "error: ") << e.what() << '\n';
     return 2;
   } catch (const boost::program_options::error& e) {
-    std::cerr << "madpipe: error: " << e.what() << '\n';
+    std::cerr << "madpipe: error: "
+              << madpipe::cli::option_error_text(e, std::vector<std::string>(argv + 1, argv + argc))
+              << '\n';
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "madpipe: internal error: " << e.what() << '\n';

@@ -153,9 +153,24 @@ static void store_config_file(const std::string& path, const po::options_descrip
     name.erase(0, name.find_first_not_of('-'));
     const auto origin = config_origins().find(name);
     if (origin == config_origins().end()) throw;
+    std::string value;
+    for (const po::option& option : translated.options)
+      if (option.string_key == name && !option.value.empty()) value = option.value.front();
     throw madpipe::Error(madpipe::ErrorKind::InvalidInput, origin->second.first,
-                         origin->second.second, e.what());
+                         origin->second.second, madpipe::cli::option_error_text(e, {value}));
   }
+}
+
+std::string madpipe::cli::option_error_text(const po::error& error,
+                                            const std::vector<std::string>& words) {
+  const auto* named = dynamic_cast<const po::error_with_option_name*>(&error);
+  const bool placeholder = std::any_of(words.begin(), words.end(), [](const std::string& word) {
+    return word.find('%') != std::string::npos;
+  });
+  if (!named || !placeholder) return error.what();
+  std::string text = "invalid value for '" + named->get_option_name() + "'";
+  if (words.size() == 1) text += ": '" + words.front() + "'";
+  return text;
 }
 
 madpipe::Error madpipe::cli::with_config_origin(const madpipe::Error& error) {

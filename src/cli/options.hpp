@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options/errors.hpp>
 #include <boost/program_options/options_description.hpp>
 #include <boost/program_options/value_semantic.hpp>
 #include <boost/program_options/variables_map.hpp>
@@ -78,6 +79,12 @@ bool parse_options(const std::vector<std::string>& args, const CommandSyntax& sy
                    const po::options_description& options,
                    const std::vector<ConfigSection>& config_sections = {},
                    po::variables_map* parsed = nullptr);
+
+// What `error` says, without boost's substitution of its placeholders ("%value%"), which loops
+// forever where a value holds one: where some of `words` (the arguments, a config value) holds
+// a '%', an error naming an option says "invalid value for 'OPTION'" (and the value, when
+// `words` is that one value).
+std::string option_error_text(const po::error& error, const std::vector<std::string>& words);
 
 // `error` naming the config file, the section and the key where its field is an option
 // ("--name") whose value --config gave (not the command line); else `error` itself.

@@ -531,6 +531,14 @@ EOF
     --micro-batches few
   expect_status 2
   expect_in err "madpipe: error: --micro-batches: expected an integer, got 'few'"
+  # A value holding one of boost's placeholders is reported, not substituted into itself forever.
+  printf '[platform]\ngpus = %%value%%s\n' >values.ini
+  run plan --profile "$minimal" --config values.ini --bandwidth 12GB/s --memory 16GiB
+  expect_status 2
+  expect_in err "madpipe: error: values.ini: [platform] gpus: invalid value for 'gpus': '%value%s'"
+  run plan --profile "$minimal" --gpus '%value%s' --bandwidth 12GB/s --memory 16GiB
+  expect_status 2
+  expect_in err "madpipe: error: invalid value for '--gpus'"
 }
 
 case_simulate_rejects_invalid_plan() {
