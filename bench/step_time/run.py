@@ -8,9 +8,11 @@ holding two layers has the zero-bubble paper's F = B = W = 2 ms. Each layer stor
 which W keeps 100, or nothing ("nothing stored"). For m = P, 2P, 4P micro-batches per step it
 plans with each algorithm and `--micro-batches m` and prints the plan's predicted step (the
 runtime's order, `madpipe plan`'s `step` line) next to the formulas: 1F1B (p - 1 + m)(F + B + W),
-ZB-H1 (p - 1)(F + B - W) + m(F + B + W) (here the isolated step's lower bound), interleaved 1F1B
-with two chunks per GPU m(F + B + W) + (p - 1)(F + B + W) / 2. `1f1b` and `interleaved` plan
-whole backwards (the profile without its split), the others the split.
+ZB-H1 (p - 1)(F + B - W) + m(F + B + W) (here the isolated step's lower bound with one stage per
+GPU), interleaved 1F1B with two chunks per GPU m(F + B + W) + (p - 1)(F + B + W) / 2, and ZB-V
+from m = 2p - 1 on (p - 1) F / 2 + m(F + B + W), the lower bound of any step of these chains.
+`1f1b` and `interleaved` plan whole backwards (the profile without its split), the others the
+split.
 
 Part 2 (--profiles), the shipped profiles with an estimated split
 (bench/split_backward/split_profile.py) at a loose and a tight memory: step of every algorithm
@@ -69,9 +71,9 @@ def text(result):
 def uniform_tables(madpipe, gpu_counts, work):
     for stored, label in ((1000, "1000 B stored, W keeps 100"), (0, "nothing stored")):
         print("\n### Uniform chains, %s (ms)\n" % label)
-        print("| P, m | 1F1B formula | interleaved formula | ZB-H1 formula = lower bound | "
-              + " | ".join("`%s`" % a for a in ALGORITHMS) + " |")
-        print("|---" * (4 + len(ALGORITHMS)) + "|")
+        print("| P, m | 1F1B formula | interleaved formula | ZB-H1 formula | ZB-V formula "
+              "(m >= 2P - 1) = lower bound | " + " | ".join("`%s`" % a for a in ALGORITHMS) + " |")
+        print("|---" * (5 + len(ALGORITHMS)) + "|")
         for gpus in gpu_counts:
             whole = os.path.join(work, "whole%d_%d.json" % (gpus, stored))
             split = os.path.join(work, "split%d_%d.json" % (gpus, stored))
@@ -83,9 +85,10 @@ def uniform_tables(madpipe, gpu_counts, work):
                     profile = whole if algorithm in WHOLE_BACKWARD else split
                     cells.append(text(planned_step(madpipe, profile, gpus, "1GiB", "1000GB/s",
                                                    algorithm, m, work)))
-                print("| %d, %d | %d | %d | %d | %s |" % (
+                zb_v = "%d" % (6 * m + gpus - 1) if m >= 2 * gpus - 1 else "-"
+                print("| %d, %d | %d | %d | %d | %s | %s |" % (
                     gpus, m, 6 * (gpus - 1 + m), 6 * m + 3 * (gpus - 1), 2 * (gpus - 1) + 6 * m,
-                    " | ".join(cells)))
+                    zb_v, " | ".join(cells)))
 
 
 def profile_tables(madpipe, work):

@@ -206,6 +206,9 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
               << format_ms(bound)
               << ", step / lower bound = " << cli::fixed(bound > 0 ? step.time_ms / bound : 0, 3)
               << "\n";
+    if (plan.step_order)
+      std::cout << "             each GPU runs the published order of its placement (the plan's "
+                   "step_order)\n";
   }
   const plan::TimeBreakdown time =
       predicted.time ? *predicted.time : plan::time_breakdown(plan, profile);

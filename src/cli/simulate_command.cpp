@@ -112,8 +112,15 @@ int madpipe::cli::run_simulate(const SimulateOptions& options) {
             << "-periodic\n"
             << "platform       " << describe(plan.platform) << '\n'
             << "simulated      " << sim.micro_batches << " micro-batches, "
-            << policy_name(options.policy) << " policy\n"
-            << "step time      " << format_ms(sim.step_ms) << " (warm-up and drain included)\n"
+            << policy_name(options.policy) << " policy\n";
+  if (plan.step_order && options.policy == plan::StartPolicy::Asap)
+    std::cout << "step order     "
+              << (plan.step_order->micro_batches == sim.micro_batches
+                      ? "the plan's (step_order)"
+                      : "the pattern's: the plan's step_order is for " +
+                            std::to_string(plan.step_order->micro_batches) + " micro-batches")
+              << '\n';
+  std::cout << "step time      " << format_ms(sim.step_ms) << " (warm-up and drain included)\n"
             << "steady period  ";
   if (sim.steady_period_ms > 0) {
     std::cout << format_ms(sim.steady_normalized_ms)

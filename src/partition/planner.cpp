@@ -193,15 +193,45 @@ static madpipe::Profile with_split_on(madpipe::Profile profile,
   return profile;
 }
 
+// The step order its paper publishes for an algorithm's plan (interleaved 1F1B, ZB-V), nullopt
+// for the others and where the order does not apply (see step_order.hpp).
+static std::optional<madpipe::schedule::StepOrder> published_step_order(
+    const madpipe::plan::Plan& plan, madpipe::partition::Algorithm algorithm, int micro_batches) {
+  using madpipe::partition::Algorithm;
+  if (algorithm == Algorithm::Interleaved)
+    return madpipe::schedule::interleaved_1f1b_order(plan.stages, plan.platform.gpus,
+                                                     micro_batches);
+  if (algorithm == Algorithm::ZbV)
+    return madpipe::schedule::zb_v_order(plan.stages, plan.platform.gpus, micro_batches);
+  return std::nullopt;
+}
+
 // The plan's predicted fields: period (a tied weight's exchange included), bound, memory and
-// where the time goes, and the step where the options give its micro-batches.
-static void predict(madpipe::plan::Plan& plan, const madpipe::Profile& profile,
-                    const madpipe::partition::PlannerOptions& options) {
+// where the time goes, and the step where the options give its micro-batches: for interleaved
+// and zb-v, in their published order where it applies and fits the memory. Returns a note where
+// such an algorithm's step cannot follow its published order.
+static std::optional<std::string> predict(madpipe::plan::Plan& plan,
+                                          const madpipe::Profile& profile,
+                                          const madpipe::partition::PlannerOptions& options) {
   madpipe::plan::fill_predicted(plan, madpipe::partition::lower_bound_for(plan, profile),
                                 options.micro_batches_per_step);
   plan.predicted.time = madpipe::plan::time_breakdown(plan, profile);
-  if (options.micro_batches_per_step > 0)
-    madpipe::plan::predict_step(plan, options.micro_batches_per_step);
+  const int m = options.micro_batches_per_step;
+  if (m <= 0) return std::nullopt;
+  plan.step_order = published_step_order(plan, options.algorithm, m);
+  const bool ordered = plan.step_order.has_value();
+  madpipe::plan::predict_step(plan, m);
+  if (!madpipe::partition::uses_fixed_placement(options.algorithm) || plan.step_order)
+    return std::nullopt;
+  const std::string name = madpipe::partition::to_string(options.algorithm);
+  if (ordered)
+    return name + "'s published step order needs more than " +
+           madpipe::format_bytes(static_cast<double>(plan.platform.memory_bytes)) +
+           " on some GPU: the step follows the pattern";
+  return name + " publishes no step order for " + std::to_string(m) + " micro-batches on " +
+         std::to_string(plan.platform.gpus) +
+         " GPUs (interleaved: a multiple of max(1, micro-batches / GPUs)): the step follows the "
+         "pattern";
 }
 
 // What plans are compared by: the step's time where the options give its micro-batches, else
@@ -273,7 +303,8 @@ static madpipe::partition::PlanResult plan_profile(
   plan.stages = std::move(best->stages);
   plan.pattern = std::move(best->pattern);
   plan.solver = best->solver;
-  predict(plan, profile, options);
+  if (std::optional<std::string> note = predict(plan, profile, options))
+    result.notes.push_back(std::move(*note));
   return result;
 }
 
@@ -488,35 +519,40 @@ static madpipe::partition::PlanResult plan_choosing_splits(
   return result;
 }
 
-// madpipe's candidates are compared by their period; given the step's micro-batches, ZB-H1's
-// plan (its partition and schedule, the W ops waiting where ZB-H1 lets them) replaces `result`
+// madpipe's candidates are compared by their period; given the step's micro-batches, the plan
+// of each baseline (its partition and schedule, and its step as the baseline runs it: ZB-H1's W
+// ops waiting where ZB-H1 lets them, interleaved's and ZB-V's published orders) replaces `result`
 // where its step is shorter, with a note, in what is left of the time limit.
-static void keep_zero_bubble_step_if_shorter(const madpipe::Profile& profile,
-                                             const madpipe::Platform& platform,
-                                             const madpipe::partition::PlannerOptions& options,
-                                             std::chrono::steady_clock::time_point started,
-                                             madpipe::partition::PlanResult& result) {
+static void keep_baseline_step_if_shorter(const madpipe::Profile& profile,
+                                          const madpipe::Platform& platform,
+                                          const madpipe::partition::PlannerOptions& options,
+                                          std::chrono::steady_clock::time_point started,
+                                          madpipe::partition::PlanResult& result) {
   using namespace madpipe::partition;
-  if (!result.feasible || !result.plan.predicted.step) return;
-  PlannerOptions zero_bubble = options;
-  zero_bubble.algorithm = Algorithm::ZbH1;
-  if (std::isfinite(options.time_limit_s)) {
-    const double spent =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    zero_bubble.time_limit_s = options.time_limit_s - spent;
-    if (zero_bubble.time_limit_s <= 0) return;
+  for (const Algorithm algorithm :
+       {Algorithm::ZbH1, Algorithm::ZbV, Algorithm::Interleaved, Algorithm::OneFOneB}) {
+    if (!result.feasible || !result.plan.predicted.step) return;
+    PlannerOptions baseline_options = options;
+    baseline_options.algorithm = algorithm;
+    if (std::isfinite(options.time_limit_s)) {
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      baseline_options.time_limit_s = options.time_limit_s - spent;
+      if (baseline_options.time_limit_s <= 0) return;
+    }
+    baseline_options.progress = nullptr;
+    PlanResult baseline = make_plan(profile, platform, baseline_options);
+    if (!baseline.feasible || !baseline.plan.predicted.step) continue;
+    const double ours = result.plan.predicted.step->time_ms;
+    const double theirs = baseline.plan.predicted.step->time_ms;
+    if (!(theirs < ours * (1 - 1e-9))) continue;
+    baseline.plan.algorithm = to_string(Algorithm::MadPipe);
+    result.plan = std::move(baseline.plan);
+    result.notes.push_back(std::string(to_string(algorithm)) +
+                           "'s partition and schedule give a shorter step, " +
+                           madpipe::format_ms(theirs) + ", than the best plan by period, " +
+                           madpipe::format_ms(ours) + ": kept");
   }
-  zero_bubble.progress = nullptr;
-  PlanResult baseline = plan_profile(profile, platform, zero_bubble, zero_bubble.time_limit_s);
-  if (!baseline.feasible || !baseline.plan.predicted.step) return;
-  const double ours = result.plan.predicted.step->time_ms;
-  const double theirs = baseline.plan.predicted.step->time_ms;
-  if (!(theirs < ours * (1 - 1e-9))) return;
-  baseline.plan.algorithm = to_string(Algorithm::MadPipe);
-  result.plan = std::move(baseline.plan);
-  result.notes.push_back("ZB-H1's partition and schedule give a shorter step, " +
-                         madpipe::format_ms(theirs) + ", than the best plan by period, " +
-                         madpipe::format_ms(ours) + ": kept");
 }
 
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
@@ -532,17 +568,19 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
                     " layers, the chain has " + std::to_string(profile.layers.size());
     return result;
   }
+  const auto started = std::chrono::steady_clock::now();
   const Profile whole = without_split_backward(profile);
+  PlanResult result;
   if (options.split_backward == BackwardSplit::Off || !can_split_backward(options.algorithm) ||
       !ChainCosts(profile).has_split_backward())
-    return plan_profile(whole, platform, options, options.time_limit_s);
-  // The zero-bubble schedules are split ones.
-  if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
-    return plan_profile(profile, platform, options, options.time_limit_s);
-  const auto started = std::chrono::steady_clock::now();
-  PlanResult result = plan_choosing_splits(profile, whole, platform, options);
+    result = plan_profile(whole, platform, options, options.time_limit_s);
+  else if (options.algorithm == Algorithm::ZbH1 || options.algorithm == Algorithm::ZbV)
+    result = plan_profile(profile, platform, options, options.time_limit_s);  // split ones
+  else
+    result = plan_choosing_splits(profile, whole, platform, options);
   if (options.algorithm == Algorithm::MadPipe && options.micro_batches_per_step > 0)
-    keep_zero_bubble_step_if_shorter(profile, platform, options, started, result);
+    keep_baseline_step_if_shorter(options.split_backward == BackwardSplit::Off ? whole : profile,
+                                  platform, options, started, result);
   return result;
 }
 

@@ -104,6 +104,20 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
   pattern["ops"] = std::move(ops);
   j["pattern"] = std::move(pattern);
 
+  if (plan.step_order) {  // absent: the step follows the pattern, as before
+    Json order = Json::object();
+    order["micro_batches"] = plan.step_order->micro_batches;
+    Json gpus = Json::array();
+    for (const std::vector<madpipe::schedule::StepAction>& actions : plan.step_order->per_gpu) {
+      Json tokens = Json::array();
+      for (const madpipe::schedule::StepAction& action : actions)
+        tokens.push_back(madpipe::schedule::to_string(action));
+      gpus.push_back(std::move(tokens));
+    }
+    order["gpus"] = std::move(gpus);
+    j["step_order"] = std::move(order);
+  }
+
   Json predicted = Json::object();
   predicted["period_ms"] = plan.predicted.period_ms;
   predicted["throughput_per_s"] = plan.predicted.throughput_per_s;
@@ -374,6 +388,31 @@ static madpipe::schedule::Pattern read_pattern(const JsonReader& reader, const j
   return pattern;
 }
 
+static madpipe::schedule::StepOrder read_step_order(const JsonReader& reader, const json& value) {
+  const std::string p = "/step_order";
+  const json& o = reader.object_value(value, p);
+  madpipe::schedule::StepOrder order;
+  order.micro_batches = reader.int_member(o, p, "micro_batches", 1);
+  const json& gpus = reader.array_member(o, p, "gpus");
+  for (std::size_t g = 0; g < gpus.size(); ++g) {
+    const std::string q = p + "/gpus/" + std::to_string(g);
+    if (!gpus[g].is_array())
+      reader.fail(q, "must be an array of ops such as \"F2.7\", got " + reader.show(gpus[g]));
+    std::vector<madpipe::schedule::StepAction>& actions = order.per_gpu.emplace_back();
+    for (std::size_t i = 0; i < gpus[g].size(); ++i) {
+      const std::string r = q + "/" + std::to_string(i);
+      if (!gpus[g][i].is_string())
+        reader.fail(r, "must be an op such as \"F2.7\", got " + reader.show(gpus[g][i]));
+      try {
+        actions.push_back(madpipe::schedule::parse_step_action(gpus[g][i].get<std::string>(), r));
+      } catch (const madpipe::Error& e) {
+        reader.fail(r, e.problem());
+      }
+    }
+  }
+  return order;
+}
+
 static madpipe::plan::Predicted read_predicted(const JsonReader& reader, const json& j) {
   const std::string p = "/predicted";
   const json& o = reader.object_member(j, "", "predicted");
@@ -461,6 +500,8 @@ madpipe::plan::Plan madpipe::plan::plan_from_json(const nlohmann::json& j,
   for (std::size_t s = 0; s < stages.size(); ++s)
     plan.stages.push_back(read_stage(reader, stages[s], "/stages/" + std::to_string(s)));
   plan.pattern = read_pattern(reader, j);
+  if (const json* order = JsonReader::find(j, "step_order"))
+    plan.step_order = read_step_order(reader, *order);
   plan.predicted = read_predicted(reader, j);
   const json* solver = JsonReader::find(j, "solver");
   if (solver != nullptr) plan.solver = read_solver(reader, *solver);

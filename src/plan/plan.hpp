@@ -3,6 +3,7 @@
 #include "core/platform.hpp"
 #include "schedule/pattern.hpp"
 #include "schedule/stage.hpp"
+#include "schedule/step_order.hpp"
 
 #include <cstdint>
 #include <iosfwd>
@@ -72,6 +73,10 @@ struct Plan {
   std::string algorithm;
   std::vector<schedule::Stage> stages;
   schedule::Pattern pattern;
+  // The step of step_order->micro_batches micro-batches in this order on each GPU, where the
+  // algorithm publishes one (interleaved, zb-v); otherwise, and for other numbers of
+  // micro-batches, the step follows the pattern (simulate.hpp).
+  std::optional<schedule::StepOrder> step_order;
   Predicted predicted;
   std::optional<SolverInfo> solver;
 };

@@ -447,6 +447,88 @@ static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::P
     report_deadlock(instances, u.by_resource, plan.pattern.ops, m.before, plan.platform.gpus);
 }
 
+// The step in the plan's step order: each GPU runs its F, B and W ops in that order, each as soon
+// as its input and its GPU are free; each link carries the transfers whose input is done, the
+// earliest done first (the runtime's sends follow its compute order).
+static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
+                         const madpipe::schedule::StepOrder& order) {
+  std::vector<Instance>& instances = u.instances;
+  const int gpus = plan.platform.gpus;
+  std::map<std::pair<int, int>, int> position;  // (kind, stage) -> position in a micro-batch
+  for (int c = 0; c < u.length; ++c)
+    position[{static_cast<int>(m.ops[c].kind), m.ops[c].stage}] = c;
+  std::vector<std::vector<int>> sequence(gpus);
+  for (int g = 0; g < gpus && g < static_cast<int>(order.per_gpu.size()); ++g)
+    for (const madpipe::schedule::StepAction& action : order.per_gpu[g]) {
+      const auto it = position.find({static_cast<int>(action.kind), action.stage});
+      if (it == position.end() || action.micro_batch >= u.micro_batches)
+        fail("/step_order/gpus/" + std::to_string(g),
+             madpipe::schedule::to_string(action) + " is not an op of the step");
+      sequence[g].push_back(action.micro_batch * u.length + it->second);
+    }
+  std::vector<std::size_t> next(gpus, 0);
+  std::vector<double> free_at(static_cast<std::size_t>(gpus) * (gpus + 1), 0.0);
+  std::map<int, std::set<std::pair<double, int>>> ready_transfers;  // link -> (input end, id)
+  const auto input_end = [&](int id) -> std::optional<double> {
+    const Instance& x = instances[id];
+    const int before = m.before[x.position];
+    if (before < 0) return 0.0;
+    const Instance& input = instances[id - x.position + before];
+    if (!input.done) return std::nullopt;
+    return input.end;
+  };
+  const double infinity = std::numeric_limits<double>::infinity();
+  std::size_t finished = 0;
+  while (finished < instances.size()) {
+    double best_start = infinity;
+    int best = -1;
+    for (const auto& [link, ready] : ready_transfers)
+      if (!ready.empty() && std::max(free_at[link], ready.begin()->first) < best_start) {
+        best_start = std::max(free_at[link], ready.begin()->first);
+        best = ready.begin()->second;
+      }
+    for (int g = 0; g < gpus; ++g) {
+      if (next[g] >= sequence[g].size()) continue;
+      const int id = sequence[g][next[g]];
+      if (const std::optional<double> ready = input_end(id))
+        if (std::max(free_at[g], *ready) < best_start) {
+          best_start = std::max(free_at[g], *ready);
+          best = id;
+        }
+    }
+    if (best < 0) break;
+    Instance& x = instances[best];
+    x.start = best_start;
+    x.end = best_start + x.duration;
+    x.done = true;
+    ++finished;
+    free_at[x.resource] = x.end;
+    if (x.resource < gpus) {
+      ++next[x.resource];
+      u.executed[x.resource].push_back(best);
+    } else {
+      ready_transfers[x.resource].erase(ready_transfers[x.resource].begin());
+    }
+    for (int after : m.after[x.position]) {
+      const int id = best - x.position + after;
+      if (instances[id].resource >= gpus)
+        ready_transfers[instances[id].resource].insert({x.end, id});
+    }
+  }
+  if (finished == instances.size()) return;
+  std::string stuck;
+  for (int g = 0; g < gpus; ++g)
+    if (next[g] < sequence[g].size()) {
+      const Instance& head = instances[sequence[g][next[g]]];
+      stuck += std::string(stuck.empty() ? "" : "; ") + "gpu " + std::to_string(g) +
+               " waits to run " +
+               madpipe::schedule::op_token(m.ops[head.position].kind, m.ops[head.position].stage,
+                                           head.micro_batch);
+    }
+  if (stuck.empty()) stuck = "some of the step's ops are in no gpu's order";
+  fail("/step_order", "the order deadlocks or is incomplete: " + stuck);
+}
+
 static madpipe::plan::SimOp simulated_op(const Instance& x, const MicroBatchOps& m, double first) {
   madpipe::plan::SimOp op;
   op.kind = m.ops[x.position].kind;
@@ -570,7 +652,10 @@ madpipe::plan::SimResult madpipe::plan::simulate(const Plan& plan, const SimOpti
                                           : default_micro_batches(num_stages, max_in_flight, k);
   Unrolled u = unroll(plan, m, table, n);
   u.executed.resize(plan.platform.gpus);
-  if (options.policy == StartPolicy::Asap) {
+  if (options.policy == StartPolicy::Asap && plan.step_order &&
+      plan.step_order->micro_batches == n) {
+    run_in_order(u, m, plan, *plan.step_order);
+  } else if (options.policy == StartPolicy::Asap) {
     run_asap(
         u, m, plan,
         options.memory_budget_bytes.empty() ? waiting_budget(plan) : options.memory_budget_bytes);

@@ -13,7 +13,9 @@ enum class StartPolicy {
   // What a runtime runs: transfers, F and B in pattern order, each as soon as its input and its
   // resource are free; the W of a split stage where its GPU would otherwise wait (in the
   // warm-up and drain above all), or before an F or B that would take the GPU's memory above
-  // its budget, or at the end.
+  // its budget, or at the end. A plan with a step order for the simulated number of
+  // micro-batches (Plan::step_order) runs each GPU's F, B and W in that order instead, and each
+  // link's transfers in the order their inputs are done.
   Asap,
 };
 

@@ -110,11 +110,32 @@ static std::optional<std::pair<SimResult, Plan>> step_within_busiest_peak(const 
   return std::make_pair(std::move(step), std::move(raised));
 }
 
+// The step in the plan's step order, and the plan with its predicted memory raised to what that
+// step and its program hold; nullopt where they would not fit the platform's memory.
+static std::optional<std::pair<SimResult, Plan>> step_in_order(const Plan& plan,
+                                                               int micro_batches) {
+  SimResult step = simulate(plan, step_options(micro_batches));
+  Plan raised = with_step_memory(plan, step);
+  const std::vector<std::int64_t> program = program_peaks(raised, micro_batches);
+  std::vector<std::int64_t>& memory = raised.predicted.memory_bytes;
+  for (std::size_t g = 0; g < memory.size(); ++g) {
+    if (g < program.size()) memory[g] = std::max(memory[g], program[g]);
+    if (plan.platform.memory_bytes > 0 && memory[g] > plan.platform.memory_bytes)
+      return std::nullopt;
+  }
+  return std::make_pair(std::move(step), std::move(raised));
+}
+
 void predict_step(Plan& plan, int micro_batches) {
   const bool splits = std::any_of(plan.stages.begin(), plan.stages.end(),
                                   [](const schedule::Stage& s) { return s.splits_backward(); });
   std::optional<std::pair<SimResult, Plan>> within_busiest;
-  if (splits) within_busiest = step_within_busiest_peak(plan, micro_batches);
+  if (plan.step_order && plan.step_order->micro_batches != micro_batches) plan.step_order.reset();
+  if (plan.step_order) {
+    within_busiest = step_in_order(plan, micro_batches);
+    if (!within_busiest) plan.step_order.reset();
+  }
+  if (splits && !within_busiest) within_busiest = step_within_busiest_peak(plan, micro_batches);
   SimResult step;
   if (within_busiest) {
     step = std::move(within_busiest->first);

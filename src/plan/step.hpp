@@ -24,8 +24,11 @@ std::vector<std::int64_t> step_memory_budget(const Plan& plan);
 // than predicted; the lowering and simulate_step(), whose W ops wait within the predicted memory
 // capped at step_memory_cap_bytes(), run this very step. Where that program would not fit the
 // platform's memory, and on plans without split stages, the W ops wait within each GPU's own
-// pattern peak and the predicted memory stays. Throws Error{InvalidInput} as simulate() does for
-// an invalid plan, and for micro_batches < 1.
+// pattern peak and the predicted memory stays. A plan with a step order for `micro_batches`
+// (Plan::step_order) runs it, its predicted memory raised to what that step and its program
+// hold; where that exceeds the platform's memory, or the order is for another number of
+// micro-batches, the order is dropped and the step follows the pattern as above. Throws
+// Error{InvalidInput} as simulate() does for an invalid plan, and for micro_batches < 1.
 void predict_step(Plan& plan, int micro_batches);
 
 // The share of P x step_ms the GPUs are idle in `step` (0 where step_ms is 0).

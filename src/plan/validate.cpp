@@ -3,6 +3,7 @@
 #include "core/chain.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "plan/step_order_check.hpp"
 #include "remat/offload_replay.hpp"
 #include "remat/remat_sequence.hpp"
 #include "schedule/memory.hpp"
@@ -768,6 +769,8 @@ static std::vector<Violation> validate_plan(const madpipe::plan::Plan& plan,
     }
   }
   check_predicted(plan, pattern_ok, report);
+  for (Violation& violation : madpipe::plan::step_order_violations(plan, stages_ok && pattern_ok))
+    report.add(std::move(violation.field), std::move(violation.problem));
   return report.violations;
 }
 

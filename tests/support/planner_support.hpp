@@ -46,6 +46,16 @@ inline Profile zero_bubble_chain(int p, std::int64_t stored_bytes) {
   return profile;
 }
 
+// The same case cut in two chunks per GPU (interleaved, ZB-V): 2p layers of F = 1 ms and a
+// backward of 2 ms split evenly (B = W = 1 ms), storing `stored_bytes`, of which W keeps a tenth.
+inline Profile zero_bubble_chunks(int p, std::int64_t stored_bytes) {
+  Profile profile = make_chain(std::vector<double>(2 * p, 1.0), std::vector<double>(2 * p, 2.0));
+  for (Layer& layer : profile.layers) layer.saved_bytes = stored_bytes;
+  profile = with_split_backward(profile, 0.5);
+  for (Layer& layer : profile.layers) layer.split_backward->kept_bytes = stored_bytes / 10;
+  return profile;
+}
+
 // Calls check(profile, platform, p, m) on the zero-bubble paper's uniform cases, each in a
 // SCOPED_TRACE: p = 2, 3, 4 and 8 GPUs, layers that store nothing and 1000 bytes, m = p, 2p and
 // 4p micro-batches per step, memory ample.

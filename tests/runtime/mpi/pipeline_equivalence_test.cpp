@@ -17,7 +17,9 @@
 #include "schedule/modulo.hpp"
 #include "schedule/one_f_one_b.hpp"
 #include "schedule/search.hpp"
+#include "schedule/step_order.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -37,6 +39,7 @@ struct Case {
   std::vector<int> first_layers;
   std::vector<int> gpus;
   Schedule schedule;
+  bool interleaved_order = false;  // the step in Megatron's interleaved 1F1B order
 };
 
 // Trains `steps` steps pipelined and unsplit; returns the largest relative weight difference
@@ -47,8 +50,12 @@ static double train_and_compare(const Case& c, int steps, int micro_batches) {
   mr::ChainModel pipelined = mr::build_model(config);
   mr::ChainModel reference = mr::build_model(config);
   const int layers = static_cast<int>(pipelined.layers.size());
-  const mplan::Plan plan =
-      make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
+  mplan::Plan plan = make_plan(layers, c.first_layers, c.gpus, c.schedule, micro_batches, nullptr);
+  if (c.interleaved_order) {
+    plan.step_order = ms::interleaved_1f1b_order(plan.stages, world_size(), micro_batches);
+    EXPECT_TRUE(plan.step_order.has_value());
+    EXPECT_TRUE(mplan::validate(plan).empty());
+  }
   const mplan::Program program = mplan::lower(plan, micro_batches);
   EXPECT_EQ(mplan::dry_run(program), "");
 
@@ -79,6 +86,15 @@ static std::vector<Case> cases_for(const std::string& model, int layers) {
     all_gpus.push_back(lap % 2 == 0 ? pos : P - 1 - pos);
   }
   cases.push_back({model, all_first, all_gpus, Schedule::Modulo});
+  // Interleaved: layers / P chunks per rank in a loop, the step in Megatron's order.
+  const int chunks = std::max(1, layers / P);
+  std::vector<int> loop_first, loop_gpus;
+  for (int s = 0; s < chunks * P && s < layers; ++s) {
+    loop_first.push_back(s);
+    loop_gpus.push_back(s % P);
+  }
+  if (static_cast<int>(loop_first.size()) == chunks * P)
+    cases.push_back({model, loop_first, loop_gpus, Schedule::Modulo, true});
   return cases;
 }
 

@@ -2,6 +2,7 @@
 // Under mpirun -np 1..4 (the pipelines have one stage group per rank).
 
 #include "plan/program.hpp"
+#include "plan/validate.hpp"
 #include "runtime/comm/transport.hpp"
 #include "runtime/exec/executor.hpp"
 #include "runtime/model/model.hpp"
@@ -9,6 +10,7 @@
 #include "runtime/mpi/mpi_test_support.hpp"
 #include "runtime/train/two_weight_versions.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/step_order.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -201,7 +203,8 @@ namespace {
 // the period): later messages then reuse the receive buffers of its micro-batch before it runs.
 double train_split_and_compare(const std::string& name, const std::vector<int>& first_layers,
                                const std::vector<int>& gpus, Schedule schedule, bool arena,
-                               int w_delay = 0, bool odd_stages_whole = false) {
+                               int w_delay = 0, bool odd_stages_whole = false,
+                               bool zb_v_order = false) {
   const int micro_batches = 6;
   mr::ModelConfig config = small_config(name, 3);
   std::unique_ptr<mr::DataSource> data = data_for(config);
@@ -222,6 +225,11 @@ double train_split_and_compare(const std::string& name, const std::vector<int>& 
                   ops.begin(), ops.end(),
                   [](const ms::Op& op) { return op.kind == ms::OpKind::W && op.stage % 2 == 1; }),
               ops.end());
+  }
+  if (zb_v_order) {
+    plan.step_order = ms::zb_v_order(plan.stages, world_size(), micro_batches);
+    EXPECT_TRUE(plan.step_order.has_value());
+    EXPECT_TRUE(mplan::validate(plan).empty());
   }
   int split_here = 0;
   auto transport = make_test_transport(plan);
@@ -270,6 +278,18 @@ TEST(SplitBackward, PipelinedTrainingMatchesUnsplit) {
         << name << " non-contiguous, odd stages whole";
     EXPECT_LT(train_split_and_compare(name, first, gpus, Schedule::OneFOneB, true, 2), 1e-5)
         << name << " with W two periods late";
+    // ZB-V: two stages per rank in a V, the step in the zero-bubble paper's order.
+    if (layers >= 2 * P) {
+      std::vector<int> v_first, v_gpus;
+      for (int s = 0; s < 2 * P; ++s) {
+        v_first.push_back(s * layers / (2 * P));
+        v_gpus.push_back(s < P ? s : 2 * P - 1 - s);
+      }
+      EXPECT_LT(
+          train_split_and_compare(name, v_first, v_gpus, Schedule::Modulo, true, 0, false, true),
+          1e-5)
+          << name << " ZB-V";
+    }
   }
 }
 
