@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -256,36 +257,46 @@ TEST(Baselines, ZbH1StepMeetsItsFormulaWithinTheBusiestGpusMemory) {
       });
 }
 
+// Plans `algorithm` on the uniform case cut in chunks (mt::zero_bubble_chunks) with the step's m
+// micro-batches, and checks what every plan with a published order satisfies: it has its order,
+// passes the validator, and the runtime's order (simulated) runs the predicted step within the
+// predicted memory. Returns the plan (std::nullopt where planning failed).
+static std::optional<mplan::Plan> ordered_plan(mp::Algorithm algorithm, int p, int m,
+                                               std::int64_t stored) {
+  SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + ", " +
+               std::to_string(stored) + " bytes stored");
+  const madpipe::Profile profile = mt::zero_bubble_chunks(p, stored);
+  mp::PlannerOptions options;
+  options.algorithm = algorithm;
+  options.micro_batches_per_step = m;
+  const auto result = mp::make_plan(profile, mt::huge_memory_platform(p), options);
+  EXPECT_TRUE(result.feasible) << result.reason;
+  EXPECT_TRUE(result.plan.step_order.has_value()) << ::testing::PrintToString(result.notes);
+  EXPECT_TRUE(result.plan.predicted.step.has_value());
+  if (!result.feasible || !result.plan.step_order || !result.plan.predicted.step)
+    return std::nullopt;
+  const auto violations = mplan::validate(result.plan, profile);
+  EXPECT_TRUE(violations.empty()) << mt::describe(violations);
+  const mplan::SimResult step = mplan::simulate_step(result.plan, m);
+  EXPECT_NEAR(step.step_ms, result.plan.predicted.step->time_ms, 1e-6);
+  for (int g = 0; g < p; ++g)
+    EXPECT_LE(step.peak_memory_bytes[g], result.plan.predicted.memory_bytes[g]) << g;
+  return result.plan;
+}
+
 // Interleaved 1F1B with two chunks per GPU on the uniform case cut in chunks (F = 1 ms, whole
 // backward 2 ms per chunk): planned with the step's micro-batches, it runs Megatron's order
 // (Plan::step_order) and its step takes Narayanan et al.'s m (F + B) + (p - 1)(F + B) / 2 per
-// GPU, F and B each GPU's: 6 m + 3 (p - 1) ms. The runtime's order (simulated) runs that step
-// within the predicted memory, and the plan passes the validator.
+// GPU, F and B each GPU's: 6 m + 3 (p - 1) ms.
 TEST(Baselines, InterleavedStepMeetsMegatronsFormula) {
   for (int p : {2, 3, 4, 8})
-    for (std::int64_t stored : {0, 1000}) {
-      const madpipe::Profile profile = mt::zero_bubble_chunks(p, stored);
-      const madpipe::Platform platform = mt::huge_memory_platform(p);
+    for (std::int64_t stored : {0, 1000})
       for (int m : {p, 2 * p, 4 * p}) {
-        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + ", " +
-                     std::to_string(stored) + " bytes stored");
-        mp::PlannerOptions options;
-        options.algorithm = mp::Algorithm::Interleaved;
-        options.micro_batches_per_step = m;
-        const auto result = mp::make_plan(profile, platform, options);
-        ASSERT_TRUE(result.feasible) << result.reason;
-        ASSERT_TRUE(result.plan.step_order.has_value()) << ::testing::PrintToString(result.notes);
-        ASSERT_TRUE(result.plan.predicted.step.has_value());
-        const double formula = 6.0 * m + 3.0 * (p - 1);
-        EXPECT_NEAR(result.plan.predicted.step->time_ms, formula, 1e-6);
-        const auto violations = mplan::validate(result.plan, profile);
-        EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-        const mplan::SimResult step = mplan::simulate_step(result.plan, m);
-        EXPECT_NEAR(step.step_ms, formula, 1e-6);
-        for (int g = 0; g < p; ++g)
-          EXPECT_LE(step.peak_memory_bytes[g], result.plan.predicted.memory_bytes[g]) << g;
+        const auto plan = ordered_plan(mp::Algorithm::Interleaved, p, m, stored);
+        ASSERT_TRUE(plan.has_value());
+        EXPECT_NEAR(plan->predicted.step->time_ms, 6.0 * m + 3.0 * (p - 1), 1e-6)
+            << "p " << p << " m " << m;
       }
-    }
 }
 
 // ZB-V on the same chunked case (F = B = W = 1 ms per chunk): planned with the step's
@@ -293,36 +304,20 @@ TEST(Baselines, InterleavedStepMeetsMegatronsFormula) {
 // ScheduleZBVZeroBubble, Plan::step_order). From m = 2p - 1 micro-batches on, which fill the V,
 // its step is the V's isolated-step lower bound, (p - 1) F + m (F + B + W) per GPU = 6 m + p - 1
 // ms, below ZB-H1's 6 m + 2 (p - 1): no GPU idles after micro-batch 0 reaches it. With fewer
-// micro-batches it is no longer than ZB-H1's. The runtime's order (simulated) runs that step
-// within the predicted memory, and the plan passes the validator.
+// micro-batches it is no longer than ZB-H1's.
 TEST(Baselines, ZbVStepMeetsTheVsLowerBound) {
   for (int p : {2, 3, 4, 8})
-    for (std::int64_t stored : {0, 1000}) {
-      const madpipe::Profile profile = mt::zero_bubble_chunks(p, stored);
-      const madpipe::Platform platform = mt::huge_memory_platform(p);
+    for (std::int64_t stored : {0, 1000})
       for (int m : {p, 2 * p - 1, 2 * p, 4 * p}) {
-        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + ", " +
-                     std::to_string(stored) + " bytes stored");
-        mp::PlannerOptions options;
-        options.algorithm = mp::Algorithm::ZbV;
-        options.micro_batches_per_step = m;
-        const auto result = mp::make_plan(profile, platform, options);
-        ASSERT_TRUE(result.feasible) << result.reason;
-        ASSERT_TRUE(result.plan.step_order.has_value()) << ::testing::PrintToString(result.notes);
-        ASSERT_TRUE(result.plan.predicted.step.has_value());
-        const double step_ms = result.plan.predicted.step->time_ms;
+        SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+        const auto plan = ordered_plan(mp::Algorithm::ZbV, p, m, stored);
+        ASSERT_TRUE(plan.has_value());
+        const double step_ms = plan->predicted.step->time_ms;
         const double bound = 6.0 * m + (p - 1);
-        EXPECT_NEAR(mplan::step_lower_bound_ms(result.plan, m), bound, 1e-6);
+        EXPECT_NEAR(mplan::step_lower_bound_ms(*plan, m), bound, 1e-6);
         if (m >= 2 * p - 1)
           EXPECT_NEAR(step_ms, bound, 1e-6);
         else
           EXPECT_LE(step_ms, 6.0 * m + 2.0 * (p - 1) + 1e-6);
-        const auto violations = mplan::validate(result.plan, profile);
-        EXPECT_TRUE(violations.empty()) << mt::describe(violations);
-        const mplan::SimResult step = mplan::simulate_step(result.plan, m);
-        EXPECT_NEAR(step.step_ms, step_ms, 1e-6);
-        for (int g = 0; g < p; ++g)
-          EXPECT_LE(step.peak_memory_bytes[g], result.plan.predicted.memory_bytes[g]) << g;
       }
-    }
 }
