@@ -42,10 +42,9 @@ std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
     add("/step_order/gpus", "must have one list per gpu (" + std::to_string(gpus) + "), got " +
                                 std::to_string(order.per_gpu.size()));
   if (plan.predicted.step && plan.predicted.step->micro_batches != order.micro_batches)
-    add("/step_order/micro_batches",
-        "must equal the predicted step's micro_batches (" +
-            std::to_string(plan.predicted.step->micro_batches) + "), got " +
-            std::to_string(order.micro_batches));
+    add("/step_order/micro_batches", "must equal the predicted step's micro_batches (" +
+                                         std::to_string(plan.predicted.step->micro_batches) +
+                                         "), got " + std::to_string(order.micro_batches));
   if (!violations.empty() || !stages_ok) return violations;
   std::map<ActionKey, int> position;  // where each op is in its GPU's list
   for (int g = 0; g < gpus; ++g) {
@@ -59,8 +58,8 @@ std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
         continue;
       }
       if (a.micro_batch >= order.micro_batches) {
-        add(field, name + ": the step has micro-batches 0.." +
-                       std::to_string(order.micro_batches - 1));
+        add(field,
+            name + ": the step has micro-batches 0.." + std::to_string(order.micro_batches - 1));
         continue;
       }
       if (a.kind == schedule::OpKind::W && !plan.stages[a.stage].splits_backward()) {
@@ -75,21 +74,24 @@ std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
       }
       const auto [it, inserted] =
           position.emplace(ActionKey{a.stage, static_cast<int>(a.kind), a.micro_batch}, i);
-      if (!inserted) add(field, name + " appears twice (also at " + std::to_string(it->second) + ")");
+      if (!inserted)
+        add(field, name + " appears twice (also at " + std::to_string(it->second) + ")");
     }
   }
   int missing = 0;
   std::string listed;
   for (const schedule::StepAction& a : step_actions(plan, order.micro_batches)) {
     if (position.count({a.stage, static_cast<int>(a.kind), a.micro_batch}) > 0) continue;
-    if (++missing <= kMaxListedMissing) listed += (listed.empty() ? "" : ", ") + schedule::to_string(a);
+    if (++missing <= kMaxListedMissing)
+      listed += (listed.empty() ? "" : ", ") + schedule::to_string(a);
   }
   if (missing > 0)
-    add("/step_order/gpus", "the step's " + listed +
-                                (missing > kMaxListedMissing
-                                     ? " and " + std::to_string(missing - kMaxListedMissing) + " more"
-                                     : std::string()) +
-                                (missing == 1 ? " is" : " are") + " in no gpu's list");
+    add("/step_order/gpus",
+        "the step's " + listed +
+            (missing > kMaxListedMissing
+                 ? " and " + std::to_string(missing - kMaxListedMissing) + " more"
+                 : std::string()) +
+            (missing == 1 ? " is" : " are") + " in no gpu's list");
   for (const auto& [key, at] : position) {
     const auto [stage, kind, micro_batch] = key;
     if (kind == static_cast<int>(schedule::OpKind::F)) continue;

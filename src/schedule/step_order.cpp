@@ -99,8 +99,7 @@ std::optional<StepOrder> interleaved_1f1b_order(const std::vector<Stage>& stages
   return order;
 }
 
-std::optional<StepOrder> zb_v_order(const std::vector<Stage>& stages, int gpus,
-                                    int micro_batches) {
+std::optional<StepOrder> zb_v_order(const std::vector<Stage>& stages, int gpus, int micro_batches) {
   if (gpus < 1 || micro_batches < 1 || static_cast<int>(stages.size()) != 2 * gpus)
     return std::nullopt;
   for (int s = 0; s < 2 * gpus; ++s)

@@ -1,7 +1,8 @@
 // The published step orders (interleaved 1F1B, ZB-V) and their spelling.
 
-#include "core/error.hpp"
 #include "schedule/step_order.hpp"
+
+#include "core/error.hpp"
 #include "support/schedule_support.hpp"
 #include "support/test_support.hpp"
 
@@ -37,8 +38,7 @@ std::vector<ms::Stage> loop_stages(int gpus) {
 }
 
 std::vector<ms::Stage> v_stages(int gpus, bool split = true) {
-  return two_chunks_per_gpu(gpus, split,
-                            [gpus](int s) { return s < gpus ? s : 2 * gpus - 1 - s; });
+  return two_chunks_per_gpu(gpus, split, [gpus](int s) { return s < gpus ? s : 2 * gpus - 1 - s; });
 }
 
 // Every op of the step once, on its stage's GPU, F before B before W of a micro-batch.
@@ -135,7 +135,7 @@ TEST(StepOrder, InterleavedWarmsUpMegatronsWay) {
 
 TEST(StepOrder, InterleavedRefusesWhatItDoesNotDescribe) {
   EXPECT_FALSE(ms::interleaved_1f1b_order(v_stages(4, false), 4, 8).has_value());  // a V
-  EXPECT_FALSE(ms::interleaved_1f1b_order(loop_stages(4), 4, 9).has_value());  // 9 % 2 rounds
+  EXPECT_FALSE(ms::interleaved_1f1b_order(loop_stages(4), 4, 9).has_value());      // 9 % 2 rounds
   std::vector<ms::Stage> split = loop_stages(2);
   split[1].backward_weight_ms = 1.0;
   EXPECT_FALSE(ms::interleaved_1f1b_order(split, 2, 4).has_value());
