@@ -15,8 +15,9 @@ from m = 2p - 1 on (p - 1) F / 2 + m(F + B + W), the lower bound of any step of 
 split.
 
 Part 2 (--profiles), the shipped profiles with an estimated split
-(bench/split_backward/split_profile.py) at a loose and a tight memory: step of every algorithm
-and the step's lower bound (m times the busiest GPU's load after the unavoidable fill).
+(bench/split_backward/split_profile.py) at a loose and a tight memory: step of every algorithm,
+of madpipe with --scheduler ilp (the step ILP within the 30 s limit), and the step's lower bound
+(m times the busiest GPU's load after the unavoidable fill).
 """
 
 import argparse
@@ -49,12 +50,13 @@ def uniform_profile(path, gpus, stored, split):
         json.dump(profile, out)
 
 
-def planned_step(madpipe, profile, gpus, memory, bandwidth, algorithm, micro_batches, work):
+def planned_step(madpipe, profile, gpus, memory, bandwidth, algorithm, micro_batches, work,
+                 extra=()):
     """(step ms, lower bound ms) of the plan, or None where the algorithm has no plan."""
     command = [madpipe, "plan", "--profile", profile, "--gpus", str(gpus), "--memory", memory,
                "--bandwidth", bandwidth, "--algorithm", algorithm,
                "--micro-batches", str(micro_batches), "--time-limit", "30",
-               "--output", os.path.join(work, "plan.json")]
+               "--output", os.path.join(work, "plan.json")] + list(extra)
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         return None
@@ -96,8 +98,8 @@ def profile_tables(madpipe, work):
                 ("resnet50", 4, ["32GiB", "12GiB"], "12GB/s")]
     print("\n### Shipped profiles with an estimated split (ms; lower bound of the step)\n")
     print("| profile, P, memory, m | " + " | ".join("`%s`" % a for a in ALGORITHMS)
-          + " | lower bound |")
-    print("|---" * (2 + len(ALGORITHMS)) + "|")
+          + " | `madpipe --scheduler ilp` | lower bound |")
+    print("|---" * (3 + len(ALGORITHMS)) + "|")
     for name, gpus, memories, bandwidth in settings:
         source = os.path.join(ROOT, "configs", "profiles", name + ".json")
         split = os.path.join(work, name + "-split.json")
@@ -114,6 +116,8 @@ def profile_tables(madpipe, work):
                     cells.append(text(result))
                     if result is not None and algorithm == "madpipe":
                         bound = result[1]
+                cells.append(text(planned_step(madpipe, split, gpus, memory, bandwidth, "madpipe",
+                                               m, work, ["--scheduler", "ilp"])))
                 print("| %s, %d, %s, %d | %s | %s |" % (
                     name, gpus, memory, m, " | ".join(cells),
                     "-" if bound is None else "%.0f" % bound))

@@ -207,8 +207,8 @@ static void print_summary(const madpipe::plan::Plan& plan, const madpipe::Profil
               << ", step / lower bound = " << cli::fixed(bound > 0 ? step.time_ms / bound : 0, 3)
               << "\n";
     if (plan.step_order)
-      std::cout << "             each GPU runs the published order of its placement (the plan's "
-                   "step_order)\n";
+      std::cout << "             each GPU in the order of the plan's step_order (a published "
+                   "schedule's or the step ILP's)\n";
   }
   const plan::TimeBreakdown time =
       predicted.time ? *predicted.time : plan::time_breakdown(plan, profile);

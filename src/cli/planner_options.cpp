@@ -44,8 +44,9 @@ void add_pipeline_options(po::options_description& group, PlannerOptions& o,
   add("max-k", field_value(o, "max-k", "K"),
       "largest k tried for k-periodic patterns (0: one per pipeline resource, 2S - 1)");
   add("scheduler", field_value(o, "scheduler", "NAME"),
-      "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP), "
-      "heuristic, or auto (ilp when a MILP solver is built)");
+      "how madpipe schedules its allocations: ilp (heuristics, then the stage-level ILP, and "
+      "given --micro-batches the step ILP), heuristic, or auto (ilp when a MILP solver is built, "
+      "without the step ILP)");
   add("split-backward", field_value(o, "split-backward", "MODE"),
       "where the profile splits backwards into input and weight gradients "
       "(backward_weight_ms): auto (madpipe and contiguous plan with whole backwards, split ones, "

@@ -9,6 +9,7 @@
 #include "partition/loop_placements.hpp"
 #include "partition/plan_search.hpp"
 #include "partition/planning_budget.hpp"
+#include "partition/step_choice.hpp"
 #include "plan/step.hpp"
 #include "plan/time_breakdown.hpp"
 
@@ -519,42 +520,6 @@ static madpipe::partition::PlanResult plan_choosing_splits(
   return result;
 }
 
-// madpipe's candidates are compared by their period; given the step's micro-batches, the plan
-// of each baseline (its partition and schedule, and its step as the baseline runs it: ZB-H1's W
-// ops waiting where ZB-H1 lets them, interleaved's and ZB-V's published orders) replaces `result`
-// where its step is shorter, with a note, in what is left of the time limit.
-static void keep_baseline_step_if_shorter(const madpipe::Profile& profile,
-                                          const madpipe::Platform& platform,
-                                          const madpipe::partition::PlannerOptions& options,
-                                          std::chrono::steady_clock::time_point started,
-                                          madpipe::partition::PlanResult& result) {
-  using namespace madpipe::partition;
-  for (const Algorithm algorithm :
-       {Algorithm::ZbH1, Algorithm::ZbV, Algorithm::Interleaved, Algorithm::OneFOneB}) {
-    if (!result.feasible || !result.plan.predicted.step) return;
-    PlannerOptions baseline_options = options;
-    baseline_options.algorithm = algorithm;
-    if (std::isfinite(options.time_limit_s)) {
-      const double spent =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      baseline_options.time_limit_s = options.time_limit_s - spent;
-      if (baseline_options.time_limit_s <= 0) return;
-    }
-    baseline_options.progress = nullptr;
-    PlanResult baseline = make_plan(profile, platform, baseline_options);
-    if (!baseline.feasible || !baseline.plan.predicted.step) continue;
-    const double ours = result.plan.predicted.step->time_ms;
-    const double theirs = baseline.plan.predicted.step->time_ms;
-    if (!(theirs < ours * (1 - 1e-9))) continue;
-    baseline.plan.algorithm = to_string(Algorithm::MadPipe);
-    result.plan = std::move(baseline.plan);
-    result.notes.push_back(std::string(to_string(algorithm)) +
-                           "'s partition and schedule give a shorter step, " +
-                           madpipe::format_ms(theirs) + ", than the best plan by period, " +
-                           madpipe::format_ms(ours) + ": kept");
-  }
-}
-
 madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& profile,
                                                              const Platform& platform,
                                                              const PlannerOptions& options) {
@@ -578,9 +543,11 @@ madpipe::partition::PlanResult madpipe::partition::make_plan(const Profile& prof
     result = plan_profile(profile, platform, options, options.time_limit_s);  // split ones
   else
     result = plan_choosing_splits(profile, whole, platform, options);
-  if (options.algorithm == Algorithm::MadPipe && options.micro_batches_per_step > 0)
+  if (options.algorithm == Algorithm::MadPipe && options.micro_batches_per_step > 0) {
     keep_baseline_step_if_shorter(options.split_backward == BackwardSplit::Off ? whole : profile,
                                   platform, options, started, result);
+    solve_the_step(options, started, result);
+  }
   return result;
 }
 

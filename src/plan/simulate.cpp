@@ -448,8 +448,9 @@ static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::P
 }
 
 // The step in the plan's step order: each GPU runs its F, B and W ops in that order, each as soon
-// as its input and its GPU are free; each link carries the transfers whose input is done, the
-// earliest done first (the runtime's sends follow its compute order).
+// as its input and its GPU are free; a free link carries, of the transfers whose input is done,
+// the one whose receiving op comes soonest in its GPU's order (the runtime's sends follow its
+// compute order, its receives the receiving GPU's).
 static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
                          const madpipe::schedule::StepOrder& order) {
   std::vector<Instance>& instances = u.instances;
@@ -466,6 +467,10 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
              madpipe::schedule::to_string(action) + " is not an op of the step");
       sequence[g].push_back(action.micro_batch * u.length + it->second);
     }
+  std::vector<int> place(instances.size(), 0);  // a compute op's index in its GPU's order
+  for (int g = 0; g < gpus; ++g)
+    for (std::size_t i = 0; i < sequence[g].size(); ++i)
+      place[sequence[g][i]] = static_cast<int>(i);
   std::vector<std::size_t> next(gpus, 0);
   std::vector<double> free_at(static_cast<std::size_t>(gpus) * (gpus + 1), 0.0);
   std::map<int, std::set<std::pair<double, int>>> ready_transfers;  // link -> (input end, id)
@@ -482,11 +487,22 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
   while (finished < instances.size()) {
     double best_start = infinity;
     int best = -1;
-    for (const auto& [link, ready] : ready_transfers)
-      if (!ready.empty() && std::max(free_at[link], ready.begin()->first) < best_start) {
-        best_start = std::max(free_at[link], ready.begin()->first);
-        best = ready.begin()->second;
+    for (const auto& [link, ready] : ready_transfers) {
+      if (ready.empty()) continue;
+      const double start = std::max(free_at[link], ready.begin()->first);
+      if (!(start < best_start)) continue;
+      best_start = start;
+      long most_urgent = std::numeric_limits<long>::max();
+      for (const auto& [input_done, id] : ready) {
+        if (input_done > start) break;
+        const int receiver = id - instances[id].position + m.after[instances[id].position].front();
+        const long wait = place[receiver] - static_cast<long>(next[instances[receiver].resource]);
+        if (wait < most_urgent) {
+          most_urgent = wait;
+          best = id;
+        }
       }
+    }
     for (int g = 0; g < gpus; ++g) {
       if (next[g] >= sequence[g].size()) continue;
       const int id = sequence[g][next[g]];
@@ -507,7 +523,8 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
       ++next[x.resource];
       u.executed[x.resource].push_back(best);
     } else {
-      ready_transfers[x.resource].erase(ready_transfers[x.resource].begin());
+      ready_transfers[x.resource].erase(
+          {instances[m.before[x.position] + best - x.position].end, best});
     }
     for (int after : m.after[x.position]) {
       const int id = best - x.position + after;
