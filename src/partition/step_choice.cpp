@@ -60,13 +60,13 @@ void solve_the_step(const PlannerOptions& options, std::chrono::steady_clock::ti
   const int binaries = plan::step_ilp_binaries(plan, m);
   if (binaries > kMaxStepIlpBinaries) {
     result.notes.push_back(what + " is not solved: " + std::to_string(binaries) +
-                           " ordering variables, more than " +
-                           std::to_string(kMaxStepIlpBinaries) + " (fewer micro-batches per step)");
+                           " ordering variables, more than " + std::to_string(kMaxStepIlpBinaries) +
+                           " (fewer micro-batches per step)");
     return;
   }
   plan::StepIlpOptions ilp;
-  ilp.backend = !options.milp.backend.empty() ? options.milp.backend
-                                              : solver::built_backends().front();
+  ilp.backend =
+      !options.milp.backend.empty() ? options.milp.backend : solver::built_backends().front();
   ilp.solve.time_limit_s = std::min(options.milp.time_limit_s, seconds_left(options, started));
   ilp.solve.relative_gap = options.milp.relative_gap;
   ilp.solve.threads = options.milp.threads;
@@ -90,15 +90,21 @@ void solve_the_step(const PlannerOptions& options, std::chrono::steady_clock::ti
   plan::Plan ordered = plan;
   ordered.step_order = solved.order;
   plan::predict_step(ordered, m);
-  const bool shorter =
-      ordered.step_order && ordered.predicted.step->time_ms < step_ms * (1 - 1e-9);
+  const bool shorter = ordered.step_order && ordered.predicted.step->time_ms < step_ms * (1 - 1e-9);
   if (shorter) plan = std::move(ordered);
-  note += shorter ? "its order gives a shorter step, " + format_ms(plan.predicted.step->time_ms) +
-                        ", than " + format_ms(step_ms) + ": kept"
-                  : "the step stays " + format_ms(step_ms);
-  note += "; no step of these stages within their predicted memory, each stage running its "
-          "micro-batches in order, is shorter than " +
-          format_ms(std::max(solved.bound_ms + exchange, plan::step_lower_bound_ms(plan, m)));
+  if (shorter)
+    note += "its order gives a shorter step, " + format_ms(plan.predicted.step->time_ms) +
+            ", than " + format_ms(step_ms) + ": kept";
+  else if (!ordered.step_order)
+    note += "its order, a step of " + format_ms(solved.step_ms + exchange) + ", would hold more " +
+            "than the GPUs' memory with the runtime's messages; the step stays " +
+            format_ms(step_ms);
+  else
+    note += "the step stays " + format_ms(step_ms);
+  note +=
+      "; no step of these stages within their predicted memory, each stage running its "
+      "micro-batches in order, is shorter than " +
+      format_ms(std::max(solved.bound_ms + exchange, plan::step_lower_bound_ms(plan, m)));
   result.notes.push_back(note);
 }
 

@@ -115,6 +115,19 @@ static Json plan_json(const madpipe::plan::Plan& plan) {
       gpus.push_back(std::move(tokens));
     }
     order["gpus"] = std::move(gpus);
+    if (!plan.step_order->per_link.empty()) {  // absent: links carry the most urgent transfer
+      Json links = Json::array();
+      for (const madpipe::schedule::LinkOrder& link : plan.step_order->per_link) {
+        Json tokens = Json::array();
+        for (const madpipe::schedule::StepAction& action : link.transfers)
+          tokens.push_back(madpipe::schedule::to_string(action));
+        Json entry = Json::object();
+        entry["link"] = Json::array({link.link.a, link.link.b});
+        entry["order"] = std::move(tokens);
+        links.push_back(std::move(entry));
+      }
+      order["links"] = std::move(links);
+    }
     j["step_order"] = std::move(order);
   }
 
@@ -388,27 +401,50 @@ static madpipe::schedule::Pattern read_pattern(const JsonReader& reader, const j
   return pattern;
 }
 
+// An array of op tokens ("F2.7", "SEND_ACT1.0") at pointer `q`.
+static std::vector<madpipe::schedule::StepAction> read_step_actions(const JsonReader& reader,
+                                                                    const json& list,
+                                                                    const std::string& q) {
+  if (!list.is_array())
+    reader.fail(q, "must be an array of ops such as \"F2.7\", got " + reader.show(list));
+  std::vector<madpipe::schedule::StepAction> actions;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string r = q + "/" + std::to_string(i);
+    if (!list[i].is_string())
+      reader.fail(r, "must be an op such as \"F2.7\", got " + reader.show(list[i]));
+    try {
+      actions.push_back(madpipe::schedule::parse_step_action(list[i].get<std::string>(), r));
+    } catch (const madpipe::Error& e) {
+      reader.fail(r, e.problem());
+    }
+  }
+  return actions;
+}
+
 static madpipe::schedule::StepOrder read_step_order(const JsonReader& reader, const json& value) {
   const std::string p = "/step_order";
   const json& o = reader.object_value(value, p);
   madpipe::schedule::StepOrder order;
   order.micro_batches = reader.int_member(o, p, "micro_batches", 1);
   const json& gpus = reader.array_member(o, p, "gpus");
-  for (std::size_t g = 0; g < gpus.size(); ++g) {
-    const std::string q = p + "/gpus/" + std::to_string(g);
-    if (!gpus[g].is_array())
-      reader.fail(q, "must be an array of ops such as \"F2.7\", got " + reader.show(gpus[g]));
-    std::vector<madpipe::schedule::StepAction>& actions = order.per_gpu.emplace_back();
-    for (std::size_t i = 0; i < gpus[g].size(); ++i) {
-      const std::string r = q + "/" + std::to_string(i);
-      if (!gpus[g][i].is_string())
-        reader.fail(r, "must be an op such as \"F2.7\", got " + reader.show(gpus[g][i]));
-      try {
-        actions.push_back(madpipe::schedule::parse_step_action(gpus[g][i].get<std::string>(), r));
-      } catch (const madpipe::Error& e) {
-        reader.fail(r, e.problem());
-      }
-    }
+  for (std::size_t g = 0; g < gpus.size(); ++g)
+    order.per_gpu.push_back(read_step_actions(reader, gpus[g], p + "/gpus/" + std::to_string(g)));
+  const json* links = JsonReader::find(o, "links");
+  if (links == nullptr) return order;
+  if (!links->is_array()) reader.fail(p + "/links", "must be an array, got " + reader.show(*links));
+  for (std::size_t l = 0; l < links->size(); ++l) {
+    const std::string q = p + "/links/" + std::to_string(l);
+    const json& entry = reader.object_value((*links)[l], q);
+    const json& link = reader.array_member(entry, q, "link");
+    if (link.size() != 2)
+      reader.fail(q + "/link", "must be an array of two gpu indices, got " + reader.show(link));
+    madpipe::schedule::LinkOrder read;
+    read.link.a = static_cast<int>(
+        reader.integer_value(link[0], 0, INT_MAX, "an integer >= 0", q + "/link/0"));
+    read.link.b = static_cast<int>(
+        reader.integer_value(link[1], 0, INT_MAX, "an integer >= 0", q + "/link/1"));
+    read.transfers = read_step_actions(reader, reader.require(entry, q, "order"), q + "/order");
+    order.per_link.push_back(std::move(read));
   }
   return order;
 }

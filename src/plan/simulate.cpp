@@ -450,7 +450,8 @@ static void run_asap(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::P
 // The step in the plan's step order: each GPU runs its F, B and W ops in that order, each as soon
 // as its input and its GPU are free; a free link carries, of the transfers whose input is done,
 // the one whose receiving op comes soonest in its GPU's order (the runtime's sends follow its
-// compute order, its receives the receiving GPU's).
+// compute order, its receives the receiving GPU's), or, where the order lists the links'
+// transfers, the next of its list.
 static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::plan::Plan& plan,
                          const madpipe::schedule::StepOrder& order) {
   std::vector<Instance>& instances = u.instances;
@@ -462,11 +463,30 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
   for (int g = 0; g < gpus && g < static_cast<int>(order.per_gpu.size()); ++g)
     for (const madpipe::schedule::StepAction& action : order.per_gpu[g]) {
       const auto it = position.find({static_cast<int>(action.kind), action.stage});
-      if (it == position.end() || action.micro_batch >= u.micro_batches)
+      if (it == position.end() || action.micro_batch >= u.micro_batches ||
+          madpipe::schedule::is_transfer(action.kind))
         fail("/step_order/gpus/" + std::to_string(g),
              madpipe::schedule::to_string(action) + " is not an op of the step");
       sequence[g].push_back(action.micro_batch * u.length + it->second);
     }
+  // The links' orders, where the step order gives them: each link runs its list in turn.
+  std::map<int, std::vector<int>> link_sequence;
+  for (std::size_t l = 0; l < order.per_link.size(); ++l) {
+    const madpipe::schedule::LinkOrder& link = order.per_link[l];
+    const int resource = gpus + link.link.a * gpus + link.link.b;
+    std::vector<int>& ids = link_sequence[resource];
+    for (const madpipe::schedule::StepAction& action : link.transfers) {
+      const auto it = position.find({static_cast<int>(action.kind), action.stage});
+      const int id = action.micro_batch * u.length + (it == position.end() ? 0 : it->second);
+      if (it == position.end() || action.micro_batch >= u.micro_batches ||
+          instances[id].resource != resource)
+        fail("/step_order/links/" + std::to_string(l),
+             madpipe::schedule::to_string(action) + " is not a transfer of the step on this link");
+      ids.push_back(id);
+    }
+  }
+  std::map<int, std::size_t> link_next;
+  const bool ordered_links = !link_sequence.empty();
   std::vector<int> place(instances.size(), 0);  // a compute op's index in its GPU's order
   for (int g = 0; g < gpus; ++g)
     for (std::size_t i = 0; i < sequence[g].size(); ++i)
@@ -503,6 +523,15 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
         }
       }
     }
+    for (const auto& [link, ids] : link_sequence) {
+      if (link_next[link] >= ids.size()) continue;
+      const int id = ids[link_next[link]];
+      if (const std::optional<double> ready = input_end(id))
+        if (std::max(free_at[link], *ready) < best_start) {
+          best_start = std::max(free_at[link], *ready);
+          best = id;
+        }
+    }
     for (int g = 0; g < gpus; ++g) {
       if (next[g] >= sequence[g].size()) continue;
       const int id = sequence[g][next[g]];
@@ -522,13 +551,15 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
     if (x.resource < gpus) {
       ++next[x.resource];
       u.executed[x.resource].push_back(best);
+    } else if (ordered_links) {
+      ++link_next[x.resource];
     } else {
       ready_transfers[x.resource].erase(
           {instances[m.before[x.position] + best - x.position].end, best});
     }
     for (int after : m.after[x.position]) {
       const int id = best - x.position + after;
-      if (instances[id].resource >= gpus)
+      if (instances[id].resource >= gpus && !ordered_links)
         ready_transfers[instances[id].resource].insert({x.end, id});
     }
   }
@@ -542,7 +573,15 @@ static void run_in_order(Unrolled& u, const MicroBatchOps& m, const madpipe::pla
                madpipe::schedule::op_token(m.ops[head.position].kind, m.ops[head.position].stage,
                                            head.micro_batch);
     }
-  if (stuck.empty()) stuck = "some of the step's ops are in no gpu's order";
+  for (const auto& [link, ids] : link_sequence)
+    if (link_next[link] < ids.size()) {
+      const Instance& head = instances[ids[link_next[link]]];
+      stuck += std::string(stuck.empty() ? "" : "; ") + resource_name(link, gpus) +
+               " waits to run " +
+               madpipe::schedule::op_token(m.ops[head.position].kind, m.ops[head.position].stage,
+                                           head.micro_batch);
+    }
+  if (stuck.empty()) stuck = "some of the step's ops are in no gpu's or link's order";
   fail("/step_order", "the order deadlocks or is incomplete: " + stuck);
 }
 

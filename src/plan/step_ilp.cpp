@@ -25,9 +25,9 @@ using schedule::OpKind;
 struct StepOps {
   int micro_batches = 0;
   int length = 0;
-  std::vector<schedule::Op> ops;  // per position
-  std::vector<int> before;        // per position: the one it follows in its micro-batch (-1)
-  std::vector<int> resource;      // per position: its GPU, or its link (resource_of)
+  std::vector<schedule::Op> ops;        // per position
+  std::vector<int> before;              // per position: the one it follows in its micro-batch (-1)
+  std::vector<int> resource;            // per position: its GPU, or its link (resource_of)
   std::vector<std::vector<int>> after;  // per position: those that follow it
 
   int count() const { return micro_batches * length; }  // callers keep it within kMaxStepIlpOps
@@ -168,8 +168,8 @@ StepIlpResult solve_step_ilp(const Plan& plan, int micro_batches, const StepIlpO
   for (int id = 0; id < s.count(); ++id)
     begin[id] = model.add_var(head[id], latest(id), false, "s_" + std::to_string(id));
   // No step ends sooner than its lower bound (less the tied exchange, which is not modelled).
-  const double bound = std::max(
-      longest, step_lower_bound_ms(plan, micro_batches) - plan.predicted.tied_exchange_ms);
+  const double bound =
+      std::max(longest, step_lower_bound_ms(plan, micro_batches) - plan.predicted.tied_exchange_ms);
   const solver::Var end = model.add_var(std::min(bound, horizon), horizon, false, "end");
   model.set_objective(end, 1);
   for (int id = 0; id < s.count(); ++id) {
@@ -178,8 +178,8 @@ StepIlpResult solve_step_ilp(const Plan& plan, int micro_batches, const StepIlpO
       solver::add_constraint(model, solver::LinearExpr(begin[b]) - begin[id], duration(id),
                              solver::kInf, "dep_" + std::to_string(id) + "_" + std::to_string(b));
     if (next.empty())
-      solver::add_constraint(model, solver::LinearExpr(end) - begin[id], duration(id),
-                             solver::kInf, "end_" + std::to_string(id));
+      solver::add_constraint(model, solver::LinearExpr(end) - begin[id], duration(id), solver::kInf,
+                             "end_" + std::to_string(id));
   }
   // The order of each pair of ops on one resource that no dependency orders: an ordering
   // variable (1 where the pair's first op runs first), or a constant where the horizon leaves
@@ -236,8 +236,9 @@ StepIlpResult solve_step_ilp(const Plan& plan, int micro_batches, const StepIlpO
         const double stored = static_cast<double>(stage.stored_bytes);
         const double kept = static_cast<double>(kept_until_weight(stage));
         const OpKind kind = s.ops[s.position(x)].kind;
-        const double weight =
-            kind == OpKind::F ? stored : kind == OpKind::B ? kept - stored : -kept;
+        const double weight = kind == OpKind::F   ? stored
+                              : kind == OpKind::B ? kept - stored
+                                                  : -kept;
         if (weight != 0) held += weight * runs_before(x, f);
         most += std::max(0.0, weight);
       }
@@ -262,7 +263,8 @@ StepIlpResult solve_step_ilp(const Plan& plan, int micro_batches, const StepIlpO
   model.set_hint(end, start.step_ms);
   for (const auto& [pair_key, y] : first_before) {
     if (y.terms().size() != 1) continue;  // a constant
-    const int a = static_cast<int>(pair_key / s.count()), b = static_cast<int>(pair_key % s.count());
+    const int a = static_cast<int>(pair_key / s.count()),
+              b = static_cast<int>(pair_key % s.count());
     model.set_hint(solver::Var{y.terms().front().var},
                    hint[a] < hint[b] || (hint[a] == hint[b] && a < b) ? 1 : 0);
   }
@@ -276,20 +278,28 @@ StepIlpResult solve_step_ilp(const Plan& plan, int micro_batches, const StepIlpO
   result.bound_ms = std::isfinite(solved.bound) ? solved.bound : 0;
   if (!solved.has_solution()) return result;
   result.step_ms = solved.value(end);
-  schedule::StepOrder order;
-  order.micro_batches = micro_batches;
-  order.per_gpu.resize(gpus);
-  for (int g = 0; g < gpus; ++g) {
-    std::vector<int> ids = on_gpu[g];
-    // By start; ops starting together (one lasts 0 ms) in dependency order.
+  // Each GPU's and each link's ops by start; ops starting together (one lasts 0 ms) in
+  // dependency order.
+  const auto in_start_order = [&](std::vector<int> ids) {
     std::sort(ids.begin(), ids.end(), [&](int a, int b) {
       return std::make_tuple(solved.value(begin[a]), s.micro_batch(a) + s.position(a), a) <
              std::make_tuple(solved.value(begin[b]), s.micro_batch(b) + s.position(b), b);
     });
-    for (int id : ids) {
-      const schedule::Op& op = s.ops[s.position(id)];
-      order.per_gpu[g].push_back({op.kind, op.stage, s.micro_batch(id)});
-    }
+    std::vector<schedule::StepAction> actions;
+    for (int id : ids)
+      actions.push_back(
+          {s.ops[s.position(id)].kind, s.ops[s.position(id)].stage, s.micro_batch(id)});
+    return actions;
+  };
+  schedule::StepOrder order;
+  order.micro_batches = micro_batches;
+  for (int g = 0; g < gpus; ++g) order.per_gpu.push_back(in_start_order(on_gpu[g]));
+  std::map<int, std::vector<int>> on_link;
+  for (int id = 0; id < s.count(); ++id)
+    if (s.resource[s.position(id)] >= gpus) on_link[s.resource[s.position(id)]].push_back(id);
+  for (const auto& [resource, ids] : on_link) {
+    const schedule::Op& op = s.ops[s.position(ids.front())];
+    order.per_link.push_back({op.link, in_start_order(ids)});
   }
   result.order = std::move(order);
   return result;

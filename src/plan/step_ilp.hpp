@@ -27,7 +27,7 @@ struct StepIlpOptions {
 struct StepIlpResult {
   solver::Status status = solver::Status::Error;
   std::optional<schedule::StepOrder> order;  // each GPU's F, B and W by the solution's starts
-  double step_ms = 0;   // the solution's step
+  double step_ms = 0;                        // the solution's step
   double bound_ms = 0;  // no step in which each stage runs its micro-batches in order is shorter
   double seconds = 0;
   std::string message;  // the solver's, where it failed

@@ -25,6 +25,50 @@ std::vector<schedule::StepAction> step_actions(const Plan& plan, int micro_batch
     }
   return actions;
 }
+// The links' lists, where the order has them: every transfer of the step exactly once, in the
+// list of its link.
+template <typename Add>
+void check_link_orders(const Plan& plan, const Add& add) {
+  const schedule::StepOrder& order = *plan.step_order;
+  if (order.per_link.empty()) return;
+  const int gpus = plan.platform.gpus;
+  std::map<ActionKey, std::pair<int, int>> link_of;  // the step's transfers -> their link
+  for (const schedule::Op& op : schedule::micro_batch_chain(plan.stages, plan.platform))
+    if (schedule::is_transfer(op.kind))
+      for (int i = 0; i < order.micro_batches; ++i)
+        link_of[{op.stage, static_cast<int>(op.kind), i}] = {op.link.a, op.link.b};
+  std::map<ActionKey, int> seen;
+  for (std::size_t l = 0; l < order.per_link.size(); ++l) {
+    const schedule::LinkOrder& link = order.per_link[l];
+    const std::string field = "/step_order/links/" + std::to_string(l);
+    if (link.link.a < 0 || link.link.a >= link.link.b || link.link.b >= gpus) {
+      add(field + "/link", "must be [a, b] with 0 <= a < b < " + std::to_string(gpus));
+      continue;
+    }
+    for (std::size_t i = 0; i < link.transfers.size(); ++i) {
+      const schedule::StepAction& a = link.transfers[i];
+      const ActionKey key{a.stage, static_cast<int>(a.kind), a.micro_batch};
+      const auto it = link_of.find(key);
+      const std::string at = field + "/order/" + std::to_string(i);
+      if (it == link_of.end())
+        add(at, schedule::to_string(a) + " is not a transfer of the step");
+      else if (it->second != std::make_pair(link.link.a, link.link.b))
+        add(at, schedule::to_string(a) + " runs on link [" + std::to_string(it->second.first) +
+                    ", " + std::to_string(it->second.second) + "]");
+      else if (!seen.emplace(key, static_cast<int>(i)).second)
+        add(at, schedule::to_string(a) + " appears twice");
+    }
+  }
+  for (const auto& [key, link] : link_of)
+    if (seen.count(key) == 0) {
+      const auto [stage, kind, micro_batch] = key;
+      add("/step_order/links",
+          schedule::to_string({static_cast<schedule::OpKind>(kind), stage, micro_batch}) +
+              " is in no link's list");
+      return;  // one is enough to say the lists are incomplete
+    }
+}
+
 }  // namespace
 
 std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
@@ -53,6 +97,10 @@ std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
       const schedule::StepAction& a = actions[i];
       const std::string field = "/step_order/gpus/" + std::to_string(g) + "/" + std::to_string(i);
       const std::string name = schedule::to_string(a);
+      if (schedule::is_transfer(a.kind)) {
+        add(field, name + ": a gpu's list holds F, B and W only (transfers go in links)");
+        continue;
+      }
       if (a.stage >= num_stages) {
         add(field, name + ": the plan has " + std::to_string(num_stages) + " stages");
         continue;
@@ -104,6 +152,7 @@ std::vector<Violation> step_order_violations(const Plan& plan, bool stages_ok) {
         schedule::to_string(later) + " comes before " +
             schedule::to_string({earlier, stage, micro_batch}) + ", which it needs");
   }
+  check_link_orders(plan, add);
   if (!violations.empty()) return violations;
   SimOptions run;
   run.micro_batches = order.micro_batches;

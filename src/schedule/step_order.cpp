@@ -13,8 +13,12 @@ bool operator==(const StepAction& a, const StepAction& b) {
   return std::tie(a.kind, a.stage, a.micro_batch) == std::tie(b.kind, b.stage, b.micro_batch);
 }
 
+bool operator==(const LinkOrder& a, const LinkOrder& b) {
+  return a.link == b.link && a.transfers == b.transfers;
+}
+
 bool operator==(const StepOrder& a, const StepOrder& b) {
-  return a.micro_batches == b.micro_batches && a.per_gpu == b.per_gpu;
+  return a.micro_batches == b.micro_batches && a.per_gpu == b.per_gpu && a.per_link == b.per_link;
 }
 
 std::string to_string(const StepAction& action) {
@@ -32,24 +36,28 @@ static int parse_index(const std::string& text) {
 StepAction parse_step_action(const std::string& token, const std::string& field) {
   const auto bad = [&] {
     throw Error(ErrorKind::InvalidInput, "", field,
-                "expected an op such as F2.7 (F, B or W, then the stage and the micro-batch), "
-                "got '" +
+                "expected an op such as F2.7 (F, B, W, SEND_ACT or SEND_GRAD, then the stage and "
+                "the micro-batch), got '" +
                     token + "'");
   };
-  if (token.empty()) bad();
+  const std::size_t digit = token.find_first_of("0123456789");
+  const std::size_t dot = token.find('.');
+  if (digit == std::string::npos || digit == 0 || dot == std::string::npos || dot < digit) bad();
   StepAction action;
-  const char kind = token[0];
-  if (kind == 'F')
+  const std::string kind = token.substr(0, digit);
+  if (kind == "F")
     action.kind = OpKind::F;
-  else if (kind == 'B')
+  else if (kind == "B")
     action.kind = OpKind::B;
-  else if (kind == 'W')
+  else if (kind == "W")
     action.kind = OpKind::W;
+  else if (kind == "SEND_ACT")
+    action.kind = OpKind::SendAct;
+  else if (kind == "SEND_GRAD")
+    action.kind = OpKind::SendGrad;
   else
     bad();
-  const std::size_t dot = token.find('.');
-  if (dot == std::string::npos) bad();
-  action.stage = parse_index(token.substr(1, dot - 1));
+  action.stage = parse_index(token.substr(digit, dot - digit));
   action.micro_batch = parse_index(token.substr(dot + 1));
   if (action.stage < 0 || action.micro_batch < 0) bad();
   return action;

@@ -13,22 +13,34 @@
 
 namespace madpipe::schedule {
 
-// One compute op of a step: F, B or W of `stage` for `micro_batch`.
+// One op of a step: F, B or W (on a GPU), SEND_ACT or SEND_GRAD (on a link) of `stage` for
+// `micro_batch`.
 struct StepAction {
   OpKind kind = OpKind::F;
   int stage = 0;
   int micro_batch = 0;
 };
 
+// The transfers one link carries, in order.
+struct LinkOrder {
+  Link link;
+  std::vector<StepAction> transfers;
+};
+
 struct StepOrder {
   int micro_batches = 0;
   std::vector<std::vector<StepAction>> per_gpu;  // each GPU's F, B and W in running order
+  // Optional: each link's transfers in order (the step ILP's). Empty: a free link carries, of
+  // the transfers whose input is done, the one whose receiver comes soonest in its GPU's order.
+  std::vector<LinkOrder> per_link;
 };
 
 bool operator==(const StepAction& a, const StepAction& b);
+bool operator==(const LinkOrder& a, const LinkOrder& b);
 bool operator==(const StepOrder& a, const StepOrder& b);
 
-// "F2.7" <-> {F, 2, 7}; parse_step_action throws Error{InvalidInput} naming `field`.
+// "F2.7" <-> {F, 2, 7}, "SEND_ACT1.0" <-> {SendAct, 1, 0}; parse_step_action throws
+// Error{InvalidInput} naming `field`.
 std::string to_string(const StepAction& action);
 StepAction parse_step_action(const std::string& token, const std::string& field);
 

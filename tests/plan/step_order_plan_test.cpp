@@ -67,6 +67,46 @@ TEST(StepOrderPlan, IsWrittenAndReadBack) {
   EXPECT_FALSE(has(mplan::plan_to_json(zb_h1).dump(), "step_order"));
 }
 
+// Orders may list each link's transfers (the step ILP's); they are written, read back and
+// checked.
+TEST(StepOrderPlan, LinkOrdersAreWrittenReadAndChecked) {
+  mp::PlannerOptions options;
+  options.algorithm = mp::Algorithm::Interleaved;
+  options.micro_batches_per_step = 2;
+  const auto result =
+      mp::make_plan(mt::make_chain({1, 1, 1, 1}, {2, 2, 2, 2}, {}, {500, 500, 500, 500}),
+                    mt::huge_memory_platform(2, 1000), options);
+  ASSERT_TRUE(result.feasible && result.plan.step_order);
+  mplan::Plan plan = result.plan;
+  // The transfers in the order their inputs finish in the step as it runs now.
+  ms::LinkOrder link;
+  link.link = {0, 1};
+  for (const mplan::SimOp& op : mplan::simulate_step(plan, 2).ops)
+    if (ms::is_transfer(op.kind)) link.transfers.push_back({op.kind, op.stage, op.micro_batch});
+  ASSERT_EQ(link.transfers.size(), 12u);  // 3 cuts, activation and gradient, 2 micro-batches
+  plan.step_order->per_link = {link};
+  EXPECT_TRUE(mplan::validate(plan).empty()) << mt::describe(mplan::validate(plan));
+  std::ostringstream text;
+  mplan::write_plan(plan, text);
+  EXPECT_TRUE(has(text.str(), "{\"link\": [0, 1], \"order\": [\"SEND_ACT0.0\"")) << text.str();
+  const mplan::Plan read = mplan::plan_from_json(nlohmann::json::parse(text.str()));
+  EXPECT_EQ(*read.step_order, *plan.step_order);
+  {  // a transfer missing from its link, one in a GPU's list
+    mplan::Plan bad = plan;
+    const ms::StepAction moved = bad.step_order->per_link[0].transfers.back();
+    bad.step_order->per_link[0].transfers.pop_back();
+    bad.step_order->per_gpu[0].push_back(moved);
+    const std::string problems = mt::describe(mplan::validate(bad));
+    EXPECT_TRUE(has(problems, ms::to_string(moved) + " is in no link's list")) << problems;
+    EXPECT_TRUE(has(problems, "a gpu's list holds F, B and W only")) << problems;
+  }
+  {  // a link that does not exist
+    mplan::Plan bad = plan;
+    bad.step_order->per_link[0].link = {1, 1};
+    EXPECT_TRUE(has(problems_at(bad, "/step_order/links/0/link"), "0 <= a < b < 2"));
+  }
+}
+
 TEST(StepOrderPlan, ReadingNamesTheBadOp) {
   nlohmann::json j = mplan::plan_to_json(interleaved_plan());
   j["step_order"]["gpus"][1][3] = "F1.x";

@@ -81,7 +81,11 @@ TEST(StepOrder, ActionsSpellAndReadBack) {
   const ms::StepAction action{ms::OpKind::W, 12, 7};
   EXPECT_EQ(ms::to_string(action), "W12.7");
   EXPECT_EQ(ms::parse_step_action("W12.7", "/x"), action);
-  for (const char* bad : {"", "F", "F2", "X2.1", "F.1", "F2.", "F-2.1", "F2.1x", "SEND_ACT1.0"}) {
+  const ms::StepAction send{ms::OpKind::SendGrad, 3, 0};
+  EXPECT_EQ(ms::to_string(send), "SEND_GRAD3.0");
+  EXPECT_EQ(ms::parse_step_action("SEND_GRAD3.0", "/x"), send);
+  for (const char* bad :
+       {"", "F", "F2", "X2.1", "F.1", "F2.", "F-2.1", "F2.1x", "SEND_X1.0", "1.0"}) {
     SCOPED_TRACE(bad);
     try {
       ms::parse_step_action(bad, "/step_order/gpus/0/3");
