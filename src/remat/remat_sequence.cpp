@@ -45,7 +45,8 @@ RematOp parse_token(const std::string& text, const RematChain& chain) {
         text.substr(prefix.size(), text.size() - prefix.size() - suffix.size());
     if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
       continue;
-    const int stage = std::stoi(digits) - chain.first_layer + 1;
+    // More than 9 digits name no layer of any chain (and would overflow an int).
+    const int stage = digits.size() > 9 ? -1 : std::stoi(digits) - chain.first_layer + 1;
     if (stage < 1 || stage >= loss)
       throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "sequence",
                            "op '" + text + "' names layer " + digits +

@@ -194,6 +194,37 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
 PY
     ;;
+  published_orders)
+    # interleaved and zb-v plans given the step's micro-batches carry their papers' step orders
+    # (Megatron's interleaved 1F1B, ZB-V); the runtime runs them to the losses of 1f1b, within
+    # the predicted memory. A plan whose order is for another number of micro-batches runs the
+    # pattern's order, and the run says so.
+    gpt=(--model gpt --layers 4 --width 32 --heads 2 --context 16 --micro-batch-size 4 --steps 3
+      --eval-every 0 --bandwidth 1GB/s)
+    mpi 2 "${gpt[@]}" --micro-batches 6 --gpus 2 --algorithm 1f1b --output-dir whole
+    [[ $status -eq 0 ]] || fail "1f1b run failed: $(tail -3 err)"
+    for algorithm in interleaved zb-v; do
+      mpi 2 "${gpt[@]}" --micro-batches 6 --gpus 2 --algorithm $algorithm --output-dir $algorithm
+      [[ $status -eq 0 ]] || fail "$algorithm run failed: $(tail -3 err)"
+      python3 - whole $algorithm <<'PY' || fail "$algorithm: $(grep 'rank [0-9]: peak' out)"
+import json, sys
+whole, ordered = sys.argv[1], sys.argv[2]
+plan = json.load(open(ordered + "/plan.json"))
+assert plan["step_order"]["micro_batches"] == 6, plan.get("step_order")
+trace = json.load(open(ordered + "/trace.json"))
+for memory, bound in zip(trace["memory"], trace["predicted"]["memory_bytes"]):
+    assert 0 < memory["peak_bytes"] <= bound, (memory, bound)
+losses = lambda d: [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(whole), losses(ordered)
+assert len(a) == len(b) == 3, (a, b)
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+    done
+    mpi 2 "${gpt[@]}" --micro-batches 4 --gpus 2 --plan zb-v/plan.json --output-dir other-m
+    [[ $status -eq 0 ]] || fail "zb-v plan with 4 micro-batches failed: $(tail -3 err)"
+    grep -q "its step order is for 6 micro-batches, this run's steps have 4" out ||
+      fail "the run should say that the plan's order is for another step: $(grep -i note out)"
+    ;;
   resume_equals_uninterrupted)
     mpi 3 "${small[@]}" --gpus 3 --steps 4 --output-dir straight
     [[ $status -eq 0 ]] || fail "uninterrupted run failed"

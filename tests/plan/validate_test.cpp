@@ -505,6 +505,9 @@ TEST(PlanValidate, RematStagesAreCheckedAgainstTheReplayOfTheirSequence) {
   changed = plan;
   changed.stages[0].sequence = "F1all";
   expect_has(mplan::validate(changed, profile), "/stages/0/sequence", "outside the stage's layers");
+  changed = plan;  // a layer number beyond any int (found by the plan fuzzer)
+  changed.stages[0].sequence = "F184467440737095516154all";
+  expect_has(mplan::validate(changed, profile), "/stages/0/sequence", "outside the stage's layers");
   changed = plan;
   changed.stages[0].remat = ms::RematStrategy::None;
   expect_has(mplan::validate(changed, profile), "/stages/0/sequence", "must be absent");

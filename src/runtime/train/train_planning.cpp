@@ -46,6 +46,11 @@ madpipe::plan::Plan agree_on_plan(const madpipe::runtime::TrainConfig& c,
     if (!c.plan.empty()) {
       plan = madpipe::plan::read_plan(c.plan);
       madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), c.plan);
+      if (plan.step_order && plan.step_order->micro_batches != c.micro_batches)
+        say("plan note: its step order is for " + std::to_string(plan.step_order->micro_batches) +
+            " micro-batches, this run's steps have " + std::to_string(c.micro_batches) +
+            ": they follow the pattern (plan with --micro-batches " +
+            std::to_string(c.micro_batches) + " to run an order)");
     } else {
       madpipe::partition::PlannerOptions options = c.planner;
       options.progress = [&say](const std::string& line) { say("planning: " + line); };
