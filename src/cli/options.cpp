@@ -153,11 +153,13 @@ static void store_config_file(const std::string& path, const po::options_descrip
     name.erase(0, name.find_first_not_of('-'));
     const auto origin = config_origins().find(name);
     if (origin == config_origins().end()) throw;
-    std::string value;
+    // Every value the file gives the option (a key may repeat): any of them may be the bad one.
+    std::vector<std::string> values;
     for (const po::option& option : translated.options)
-      if (option.string_key == name && !option.value.empty()) value = option.value.front();
+      if (option.string_key == name)
+        values.insert(values.end(), option.value.begin(), option.value.end());
     throw madpipe::Error(madpipe::ErrorKind::InvalidInput, origin->second.first,
-                         origin->second.second, madpipe::cli::option_error_text(e, {value}));
+                         origin->second.second, madpipe::cli::option_error_text(e, values));
   }
 }
 
@@ -168,6 +170,8 @@ std::string madpipe::cli::option_error_text(const po::error& error,
     return word.find('%') != std::string::npos;
   });
   if (!named || !placeholder) return error.what();
+  if (dynamic_cast<const po::multiple_occurrences*>(&error))
+    return "'" + named->get_option_name() + "' is given more than once";
   std::string text = "invalid value for '" + named->get_option_name() + "'";
   if (words.size() == 1) text += ": '" + words.front() + "'";
   return text;

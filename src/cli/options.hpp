@@ -83,7 +83,7 @@ bool parse_options(const std::vector<std::string>& args, const CommandSyntax& sy
 // What `error` says, without boost's substitution of its placeholders ("%value%"), which loops
 // forever where a value holds one: where some of `words` (the arguments, a config value) holds
 // a '%', an error naming an option says "invalid value for 'OPTION'" (and the value, when
-// `words` is that one value).
+// `words` is that one value), or "'OPTION' is given more than once".
 std::string option_error_text(const po::error& error, const std::vector<std::string>& words);
 
 // `error` naming the config file, the section and the key where its field is an option

@@ -539,6 +539,12 @@ EOF
   run plan --profile "$minimal" --gpus '%value%s' --bandwidth 12GB/s --memory 16GiB
   expect_status 2
   expect_in err "madpipe: error: invalid value for '--gpus'"
+  # The same when the key repeats and the placeholder is in an earlier value (found by the
+  # config fuzzer).
+  printf '[platform]\ngpus = %%value%%s\ngpus = 4\n' >values.ini
+  run plan --profile "$minimal" --config values.ini --bandwidth 12GB/s --memory 16GiB
+  expect_status 2
+  expect_in err "madpipe: error: values.ini: [platform] gpus: invalid value for 'gpus'"
 }
 
 case_simulate_rejects_invalid_plan() {
