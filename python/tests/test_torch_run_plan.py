@@ -2,6 +2,7 @@
 give the weights of unsplit training with gradient accumulation (float64, 3 SGD steps)."""
 
 import datetime
+import re
 import subprocess
 
 import pytest
@@ -47,8 +48,15 @@ def test_two_ranks_run_a_non_contiguous_plan_exported_by_the_command(madpipe_bin
     export = str(tmp_path / "export")
     assert stage_ranks(export) == [0, 1, 0]
     results = run_ranks(2, tmp_path, {"chain": "mlp", "options": {"layers": 3}, "export": export,
-                                      "steps": 3, "batch": 8, "lr": 0.1})
+                                      "steps": 3, "batch": 8, "lr": 0.1,
+                                      "plan": str(tmp_path / "plan.json")})
     assert_equal_to_unsplit_training(results, 3)
+    report = results[1]["report"]  # the same on every rank
+    print(report)
+    assert report == results[0]["report"]
+    assert re.match(r"measured step [0-9.]+ ms \(median of 2 steps after the first\), "
+                    r"predicted [0-9.]+ ms \(ratio [0-9.]+\)\n", report), report
+    assert re.search(r"rank 0: peak not measured on the CPU, predicted [0-9.]+ [KMG]?i?B", report)
 
 
 def test_four_ranks_run_a_non_contiguous_madpipe_plan(tmp_path):
@@ -163,3 +171,44 @@ def test_split_backwards_run_as_i_and_w_actions(tmp_path):
     results = run_ranks(2, tmp_path, {"chain": "mlp", "options": {"layers": 4}, "export": export,
                                       "steps": 3, "batch": 8, "lr": 0.1})
     assert_equal_to_unsplit_training(results, 4)
+
+
+VIT_EXPORT = {  # stage boundaries after a non-contiguous output (layer 0) and a view (layer 2)
+    "format": "madpipe.torch-stages/1", "micro_batches": 2, "ranks": 2, "num_stages": 3,
+    "stages": [{"stage": 0, "rank": 0, "first_layer": 0, "last_layer": 0},
+               {"stage": 1, "rank": 1, "first_layer": 1, "last_layer": 2},
+               {"stage": 2, "rank": 0, "first_layer": 3, "last_layer": 3}],
+    "actions": [["0F0", "0F1", "2F0", "2I0", "2W0", "2F1", "2I1", "2W1", "0B0", "0B1"],
+                ["1F0", "1F1", "1I0", "1W0", "1I1", "1W1"]],
+}
+
+
+def test_layers_returning_views_and_non_contiguous_tensors_train_exactly(tmp_path):
+    """A vision-transformer-like chain: its patch embedding returns x.flatten(2).transpose(1, 2),
+    its blocks views; stages end on both, and split backwards (I, W) detach their outputs. Rank 0
+    gets the trained chain's state_dict under its own keys; a wrong micro-batch size is refused on
+    both ranks."""
+    from torch_chains import vit
+    profile = mt.profile(vit(), torch.randn(4, 3, 8, 8, dtype=torch.float64), repeats=1, warmup=0)
+    results = run_ranks(2, tmp_path, {"chain": "vit", "export": VIT_EXPORT, "steps": 3, "batch": 8,
+                                      "lr": 0.1, "profile": profile, "wrong_batch": 16})
+    assert_equal_to_unsplit_training(results, 4)
+    assert results[0]["gathered_keys"] is True
+    assert results[0]["gathered_difference"] < TOLERANCE
+    for result in results:
+        error = result["wrong_batch_error"]
+        assert error is not None and "micro-batches of 8 samples" in error and "of 4" in error, error
+    report = results[0]["report"]
+    assert report.startswith("measured step ") and "predicted" not in report  # no plan given
+    assert "rank 1: peak not measured on the CPU" in report
+
+
+def test_profile_measures_layers_that_return_views():
+    """Each layer's output is measured as a stage would send it: contiguous, not a view."""
+    from torch_chains import vit
+    profile = mt.profile(vit(), torch.randn(4, 3, 8, 8, dtype=torch.float64), repeats=1, warmup=0)
+    layers = profile["layers"]
+    assert [layer["name"] for layer in layers] == ["patchembedding0", "viewblock1", "viewblock2",
+                                                  "poolhead3"]
+    assert layers[0]["output_bytes"] == 4 * 4 * 8 * 8  # 4 images, 4 patches of width 8, float64
+    assert all("backward_weight_ms" in layer for layer in layers[1:3])  # split backward measured

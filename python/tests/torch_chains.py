@@ -38,6 +38,45 @@ def gpt(layers=2, vocab=32, context=8, width=16, heads=2, seed=0, dtype=torch.fl
                        seed=seed).to(dtype)
 
 
+class PatchEmbedding(torch.nn.Module):
+    """A vision transformer's patch embedding: it returns a non-contiguous tensor."""
+
+    def __init__(self, width, patch=4):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, width, patch, patch)
+
+    def forward(self, images):
+        return self.conv(images).flatten(2).transpose(1, 2)
+
+
+class ViewBlock(torch.nn.Module):
+    """A block whose output is a view of what it computed."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x)).transpose(1, 2).transpose(1, 2)
+
+
+class PoolHead(torch.nn.Module):
+    def __init__(self, width, classes):
+        super().__init__()
+        self.head = torch.nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(x.mean(1))
+
+
+def vit(layers=2, width=8, classes=4, seed=0, dtype=torch.float64):
+    """A small vision transformer-like chain whose layers return views and non-contiguous
+    tensors: patch embedding, ``layers`` blocks, pooled head (images 3x8x8)."""
+    torch.manual_seed(seed)
+    blocks = [ViewBlock(width) for _ in range(layers)]
+    return torch.nn.Sequential(PatchEmbedding(width), *blocks, PoolHead(width, classes)).to(dtype)
+
+
 def gpt_loss(logits, target):
     return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
@@ -46,7 +85,7 @@ def mse_loss(output, target):
     return F.mse_loss(output, target)
 
 
-CHAINS = {"mlp": (mlp, mse_loss), "gpt": (gpt, gpt_loss)}
+CHAINS = {"mlp": (mlp, mse_loss), "gpt": (gpt, gpt_loss), "vit": (vit, mse_loss)}
 
 
 def batch(kind, options, step, size):
@@ -56,6 +95,10 @@ def batch(kind, options, step, size):
         vocab, context = options.get("vocab", 32), options.get("context", 8)
         ids = torch.randint(vocab, (size, context + 1), generator=generator)
         return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    if kind == "vit":
+        dtype = options.get("dtype", torch.float64)
+        return (torch.randn(size, 3, 8, 8, generator=generator, dtype=dtype),
+                torch.randn(size, options.get("classes", 4), generator=generator, dtype=dtype))
     width, dtype = options.get("width", 8), options.get("dtype", torch.float64)
     return (torch.randn(size, width, generator=generator, dtype=dtype),
             torch.randn(size, width, generator=generator, dtype=dtype))
@@ -93,7 +136,8 @@ def train_and_compare(rank, world_size, init_file, result_dir, case):
         chain = build(**options)
         reference = copy.deepcopy(chain)
         initial = copy.deepcopy(chain)
-        runner = mt.run_plan(chain, case["export"], loss_fn=loss_fn)
+        runner = mt.run_plan(chain, case["export"], loss_fn=loss_fn, profile=case.get("profile"),
+                             plan=case.get("plan"))
         parameters = list(runner.parameters())
         optimizer = torch.optim.SGD(parameters, lr=case["lr"]) if parameters else None
         reference_optimizer = torch.optim.SGD(reference.parameters(), lr=case["lr"])
@@ -124,7 +168,20 @@ def train_and_compare(rank, world_size, init_file, result_dir, case):
                     moved = max(moved, relative_difference(trained.detach(), start))
         result = {"rank": rank, "stages": runner.stage_indices, "layers": layers,
                   "holds_last": runner.holds_last, "weight_difference": weight_difference,
-                  "loss_difference": loss_difference, "moved": moved}
+                  "loss_difference": loss_difference, "moved": moved, "report": runner.report()}
+        gathered = mt.gather_state_dict(runner)
+        if gathered is not None:  # rank 0: the whole chain under its own keys
+            expected = reference.state_dict()
+            result["gathered_keys"] = list(gathered) == list(expected)
+            result["gathered_difference"] = max(relative_difference(gathered[key], expected[key])
+                                                for key in expected)
+        if "wrong_batch" in case:
+            inputs, target = batch(case["chain"], options, 0, case["wrong_batch"])
+            try:
+                runner.step(inputs, target)
+                result["wrong_batch_error"] = None
+            except ValueError as error:
+                result["wrong_batch_error"] = str(error)
         pathlib.Path(result_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()

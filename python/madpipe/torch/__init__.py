@@ -16,10 +16,11 @@ from ._pipelining_api import TESTED_TORCH_VERSIONS
 from .export import ExportError, ExportStage, TorchExport, read_export
 from .profiling import profile, write_profile
 
-_LAZY = {"run_plan": "pipeline", "PipelineRunner": "pipeline", "check_export": "checking"}
+_LAZY = {"run_plan": "pipeline", "PipelineRunner": "pipeline", "gather_state_dict": "pipeline",
+         "check_export": "checking"}
 
 __all__ = ["ExportError", "ExportStage", "PipelineRunner", "TESTED_TORCH_VERSIONS", "TorchExport",
-           "check_export", "profile", "read_export", "run_plan", "write_profile"]
+           "check_export", "gather_state_dict", "profile", "read_export", "run_plan", "write_profile"]
 
 
 def __getattr__(name):

@@ -8,7 +8,9 @@ return one; layer i of the profile is child i. For each layer, on one micro-batc
   the first layer's input gets none, as in a pipeline). On CUDA the device times them (CUDA
   events), on the CPU ``time.perf_counter`` does.
 * ``weight_bytes``: the layer's parameters and buffers.
-* ``output_bytes``: the layer's output, a_l.
+* ``output_bytes``: the layer's output, a_l. A layer may return a view or a non-contiguous
+  tensor: it is measured as a stage that ends with it sends it, contiguous (a copy where it is
+  not, timed in the layer's forward) and not a view.
 * ``saved_bytes``: what autograd keeps from the forward until the backward besides the layer's
   input, parameters and buffers (and the loss's target): the distinct storages saved during the
   forward (``torch.autograd.graph.saved_tensors_hooks``). The output counts where the backward
@@ -38,6 +40,7 @@ import tempfile
 
 import torch
 
+from ._stage_output import layer_output
 from ._measurement import (CudaMemoryMeter, SavedTensorCounter, Stopwatch, library_workspace_bytes,
                            median, tensor_bytes)
 
@@ -99,8 +102,7 @@ class _LayerProbe:
         return self.x.detach().requires_grad_(True)
 
     def forward(self, leaf):
-        y = self.module(leaf)
-        _check_single_tensor(y, self.index, self.name)
+        y = layer_output(self.module(leaf), self.index, self.name)  # as a stage would send it
         return self.loss_fn(y, self.target) if self.loss_fn is not None else y
 
     @staticmethod
@@ -218,7 +220,7 @@ def _measure_layer(probe, stopwatch, meter, warmup, repeats):
     forward_workspace, backward_workspace = _workspaces(probe, meter) if meter else (0, 0)
     split = _split_backward(probe, stopwatch, warmup, repeats, backward_ms)
     with torch.no_grad():
-        y = probe.module(probe.x)
+        y = layer_output(probe.module(probe.x), probe.index, probe.name)
         output = probe.loss_fn(y, probe.target) if probe.loss_fn is not None else y
         for buffer, value in buffers:  # running statistics as before the measurement
             buffer.copy_(value)
