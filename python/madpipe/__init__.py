@@ -13,17 +13,18 @@ torch.distributed.pipelining (``run_plan``). See docs/python.md.
 
 from ._checking import Simulation, Violation, simulate, validate
 from ._documents import Plan, Profile, read_plan, read_profile
-from ._errors import Error
+from ._errors import Error, NoPlanFits
 from ._export import TorchSchedule, export_torch, read_torch_schedule
-from ._planning import Comparison, compare, lower_bound, plan, smallest_feasible_memory
+from ._planning import Comparison, PlanningOptions, compare, lower_bound, plan, smallest_feasible_memory
 
 from . import _madpipe
 
-__version__ = _madpipe.version()
-ALGORITHMS = tuple(_madpipe.algorithm_names())
+__version__: str = _madpipe.version()
+ALGORITHMS: tuple[str, ...] = tuple(_madpipe.algorithm_names())
 
 __all__ = [
-    "ALGORITHMS", "Comparison", "Error", "Plan", "Profile", "Simulation", "TorchSchedule",
-    "Violation", "compare", "export_torch", "lower_bound", "plan", "read_plan", "read_profile",
-    "read_torch_schedule", "simulate", "smallest_feasible_memory", "validate",
+    "ALGORITHMS", "Comparison", "Error", "NoPlanFits", "Plan", "PlanningOptions", "Profile",
+    "Simulation", "TorchSchedule", "Violation", "compare", "export_torch", "lower_bound", "plan",
+    "read_plan", "read_profile", "read_torch_schedule", "simulate", "smallest_feasible_memory",
+    "validate",
 ]

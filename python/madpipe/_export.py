@@ -1,17 +1,20 @@
 """A plan as torch.distributed.pipelining runs it (``madpipe export --format torch``)."""
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
+import typing
 
 from . import _madpipe
-from ._documents import as_plan
+from ._documents import PathLike, PlanLike, as_plan
 
 SCHEDULE_FILE = "schedule.csv"  # torch's compute-only CSV, one row per rank
 STAGES_FILE = "stages.json"  # madpipe.torch-stages/1: each stage's rank and layers
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class TorchSchedule:
     """The export of a plan for ``micro_batches`` micro-batches per step.
 
@@ -26,17 +29,22 @@ class TorchSchedule:
         stages_json: the text of ``stages.json``.
     """
     micro_batches: int
-    actions: list
-    stage_to_rank: list
-    stages: dict
+    actions: list[list[str]]
+    stage_to_rank: list[int]
+    stages: dict[str, typing.Any]
     csv: str
     stages_json: str
 
     @property
-    def notes(self):
+    def notes(self) -> list[str]:
         return list(self.stages.get("notes", []))
 
-    def write(self, directory):
+    def __repr__(self) -> str:
+        ranks = len(self.actions)
+        return (f"TorchSchedule({self.micro_batches} micro-batches, {len(self.stage_to_rank)} stages on "
+                f"{ranks} rank{'' if ranks == 1 else 's'}, {sum(map(len, self.actions))} actions)")
+
+    def write(self, directory: PathLike) -> str:
         """Writes ``schedule.csv`` and ``stages.json`` into ``directory`` (created if missing)."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
@@ -45,7 +53,7 @@ class TorchSchedule:
         return directory
 
 
-def export_torch(plan, micro_batches):
+def export_torch(plan: PlanLike, micro_batches: int) -> TorchSchedule:
     """Exports a plan for torch.distributed.pipelining's ``_PipelineScheduleRuntime``.
 
     The periodic pattern is unrolled for ``micro_batches`` micro-batches (warm-up, steady state
@@ -59,7 +67,7 @@ def export_torch(plan, micro_batches):
                          csv=result["csv"], stages_json=result["stages"])
 
 
-def read_export_files(directory):
+def read_export_files(directory: PathLike) -> tuple[dict[str, typing.Any], str, str, list[list[str]]]:
     """The files ``madpipe export --format torch`` wrote into ``directory``, as read from disk.
 
     Returns ``(stages, stages_json, csv, actions)``: the parsed ``stages.json``, its text, the
@@ -77,7 +85,7 @@ def read_export_files(directory):
     return stages, stages_json, csv, actions
 
 
-def read_torch_schedule(directory):
+def read_torch_schedule(directory: PathLike) -> TorchSchedule:
     """Reads the ``schedule.csv`` and ``stages.json`` that ``madpipe export`` wrote."""
     stages, stages_json, csv, actions = read_export_files(directory)
     stage_to_rank = [stage["rank"] for stage in stages["stages"]]

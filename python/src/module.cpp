@@ -1,7 +1,8 @@
 // The compiled core of the `madpipe` Python package: the planner library behind functions that
-// take and return madpipe.profile/1 and madpipe.plan/1 documents as JSON text. madpipe/_api.py
-// wraps them in the package's Python API; errors become madpipe.Error with the messages the
-// command line prints.
+// take and return madpipe.profile/1 and madpipe.plan/1 documents as JSON text. The modules of
+// python/madpipe/ wrap them in the package's Python API; errors become madpipe.Error with the
+// messages the command line prints, its options named as keyword arguments (_errors.py).
+#include "plan_views.hpp"
 #include "planning_request.hpp"
 
 #include "core/error.hpp"
@@ -71,13 +72,16 @@ const char* kind_name(madpipe::ErrorKind kind) {
   return "internal";
 }
 
-// madpipe.Error(message, kind=, file=, field=, problem=) from madpipe/_errors.py.
-void raise_madpipe_error(const madpipe::Error& e) {
-  nb::object error_type = nb::module_::import_("madpipe._errors").attr("Error");
+// Sets the Python error madpipe/_errors.py makes of `e`: a madpipe.Error, or its subclass
+// madpipe.NoPlanFits.
+void raise_madpipe_error(const madpipe::Error& e, bool no_plan_fits = false) {
   nb::object error =
-      error_type(e.what(), nb::arg("kind") = kind_name(e.kind()), nb::arg("file") = e.file(),
-                 nb::arg("field") = e.field(), nb::arg("problem") = e.problem());
-  PyErr_SetObject(error_type.ptr(), error.ptr());
+      nb::module_::import_("madpipe._errors")
+          .attr("error_from_planner")(e.what(), nb::arg("kind") = kind_name(e.kind()),
+                                      nb::arg("file") = e.file(), nb::arg("field") = e.field(),
+                                      nb::arg("problem") = e.problem(),
+                                      nb::arg("no_plan_fits") = no_plan_fits);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
 }
 
 // Progress lines go to the Python callable; Ctrl-C stops planning between two lines.
@@ -115,14 +119,28 @@ nb::dict make_plan(const std::string& profile_text, const std::string& profile_f
   return result_dict(madpipe::partition::make_plan(profile, request.platform, request.options));
 }
 
-// madpipe.plan(): the plan, or madpipe.Error with the command's message.
+// madpipe.plan(): the plan, or madpipe.Error with the command's message; madpipe.NoPlanFits when
+// the planner found no plan, after which the only error plan_or_explain() throws is its
+// explanation.
 nb::dict plan_or_explain(const std::string& profile_text, const std::string& profile_file,
                          const std::string& request_text, nb::object progress) {
   const madpipe::Profile profile = profile_of(profile_text, profile_file);
   madpipe::partition::PlanningRequest request = request_of(request_text);
   request.options.progress = progress_to(std::move(progress));
-  return result_dict(
-      madpipe::partition::plan_or_explain(profile, request.platform, request.options));
+  bool found_none = false;
+  madpipe::partition::Explaining explaining;
+  explaining.announce = [&](const std::string& reason) {
+    found_none = true;
+    request.options.progress(reason + "; searching for what would fit");
+  };
+  try {
+    return result_dict(madpipe::partition::plan_or_explain(profile, request.platform,
+                                                           request.options, explaining));
+  } catch (const madpipe::Error& e) {
+    if (!found_none) throw;
+    raise_madpipe_error(e, true);
+    throw nb::python_error();
+  }
 }
 
 // madpipe.compare(): each algorithm gets the whole time limit and plans with the options as they
@@ -261,6 +279,25 @@ nb::dict export_torch(const std::string& plan_text, const std::string& plan_file
   return out;
 }
 
+// Plan.summary()'s figures (plan_views.hpp); `profile_text` None: without the profile's.
+nb::dict plan_details(const std::string& plan_text, const std::string& plan_file,
+                      const std::optional<std::string>& profile_text,
+                      const std::string& profile_file) {
+  const madpipe::plan::Plan plan = plan_of(plan_text, plan_file);
+  madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), plan_file);
+  if (!profile_text) return madpipe::python::plan_details(plan, nullptr);
+  const madpipe::Profile profile = profile_of(*profile_text, profile_file);
+  return madpipe::python::plan_details(plan, &profile);
+}
+
+std::string plan_svg(const std::string& plan_text, const std::string& plan_file,
+                     int micro_batches) {
+  const madpipe::plan::Plan plan = plan_of(plan_text, plan_file);
+  madpipe::plan::throw_if_invalid(madpipe::plan::validate(plan), plan_file);
+  if (micro_batches < 0) madpipe::throw_invalid("", "micro_batches", "must be >= 0");
+  return madpipe::python::plan_svg(plan, micro_batches);
+}
+
 std::vector<std::string> algorithm_names() {
   return names_of(madpipe::partition::all_algorithms());
 }
@@ -307,6 +344,9 @@ NB_MODULE(_madpipe, m) {
       },
       nb::arg("text"), nb::arg("field"));
   m.def("format_bytes", [](double bytes) { return madpipe::format_bytes(bytes); });
+  m.def("format_bandwidth",
+        [](double bytes_per_ms) { return madpipe::format_bandwidth(bytes_per_ms); });
+  m.def("format_ms", [](double ms) { return madpipe::format_ms(ms); });
   m.def("make_plan", &make_plan, nb::arg("profile"), nb::arg("profile_file"), nb::arg("request"),
         nb::arg("progress").none());
   m.def("plan_or_explain", &plan_or_explain, nb::arg("profile"), nb::arg("profile_file"),
@@ -326,6 +366,9 @@ NB_MODULE(_madpipe, m) {
         nb::arg("profile_file"), nb::arg("request"));
   m.def("export_torch", &export_torch, nb::arg("plan"), nb::arg("plan_file"),
         nb::arg("micro_batches"));
+  m.def("plan_details", &plan_details, nb::arg("plan"), nb::arg("plan_file"),
+        nb::arg("profile").none(), nb::arg("profile_file"));
+  m.def("plan_svg", &plan_svg, nb::arg("plan"), nb::arg("plan_file"), nb::arg("micro_batches"));
   m.def("algorithm_names", &algorithm_names);
   m.def("version", [] { return std::string(MADPIPE_VERSION); });
 }

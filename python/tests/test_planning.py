@@ -1,6 +1,7 @@
 """madpipe.plan, compare, lower_bound and smallest_feasible_memory against the command line."""
 
 import json
+import logging
 import subprocess
 
 import pytest
@@ -40,7 +41,9 @@ def test_errors_carry_the_command_line_message(resnet50, madpipe_bin):
     assert command.returncode != 0
     with pytest.raises(madpipe.Error) as error:
         madpipe.plan(resnet50, gpus=4, memory="1GiB", bandwidth="12GB/s")
-    assert "madpipe: error: " + str(error.value) == command.stderr.strip().splitlines()[-1]
+    # The command's message, its options written as keyword arguments.
+    expected = command.stderr.strip().splitlines()[-1].replace("--remat rotor", 'remat="rotor"')
+    assert "madpipe: error: " + str(error.value) == expected
     assert "no madpipe plan fits in 1.0 GiB per GPU" in str(error.value)
     assert error.value.kind == "invalid_input"
 
@@ -134,6 +137,29 @@ def test_progress_lines_reach_the_callback(resnet50):
     lines = []
     madpipe.plan(resnet50, **PLATFORM, verbose=True, progress=lines.append)
     assert lines and all(isinstance(line, str) for line in lines)
+
+
+def test_progress_lines_go_to_a_logger_or_the_madpipe_logger(resnet50, caplog):
+    lines = []
+    madpipe.plan(resnet50, **PLATFORM, verbose=True, progress=lines.append)
+    caplog.set_level(logging.INFO, logger="madpipe")
+    madpipe.plan(resnet50, **PLATFORM, verbose=True)
+    assert [r.getMessage() for r in caplog.records if r.name == "madpipe"] == lines
+    assert {r.levelno for r in caplog.records} == {logging.INFO}
+    caplog.clear()
+    mine = logging.getLogger("my.application")
+    caplog.set_level(logging.INFO, logger="my.application")
+    madpipe.compare(resnet50, **PLATFORM, algorithms=["contiguous"], verbose=True, progress=mine)
+    assert caplog.records and all(r.name == "my.application" for r in caplog.records)
+    with pytest.raises(madpipe.Error, match="progress: expected a callable"):
+        madpipe.plan(resnet50, **PLATFORM, progress="stderr")
+
+
+def test_the_search_for_what_fits_is_announced(resnet50):
+    lines = []
+    with pytest.raises(madpipe.NoPlanFits):
+        madpipe.plan(resnet50, gpus=4, memory="1GiB", bandwidth="12GB/s", progress=lines.append)
+    assert "no madpipe plan fits in 1.0 GiB per GPU; searching for what would fit" in lines
 
 
 def split_profile(path):
