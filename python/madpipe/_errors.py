@@ -29,6 +29,8 @@ class Error(Exception):
             would do.
     """
 
+    __module__ = "madpipe"  # tracebacks read madpipe.Error, the name users catch
+
     def __init__(self, message: str, *, kind: str = "invalid_input", file: str = "",
                  field: str = "", problem: str | None = None,
                  smallest_memory_bytes: int | None = None) -> None:
@@ -43,6 +45,8 @@ class Error(Exception):
 class NoPlanFits(Error):
     """``madpipe.plan`` found no plan that fits the GPUs' memory. The message says what would
     fit; ``smallest_memory_bytes`` is the smallest memory per GPU that would, in bytes."""
+
+    __module__ = "madpipe"
 
 
 # The options of `madpipe plan` that are keywords of madpipe.plan() (--max-k is max_k), and the

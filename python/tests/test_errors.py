@@ -31,6 +31,7 @@ def test_no_plan_fits_names_keywords_and_the_memory_that_fits(resnet50):
     assert 'with algorithm="contiguous" is 5.4 GiB' in message and 'with remat="rotor"' in message
     assert "--" not in message
     assert isinstance(error.value, madpipe.Error) and error.value.kind == "invalid_input"
+    assert error.typename == "NoPlanFits" and type(error.value).__module__ == "madpipe"
     smallest = error.value.smallest_memory_bytes
     assert smallest == madpipe.smallest_feasible_memory(resnet50, **options)
     assert madpipe.plan(resnet50, memory=smallest, **options).period_ms > 0
