@@ -1,4 +1,4 @@
-"""`pip install .` gives a madpipe package that imports and plans without the source tree."""
+"""`pip install .` gives a typed madpipe package that imports and plans without the source tree."""
 
 import os
 import pathlib
@@ -27,3 +27,6 @@ def test_pip_install_gives_an_importable_package(tmp_path):
     assert pathlib.Path(output[0]).is_relative_to(site)
     assert output[1] == (REPO / "CMakeLists.txt").read_text().split("project(madpipe VERSION ")[1].split()[0]
     assert float(output[2]) > 0
+    # Typed: the marker and the compiled core's stub are installed with the modules.
+    package = pathlib.Path(output[0]).parent
+    assert (package / "py.typed").is_file() and (package / "_madpipe.pyi").is_file()
