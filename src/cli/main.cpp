@@ -3,6 +3,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "core/error.hpp"
+#include "core/exit_codes.hpp"
 
 #include <exception>
 #include <iostream>
@@ -18,14 +19,14 @@ int main(int argc, char** argv) {
     const madpipe::Error e = madpipe::cli::with_config_origin(thrown);
     const bool internal = e.kind() == madpipe::ErrorKind::Internal;
     std::cerr << "madpipe: " << (internal ? "internal error: " : "error: ") << e.what() << '\n';
-    return 2;
+    return madpipe::exit_code_of(thrown);
   } catch (const boost::program_options::error& e) {
     std::cerr << "madpipe: error: "
               << madpipe::cli::option_error_text(e, std::vector<std::string>(argv + 1, argv + argc))
               << '\n';
-    return 2;
+    return madpipe::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "madpipe: internal error: " << e.what() << '\n';
-    return 2;
+    return madpipe::kExitRuntimeFailure;
   }
 }

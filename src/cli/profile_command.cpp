@@ -70,6 +70,8 @@ po::options_description profile_group(madpipe::runtime::ProfileConfig& c, std::s
       "TorchScript: float32 (random normal) or int64 (token ids 0)")(
 
       "device", po::value(&c.device)->default_value(c.device), "cpu, cuda or cuda:N")(
+      "tf32", madpipe::cli::enum_value(c.tf32, madpipe::runtime::kOnOffNames, "value", "--tf32"),
+      "on: fp32 products and convolutions on GPUs in TF32, as madpipe train runs them; off")(
       "warmup", po::value(&c.warmup)->default_value(c.warmup)->notifier(at_least(0, "--warmup")),
       "untimed runs per layer")(
       "repeats",

@@ -4,6 +4,7 @@
 #include "cli/platform_options.hpp"
 #include "cli/train_options.hpp"
 #include "core/error.hpp"
+#include "runtime/config/launcher_check.hpp"
 #include "runtime/train/trainer.hpp"
 
 static const madpipe::cli::CommandSyntax kSyntax{
@@ -30,6 +31,7 @@ int madpipe::cli::train_command(const std::vector<std::string>& args) {
   planning.weight_copies_given = given(parsed, "weight-copies");
   finish_train_config(planning, config);
 #ifdef MADPIPE_HAS_RUNTIME
+  runtime::check_started_by_an_mpi_launcher();
   runtime::check_train_config(config);  // before MPI starts: every rank would fail alike
   return runtime::train(config, nullptr, nullptr);
 #else

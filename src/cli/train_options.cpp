@@ -123,6 +123,9 @@ madpipe::cli::po::options_description madpipe::cli::platform_group(
       "r / (gpus / replicas); gradients are averaged over the replicas at every step")(
       "device", po::value(&c.device)->default_value(c.device),
       "where each rank runs: cpu, cuda (the GPU of its rank on the node) or cuda:N")(
+      "tf32", enum_value(c.tf32, runtime::kOnOffNames, "value", "--tf32"),
+      "on: fp32 matrix products and convolutions on GPUs in TF32 (about 7x faster on an H100, "
+      "the precision most fp32 training runs at); off: full fp32")(
       "transport", enum_value(c.transport, runtime::kTransportNames, "value", "--transport"),
       "how activations and gradients travel: nccl (GPU to GPU, one GPU per rank), mpi, or auto "
       "(nccl with --device cuda when NCCL is built in, else mpi)");

@@ -1,6 +1,7 @@
 #include "partition/plan_or_explain.hpp"
 
 #include "core/error.hpp"
+#include "core/exit_codes.hpp"
 #include "partition/infeasible.hpp"
 #include "plan/validate.hpp"
 
@@ -16,7 +17,7 @@ madpipe::partition::PlanResult madpipe::partition::plan_or_explain(const Profile
     if (explaining.announce) explaining.announce(result.reason);
     PlannerOptions left = options;
     left.time_limit_s = std::max(0.0, options.time_limit_s - result.planning_seconds);
-    throw_invalid("", explaining.field, explain_infeasible(result.reason, profile, platform, left));
+    throw NoPlanFits(explaining.field, explain_infeasible(result.reason, profile, platform, left));
   }
   check_planned(result.plan, profile);
   return result;

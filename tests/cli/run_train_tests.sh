@@ -34,7 +34,7 @@ wait_for_lines() {
 
 # rank_pid MPIRUN_PID: the process of one rank (a child of mpirun named madpipe).
 rank_pid() {
-  pgrep -P "$1" -x madpipe | head -1
+  pgrep -P "$1" -x "madpipe|madpipe-runtime" | head -1
 }
 
 # signal_mid_run RANKS SIGNAL DIR [OPTION...]: starts a long run of the small model on RANKS ranks,
@@ -748,7 +748,7 @@ PY
     ;;
   sigterm_checkpoints_and_resumes)
     signal_mid_run 2 TERM sig
-    [[ $status -eq 0 ]] || fail "a stopped run should exit 0, got $status"
+    [[ $status -eq 75 ]] || fail "a stopped run should exit 75 (stopped, resumable), got $status"
     grep -qE "^stopped by SIGTERM after step [0-9]+; checkpoint written, continue with --resume" out ||
       fail "no stop message"
     k=$(sed -n 's/^stopped by SIGTERM after step \([0-9]*\);.*/\1/p' out)
@@ -762,6 +762,42 @@ PY
     for step in $((k + 1)) $((k + 2)); do
       a=$(loss_of straight/metrics.jsonl $step); b=$(loss_of sig/metrics.jsonl $step)
       [[ -n $a && $a == "$b" ]] || fail "step $step: loss $b after the stop and resume, $a straight"
+    done
+    ;;
+  cluster_launches)
+    # Slurm's pre-emption warning (SIGUSR1) stops a run as SIGTERM does: checkpoint, exit 75.
+    signal_mid_run 2 USR1 usr1
+    [[ $status -eq 75 ]] || fail "SIGUSR1: expected exit status 75, got $status"
+    grep -qE "^stopped by SIGUSR1 after step [0-9]+; checkpoint written, continue with --resume" out ||
+      fail "no SIGUSR1 stop message"
+    k=$(cat usr1/checkpoints/latest)
+    [[ -f usr1/checkpoints/step-$k/complete ]] || fail "no complete checkpoint after SIGUSR1"
+    # torchrun starts no MPI job: refused before anything runs, exit 2 (bad input).
+    TORCHELASTIC_RUN_ID=job WORLD_SIZE=2 "$madpipe" train "${small[@]}" --gpus 2 \
+      --output-dir never >out 2>err
+    status=$?
+    [[ $status -eq 2 ]] || fail "torchrun: expected exit status 2, got $status"
+    grep -qF "madpipe train was started by torchrun, which starts no MPI job" err &&
+      grep -qF "mpirun -np 2 madpipe train" err || fail "torchrun: $(cat err)"
+    [[ ! -e never ]] || fail "torchrun: the run started"
+    # No plan fits: exit 3 on every rank, the message naming the memory that would.
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --memory 1KiB --output-dir tiny
+    [[ $status -eq 3 ]] || fail "no plan fits: expected exit status 3, got $status: $(tail -2 err)"
+    grep -q "memory" err || fail "no plan fits: $(tail -2 err)"
+    # A profile measured at another micro-batch size plans another model: refused, exit 2.
+    mpi 1 "${small[@]}" --gpus 1 --steps 1 --dry-run --output-dir measured
+    [[ -f measured/profile.json ]] || fail "dry run wrote no profile: $(tail -2 err)"
+    grep -q '"batch": 2,' measured/profile.json || fail "the profile should be for micro-batches of 2"
+    sed 's/"batch": 2,/"batch": 3,/' measured/profile.json >other.json
+    mpi 2 "${small[@]}" --gpus 2 --steps 1 --profile other.json --output-dir other_size
+    [[ $status -eq 2 ]] || fail "another micro-batch size: expected exit status 2, got $status"
+    grep -qF "other.json: /batch: the profile was measured with micro-batches of 3 samples but this run trains with --micro-batch-size 2" err ||
+      fail "another micro-batch size: $(grep -v '^ ' err | head -3)"
+    # metrics.jsonl: each step's time, rates and the ranks' peak memory so far.
+    mpi 2 "${small[@]}" --gpus 2 --steps 2 --tf32 off --output-dir metrics
+    [[ $status -eq 0 ]] || fail "--tf32 off run failed: $(tail -2 err)"
+    for key in step_s samples_per_s peak_memory_bytes; do
+      [[ $(grep -c "\"$key\":" metrics/metrics.jsonl) -eq 2 ]] || fail "metrics.jsonl lacks $key"
     done
     ;;
   damaged_checkpoint_falls_back)
@@ -789,13 +825,13 @@ PY
     [[ $status -ne 0 ]] || fail "a stalled rank must make the run fail"
     grep -qE "rank [0-9]+ waited more than 3 s for (the (activation|gradient) of stage [0-9]+, micro-batch [0-9]+ from rank [0-9]+|rank [0-9]+ to receive|the other ranks)" err ||
       fail "the message should name the waiting rank and what it waited for"
-    pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
+    pgrep -P $launcher -x "madpipe|madpipe-runtime" >/dev/null && fail "ranks left running"
     ;;
   killed_rank_stops_all)
     signal_mid_run 3 KILL killed
     [[ $status -ne 0 ]] || fail "a killed rank must make the run fail"
     grep -qE "rank [0-9]+ .*(signal 9|Killed)" err out || fail "the message should name the rank and the signal"
-    pgrep -P $launcher -x madpipe >/dev/null && fail "ranks left running"
+    pgrep -P $launcher -x "madpipe|madpipe-runtime" >/dev/null && fail "ranks left running"
     ;;
   data_parallel_equals_unsplit)
     # 2 replicas x 2 pipeline ranks, 2 micro-batches each, train like one process on the 4
@@ -1053,7 +1089,7 @@ PY
     job=$!
     wait_for_lines elastic/metrics.jsonl 12
     # A rank of this run (its output directory is this case's own: other cases run meanwhile).
-    victim=$(pgrep -f "^[^ ]*madpipe train .*--output-dir $PWD/elastic" | sed -n 2p)
+    victim=$(pgrep -f "^[^ ]*madpipe(-runtime)? train .*--output-dir $PWD/elastic" | sed -n 2p)
     [[ -n $victim ]] || fail "no rank to kill"
     kill -KILL "$victim"
     wait $job

@@ -1,10 +1,14 @@
 #include "runtime/comm/mpi_session.hpp"
 
 #include "core/error.hpp"
+#include "core/exit_codes.hpp"
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,6 +30,24 @@ madpipe::runtime::MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
+  gpu_peers_ = processes_seeing_the_same_gpus();
+}
+
+madpipe::runtime::LocalGroup madpipe::runtime::processes_seeing_the_same_gpus() {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm node, peers;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string devices = visible == nullptr ? std::string("\x01unset") : visible;
+  const int color = static_cast<int>(std::hash<std::string>{}(devices)&0x3fffffff);
+  MPI_Comm_split(node, color, world_rank, &peers);
+  LocalGroup group;
+  MPI_Comm_rank(peers, &group.rank);
+  MPI_Comm_size(peers, &group.size);
+  MPI_Comm_free(&peers);
+  MPI_Comm_free(&node);
+  return group;
 }
 
 madpipe::runtime::MpiSession::~MpiSession() {
@@ -103,16 +125,23 @@ void madpipe::runtime::all_reduce_within(const void* in, void* out, int count, M
 std::string madpipe::runtime::computed_on_rank0(int rank,
                                                 const std::function<std::string()>& produce) {
   std::string text, failure;
+  int exit_code = madpipe::kExitFinished;
   if (rank == 0) {
     try {
       text = produce();
     } catch (const std::exception& e) {
       failure = e.what();
+      exit_code = madpipe::exit_code_of(e);
     }
   }
   failure = madpipe::runtime::broadcast_string(failure, 0);
-  if (!failure.empty()) throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", "", failure);
-  return madpipe::runtime::broadcast_string(text, 0);
+  MPI_Bcast(&exit_code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (failure.empty()) return madpipe::runtime::broadcast_string(text, 0);
+  // Thrown again on every rank as what it was, so that every rank exits with its status.
+  if (exit_code == madpipe::kExitNoPlanFits) throw madpipe::NoPlanFits("", failure);
+  throw madpipe::Error(exit_code == madpipe::kExitBadInput ? madpipe::ErrorKind::InvalidInput
+                                                           : madpipe::ErrorKind::Runtime,
+                       "", "", failure);
 }
 
 void madpipe::runtime::wait_with_deadline(MPI_Request& request, double timeout_s, int rank,

@@ -11,6 +11,16 @@
 namespace madpipe::runtime {
 
 // One MPI process per GPU. Initialises MPI on construction and finalises it on destruction.
+// A rank's place among some processes of its node.
+struct LocalGroup {
+  int rank = 0;
+  int size = 1;
+};
+
+// Collective: the group of the node's processes whose CUDA_VISIBLE_DEVICES (unset counts as a
+// value) is the caller's.
+LocalGroup processes_seeing_the_same_gpus();
+
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -22,6 +32,10 @@ class MpiSession {
   int size() const noexcept { return size_; }
   int local_rank() const noexcept { return local_rank_; }  // rank among the processes of its node
   int local_size() const noexcept { return local_size_; }  // processes on this rank's node
+  // This rank among the processes of its node that see the same GPUs (the same
+  // CUDA_VISIBLE_DEVICES): one per GPU from a shared list, or one each with a GPU of its own
+  // (Slurm's --gpus-per-task=1).
+  const LocalGroup& gpu_peers() const noexcept { return gpu_peers_; }
 
   // Stops every rank: prints "rank N: <message>" and aborts the MPI job, so no peer waits forever.
   [[noreturn]] void abort(const std::string& message, int code = 1) const;
@@ -35,6 +49,7 @@ class MpiSession {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  LocalGroup gpu_peers_;
   bool owns_mpi_ = false;
 };
 
@@ -42,7 +57,8 @@ class MpiSession {
 std::string broadcast_string(const std::string& value, int root);
 
 // Runs `produce` on rank 0 and gives its result to every rank; what it throws there is thrown
-// on every rank (as Error{InvalidInput}), so that no rank is left waiting.
+// on every rank (its message, and its exit status: core/exit_codes.hpp), so that no rank is left
+// waiting and every rank exits alike.
 std::string computed_on_rank0(int rank, const std::function<std::string()>& produce);
 
 // MPI_Test until done, or with timeout_s > 0 until the time is up: then Error{Runtime} (field

@@ -29,12 +29,16 @@ inline Platform default_train_platform() {
   return platform;
 }
 
+// The values of a switch such as --tf32.
+inline constexpr Named<bool> kOnOffNames[] = {{true, "on"}, {false, "off"}};
+
 // [platform] and [planner]: the ranks, what the planner assumes of them and how it plans.
 struct PlanningSettings {
   // Every rank of every replica: platform.gpus is --gpus, which must equal the MPI world size.
   Platform platform = default_train_platform();
   int replicas = 1;            // data-parallel copies of the pipeline
   std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank) | cuda:N
+  bool tf32 = true;            // fp32 products and convolutions on a GPU in TF32 (--tf32)
   TransportKind transport = TransportKind::Auto;
   // As `madpipe plan` plans (its option group); micro_batches_per_step is --micro-batches.
   partition::PlannerOptions planner{};

@@ -4,15 +4,17 @@
 
 #include <string>
 
+#include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 int madpipe::runtime::gpu_of_local_rank(int local_rank, int local_ranks, int gpus) {
   if (local_ranks > gpus)
     throw Error(ErrorKind::InvalidInput, "", "device",
-                "cuda: " + std::to_string(local_ranks) + " processes run on this node but it has " +
+                "cuda: " + std::to_string(local_ranks) + " processes on this node see the same " +
                     std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
                     " (one GPU per process: start at most " + std::to_string(gpus) +
-                    " per node, or share one on purpose with --device cuda:N)");
+                    " per node, give each process a GPU of its own with CUDA_VISIBLE_DEVICES or "
+                    "srun --gpus-per-task=1, or share one on purpose with --device cuda:N)");
   return local_rank < 0 ? 0 : local_rank;
 }
 
@@ -40,6 +42,11 @@ torch::Device madpipe::runtime::device_of(const std::string& name, int local_ran
   }
   throw Error(ErrorKind::InvalidInput, "", "device",
               "unknown device '" + name + "' (valid: cpu, cuda, cuda:N)");
+}
+
+void madpipe::runtime::allow_tf32(bool on) {
+  at::globalContext().setAllowTF32CuBLAS(on);
+  at::globalContext().setAllowTF32CuDNN(on);
 }
 
 void madpipe::runtime::make_current(const torch::Device& device) {

@@ -10,14 +10,20 @@ namespace madpipe::runtime {
 
 // The device named `name`: "cpu", "cuda:N" (every process on GPU N: ranks may share it), or
 // "cuda" (one GPU per process: GPU `local_rank`, its rank among the `local_ranks` processes of its
-// node; device 0 when `local_rank` < 0). Throws Error naming the option `device` for an unknown
-// name, a missing GPU, an index out of range, or more processes on the node than GPUs.
+// node that see the same GPUs, MpiSession::gpu_peers(); device 0 when `local_rank` < 0). Throws
+// Error naming the option `device` for an unknown name, a missing GPU, an index out of range, or
+// more processes on the node than GPUs.
 torch::Device device_of(const std::string& name, int local_rank = -1, int local_ranks = 1);
 
 // The GPU of the process of rank `local_rank` among `local_ranks` on a node with `gpus` GPUs:
 // its local rank. Throws Error{InvalidInput} (field "device") naming both counts when the
 // processes outnumber the GPUs (one GPU per process; "cuda:N" shares one on purpose).
 int gpu_of_local_rank(int local_rank, int local_ranks, int gpus);
+
+// Whether fp32 matrix products (cuBLAS) and convolutions (cuDNN) on a GPU may round their
+// inputs to TF32, about 7 times faster on an H100 (--tf32, on by default as in most training
+// code); the CPU is not affected.
+void allow_tf32(bool on);
 
 // Makes `device` the current device of this process (a CUDA device; nothing for the CPU), so that
 // CUDA contexts, streams and NCCL communicators are created on it and not on GPU 0.

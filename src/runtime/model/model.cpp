@@ -42,10 +42,11 @@ struct BlockImpl : torch::nn::Module {
     auto parts =
         deferrable_linear(qkv, ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head));
-    auto mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    auto y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, c});
+    // Flash or memory-efficient attention on a GPU (the scores are never materialized), the
+    // reference kernel on the CPU; scaled by 1/sqrt(head), causal.
+    auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+                 .transpose(1, 2)
+                 .reshape({b, t, c});
     auto h = x + deferrable_linear(proj, y);
     return h + deferrable_linear(fc2, torch::gelu(deferrable_linear(fc1, ln2(h))));
   }

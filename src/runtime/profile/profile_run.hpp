@@ -18,6 +18,7 @@ struct ProfileConfig {
   std::string input_shape;
   std::string input_dtype = "float32";  // float32 | int64
   std::string device = "cpu";           // cpu | cuda | cuda:N
+  bool tf32 = true;                     // as training runs: --tf32
   int warmup = 2;
   int repeats = 10;
   int threads = 1;   // CPU intra-op threads (a training rank uses 1)

@@ -24,6 +24,7 @@ void madpipe::runtime::install_stop_handlers() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);  // Slurm's warning before it ends a job (--signal)
 }
 
 int madpipe::runtime::stop_signal() noexcept { return requested; }
@@ -34,6 +35,8 @@ const char* madpipe::runtime::signal_name(int signal) noexcept {
       return "SIGTERM";
     case SIGINT:
       return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
     default:
       return "a signal";
   }

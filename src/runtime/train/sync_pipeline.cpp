@@ -226,6 +226,7 @@ enum HealthEntry {
   kBadMicroBatch,
   kBadStage,
   kStopSignal,
+  kNegatedPeakBytes,  // a maximum, as the minimum of its negation
   kMinima,
   kSquaredNorm = kMinima,
   kLossSum,
@@ -295,11 +296,12 @@ GradientSquares gradient_squares(const SyncPipeline& pipeline, bool counts_norm)
 }  // namespace
 
 StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, const StepLoss& loss,
-                           bool counts_norm, double timeout_s) {
+                           std::int64_t peak_bytes, bool counts_norm, double timeout_s) {
   const GradientSquares squares = gradient_squares(pipeline, counts_norm);
   double local[kHealthEntries] = {static_cast<double>(bad_micro_batch),
                                   INT_MAX,
                                   -static_cast<double>(madpipe::runtime::stop_signal()),
+                                  -static_cast<double>(peak_bytes),
                                   0.0,
                                   loss.sum,
                                   static_cast<double>(loss.count)};
@@ -315,6 +317,7 @@ StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, co
                     "step needs a larger --transfer-timeout)");
   StepHealth health;
   health.stop_signal = -static_cast<int>(all[kStopSignal]);
+  health.peak_bytes = -static_cast<std::int64_t>(all[kNegatedPeakBytes]);
   health.grad_norm = std::sqrt(all[kSquaredNorm]);
   health.loss = all[kLossSum] / std::max(1.0, all[kLossCount]);
   const auto& stages = pipeline.plan.stages;

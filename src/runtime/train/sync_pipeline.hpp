@@ -92,18 +92,19 @@ struct StepHealth {
   // that the scaler answers by skipping the step.
   bool only_gradients = false;
   int stop_signal = 0;
-  double grad_norm = 0;  // over every parameter of the model, each counted once
-  double loss = 0;       // mean over the step's micro-batches (all replicas)
+  double grad_norm = 0;         // over every parameter of the model, each counted once
+  double loss = 0;              // mean over the step's micro-batches (all replicas)
+  std::int64_t peak_bytes = 0;  // the most any rank's tensors have held so far (0: not counted)
 };
 
 // Collective, one reduction of a few numbers: every rank learns of a NaN or Inf loss
 // (`bad_micro_batch`, INT_MAX: none) or gradient on any rank, of a request to stop, the global
-// gradient norm and the mean of the ranks' `loss`. The norm counts each tied group at its first
-// rank and, with replicas (whose averaged gradients are equal), only the ranks where
-// `counts_norm`. Waits at most `timeout_s` (> 0) for the device's compute (the receives it waits
-// for) and for the other ranks.
+// gradient norm, the mean of the ranks' `loss` and the largest of their `peak_bytes`. The norm
+// counts each tied group at its first rank and, with replicas (whose averaged gradients are equal),
+// only the ranks where `counts_norm`. Waits at most `timeout_s` (> 0) for the device's compute (the
+// receives it waits for) and for the other ranks.
 StepHealth agree_on_health(const SyncPipeline& pipeline, int bad_micro_batch, const StepLoss& loss,
-                           bool counts_norm, double timeout_s);
+                           std::int64_t peak_bytes, bool counts_norm, double timeout_s);
 
 // Scales this rank's gradients by max_norm / (grad_norm + 1e-6) when that is below 1, as
 // torch.nn.utils.clip_grad_norm_ does with the global norm (every rank scales its parameters,

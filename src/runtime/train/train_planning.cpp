@@ -144,6 +144,17 @@ madpipe::Profile agree_on_profile(const madpipe::runtime::TrainConfig& c,
                                  " but this run trains in " + wanted + " (--precision " +
                                  name_of(madpipe::runtime::kPrecisionNames, c.precision) +
                                  "): profile again with the same --precision");
+      // A profile's costs are for its micro-batch size: another size would plan another model.
+      if (profile.batch > 0 && profile.batch != c.micro_batch_size)
+        throw madpipe::Error(madpipe::ErrorKind::InvalidInput, c.profile, "/batch",
+                             "the profile was measured with micro-batches of " +
+                                 std::to_string(profile.batch) +
+                                 " samples but this run trains "
+                                 "with --micro-batch-size " +
+                                 std::to_string(c.micro_batch_size) +
+                                 ": profile again at that size, or train with "
+                                 "--micro-batch-size " +
+                                 std::to_string(profile.batch));
       say("profile of " + std::to_string(profile.layers.size()) + " layers read from " + c.profile);
       return written(profile);
     });

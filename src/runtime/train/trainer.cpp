@@ -1,6 +1,7 @@
 #include "runtime/train/trainer.hpp"
 
 #include "core/error.hpp"
+#include "core/exit_codes.hpp"
 #include "core/units.hpp"
 #include "plan/validate.hpp"
 #include "runtime/comm/mpi_session.hpp"
@@ -72,8 +73,9 @@ void check_session(const TrainConfig& c, const MpiSession& session) {
 torch::Device choose_device(const TrainConfig& c, const MpiSession& session, const Say& say) {
   torch::Device device = torch::kCPU;
   try {
-    device = device_of(c.device, session.local_rank(), session.local_size());
+    device = device_of(c.device, session.gpu_peers().rank, session.gpu_peers().size);
     make_current(device);  // before any CUDA context, stream or communicator is made
+    allow_tf32(c.tf32);
     // One autograd engine from the first backward on (offloading stages need its hooks): a
     // switch later would start device threads with library workspaces of their own.
     SavedTensorCollector::supported();
@@ -240,6 +242,7 @@ class SyncSteps {
   int first_traced_ = 1;
   int last_traced_ = 0;
   MemoryMeter meter_;
+  const std::int64_t tokens_per_sample_;  // token data: metrics.jsonl's tokens_per_s
   std::unique_ptr<TraceRecorder> recorder_;
   double last_val_ = -1;
   const MasterWeights* masters_;        // --precision bf16, fp16 (null: fp32)
@@ -256,6 +259,7 @@ SyncSteps::SyncSteps(TrainingRun& run, Prepared& prepared, const ReplicaGroups& 
       outputs_(outputs),
       first_micro_batch_(groups.layout().replica * run.config().micro_batches),
       meter_(prepared.device),
+      tokens_per_sample_(tokens_per_sample(*prepared.data)),
       masters_(prepared.masters.get()) {
   if (c_.replicas > 1) say_replicas(c_, run_.sayer());
   if (masters_)
@@ -417,8 +421,9 @@ bool SyncSteps::update(int step, const StepHealth& health) {
 
 void SyncSteps::record(int step, const StepHealth& health, bool validated, bool skipped) {
   if (run_.rank() != 0) return;
-  const double samples_per_s =
-      run_.samples_per_s(step, c_.replicas * c_.micro_batches * c_.micro_batch_size);
+  const double step_s = run_.lap();
+  const int samples = c_.replicas * c_.micro_batches * c_.micro_batch_size;
+  const double samples_per_s = step_s > 0 ? samples / step_s : 0.0;
   nlohmann::ordered_json line;
   const double lr = learning_rate_at(c_, step);
   line["step"] = step;
@@ -431,7 +436,10 @@ void SyncSteps::record(int step, const StepHealth& health, bool validated, bool 
     line["loss_scale"] = step_loss_scale_;
     line["skipped_steps"] = scaler_->skipped_steps();  // overflows since the run's first step
   }
+  line["step_s"] = step_s;
   line["samples_per_s"] = samples_per_s;
+  if (tokens_per_sample_ > 0) line["tokens_per_s"] = samples_per_s * tokens_per_sample_;
+  if (health.peak_bytes > 0) line["peak_memory_bytes"] = health.peak_bytes;
   line["seconds"] = run_.seconds();
   run_.append_metrics(line);
   if (validated || run_.prints_progress(step)) {
@@ -442,7 +450,7 @@ void SyncSteps::record(int step, const StepHealth& health, bool validated, bool 
                   validated ? ("  val " + std::to_string(last_val_).substr(0, 6)).c_str() : "", lr,
                   health.grad_norm,
                   scaler_ ? ("  loss_scale " + format_number(step_loss_scale_)).c_str() : "",
-                  samples_per_s, run_.eta(step).c_str());
+                  run_.samples_per_s(step, samples), run_.eta(step).c_str());
     run_.say(buf);
   }
 }
@@ -484,6 +492,7 @@ int SyncSteps::train() {
     // Every rank learns of a non-finite loss or gradient, of a request to stop, the global
     // gradient norm and the step's loss (replicas hold equal gradients: the first one counts).
     const StepHealth health = agree_on_health(*pipeline_, bad_micro_batch, local,
+                                              pipeline_->executor->memory_peak().bytes,
                                               groups_.layout().replica == 0, c_.transfer_timeout);
     const bool skipped = update(step, health);
     const bool validate = run_.validates_after(step);
@@ -499,7 +508,7 @@ int SyncSteps::train() {
     record(step, health, validate, skipped);
     if (recorder_ && step == last_traced_) finish_trace();
     checkpoint_after(step, health);
-    if (run_.stops_after(health.stop_signal, step)) return 0;
+    if (run_.stops_after(health.stop_signal, step)) return kExitStoppedResumable;
   }
   run_.say_done("plan, profile, metrics and checkpoints in " + c_.output_dir);
   return 0;
@@ -537,8 +546,8 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     check_tied_parameters(c, p.model, say);
     ReplicaGroups groups(replica_layout(rank, session.size(), c.replicas));
     const bool emulated = nccl::emulation_requested() && !p.device.is_cuda();
-    const TransportKind transport = resolve_transport(c.transport, c.device, p.device,
-                                                      session.local_size(), nccl_built(), emulated);
+    const TransportKind transport = resolve_transport(
+        c.transport, c.device, p.device, session.gpu_peers().size, nccl_built(), emulated);
     if (transport == TransportKind::Nccl)
       groups.set_nccl(make_nccl_communicators(groups.pipeline(), groups.replicas(), p.device,
                                               c.transfer_timeout));
@@ -555,6 +564,6 @@ int madpipe::runtime::train(const TrainConfig& config, int* argc, char*** argv) 
     TrainingRun run(c, rank, rank == 0, say);
     return SyncSteps(run, p, groups, outputs).train();
   } catch (const std::exception& e) {
-    session.abort(e.what(), 2);
+    session.abort(e.what(), exit_code_of(e));
   }
 }

@@ -61,6 +61,13 @@ double madpipe::runtime::TrainingRun::samples_per_s(int step, int samples_per_st
   return static_cast<double>(step - first_step_ + 1) * samples_per_step / seconds();
 }
 
+double madpipe::runtime::TrainingRun::lap() {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - lap_).count();
+  lap_ = now;
+  return seconds;
+}
+
 std::string madpipe::runtime::TrainingRun::eta(int step) const {
   return duration_text(seconds() / (step - first_step_ + 1) * (c_.steps - step));
 }
@@ -138,6 +145,12 @@ std::int64_t madpipe::runtime::micro_batch_bytes(const DataSource& data) {
   const Batch batch = data.micro_batch(0, 0, false);
   return static_cast<std::int64_t>(batch.input.nbytes() +
                                    (batch.target.defined() ? batch.target.nbytes() : 0));
+}
+
+std::int64_t madpipe::runtime::tokens_per_sample(const DataSource& data) {
+  const Batch batch = data.micro_batch(0, 0, false);
+  if (batch.input.is_floating_point() || batch.input.dim() < 2) return 0;
+  return batch.input.numel() / batch.input.size(0);
 }
 
 void madpipe::runtime::note_program_memory(const TrainConfig& c, const plan::Plan& plan,

@@ -42,7 +42,9 @@ class TrainingRun {
   // opens metrics.jsonl. Returns the first step to run.
   int start(const ResumePoint& resume, const CheckpointFiles& load);
   // The clock of the run's rates and ETA starts now.
-  void start_clock() { started_ = std::chrono::steady_clock::now(); }
+  void start_clock() { started_ = lap_ = std::chrono::steady_clock::now(); }
+  // Seconds since the previous lap (or the start of the clock): one step's time.
+  double lap();
 
   int first_step() const noexcept { return first_step_; }
   const TrainConfig& config() const noexcept { return c_; }
@@ -84,6 +86,7 @@ class TrainingRun {
   int first_step_ = 1;
   std::ofstream metrics_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point lap_ = started_;
 };
 
 // Collective: the mean loss over every rank's micro-batches (one all-reduce).
@@ -92,6 +95,9 @@ double mean_over_ranks(const StepLoss& loss, double timeout_s = 0);
 std::string duration_text(double seconds);
 // Bytes of one micro-batch's data (inputs and targets).
 std::int64_t micro_batch_bytes(const DataSource& data);
+// Tokens of one sample when the data is token ids (an integer input of a sequence per sample),
+// else 0.
+std::int64_t tokens_per_sample(const DataSource& data);
 // The lowered program's bound against --memory, said as a note where it is exceeded, and a note
 // when the plan counts fewer weight copies than the run holds.
 void note_program_memory(const TrainConfig& c, const plan::Plan& plan, const plan::Program& program,

@@ -1,6 +1,7 @@
 #include "runtime/train/two_weight_training.hpp"
 
 #include "core/error.hpp"
+#include "core/exit_codes.hpp"
 #include "core/units.hpp"
 #include "runtime/comm/mpi_session.hpp"
 #include "runtime/config/learning_rate.hpp"
@@ -151,7 +152,9 @@ void TwoWeightWindows::count_loss(int i, double loss) {
   line["step"] = step;
   line["loss"] = entry.first / m_;
   line["lr"] = learning_rate_at(c_, step);
-  line["samples_per_s"] = run_.samples_per_s(step, m_ * c_.micro_batch_size);
+  const double step_s = run_.lap();  // since the previous step's last micro-batch
+  line["step_s"] = step_s;
+  line["samples_per_s"] = step_s > 0 ? m_ * c_.micro_batch_size / step_s : 0.0;
   line["seconds"] = run_.seconds();
   window_lines_.push_back(line);
   if (!c_.quiet && (run_.prints_progress(step) || step == c_.steps)) {
@@ -251,7 +254,7 @@ int TwoWeightWindows::train(const ResumePoint& resume) {
       run_.checkpoint(last, plan_, [this](int step) {
         for (const auto& [s, state] : stage_states()) save_stage(c_.output_dir, step, s, state);
       });
-    if (run_.stops_after(stop, last)) return 0;
+    if (run_.stops_after(stop, last)) return kExitStoppedResumable;
     first = last + 1;
   }
   report_memory();

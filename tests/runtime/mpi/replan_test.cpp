@@ -208,13 +208,15 @@ TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
       local_count += static_cast<double>(p.numel());
   MPI_Allreduce(&local_count, &count, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   const mr::StepLoss loss{static_cast<double>(mt::world_rank() + 1), 1};
-  const mr::StepHealth healthy = mr::agree_on_health(pipeline, INT_MAX, loss, true, 0);
+  const mr::StepHealth healthy =
+      mr::agree_on_health(pipeline, INT_MAX, loss, (mt::world_rank() + 1) * 100, true, 0);
   EXPECT_EQ(healthy.problem, "");
+  EXPECT_EQ(healthy.peak_bytes, P * 100);  // the largest of the ranks'
   EXPECT_NEAR(healthy.grad_norm, std::sqrt(count), 1e-6 * std::sqrt(count));  // float norms
   EXPECT_DOUBLE_EQ(healthy.loss, (P + 1) / 2.0);
   // A rank that does not count (a later replica) leaves its gradients out of the norm.
   const mr::StepHealth partial =
-      mr::agree_on_health(pipeline, INT_MAX, loss, mt::world_rank() != 0, 0);
+      mr::agree_on_health(pipeline, INT_MAX, loss, 0, mt::world_rank() != 0, 0);
   double rank0_count = local_count;
   MPI_Bcast(&rank0_count, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   EXPECT_NEAR(partial.grad_norm * partial.grad_norm, count - rank0_count, 1e-6 * count)
@@ -222,26 +224,26 @@ TEST(StepHealth, EveryRankNamesTheFirstStageWithANonFiniteGradient) {
   // Clipping to half the norm scales every gradient on every rank by the same factor: the norm
   // halves (up to the 1e-6 that clip_grad_norm_ adds), and a bound above the norm changes nothing.
   mr::clip_gradients(pipeline, healthy.grad_norm, 2 * healthy.grad_norm);
-  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, loss, true, 0).grad_norm, healthy.grad_norm);
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, loss, 0, true, 0).grad_norm, healthy.grad_norm);
   mr::clip_gradients(pipeline, healthy.grad_norm, healthy.grad_norm / 2);
-  EXPECT_NEAR(mr::agree_on_health(pipeline, INT_MAX, loss, true, 0).grad_norm,
+  EXPECT_NEAR(mr::agree_on_health(pipeline, INT_MAX, loss, 0, true, 0).grad_norm,
               healthy.grad_norm / 2, 1e-6);
   // The last parameter of the last stage, then also the first of stage 1 (on rank 1), turn NaN.
   const int last = P - 1;
   const int rank_of_last = pipeline.plan.stages[last].gpu;
   if (mt::world_rank() == rank_of_last)
     pipeline.executor->stage_parameters(last).back().mutable_grad()[0] = NAN;
-  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, {}, true, 0).problem,
+  EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, {}, 0, true, 0).problem,
             "a gradient of stage " + std::to_string(last) + " (rank " +
                 std::to_string(rank_of_last) + ") is not finite");
   if (P >= 2) {
     if (mt::world_rank() == 1)
       pipeline.executor->stage_parameters(1).front().mutable_grad().view(-1)[0] = INFINITY;
-    EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, {}, true, 0).problem,
+    EXPECT_EQ(mr::agree_on_health(pipeline, INT_MAX, {}, 0, true, 0).problem,
               "a gradient of stage 1 (rank 1) is not finite");
   }
   // A non-finite loss is named first.
-  EXPECT_EQ(mr::agree_on_health(pipeline, 3, {}, true, 0).problem,
+  EXPECT_EQ(mr::agree_on_health(pipeline, 3, {}, 0, true, 0).problem,
             "the loss of micro-batch 3 (stage " + std::to_string(last) + " on rank " +
                 std::to_string(rank_of_last) + ") is not finite");
 }

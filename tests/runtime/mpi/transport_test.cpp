@@ -41,9 +41,33 @@ TEST(GpuBinding, OneGpuPerProcessOrARefusalNamingBothCounts) {
   EXPECT_EQ(mr::gpu_of_local_rank(0, 4, 4), 0);
   EXPECT_EQ(mr::gpu_of_local_rank(3, 4, 8), 3);
   const std::string refusal = error_of([] { mr::gpu_of_local_rank(2, 3, 2); });
-  EXPECT_TRUE(contains(refusal, "3 processes run on this node but it has 2 GPUs")) << refusal;
+  EXPECT_TRUE(contains(refusal, "3 processes on this node see the same 2 GPUs")) << refusal;
+  EXPECT_TRUE(contains(refusal, "--gpus-per-task=1")) << refusal;
   EXPECT_TRUE(contains(refusal, "cuda:N")) << refusal;
-  EXPECT_TRUE(contains(error_of([] { mr::gpu_of_local_rank(1, 2, 1); }), "has 1 GPU "));
+  EXPECT_TRUE(contains(error_of([] { mr::gpu_of_local_rank(1, 2, 1); }), "see the same 1 GPU "));
+}
+
+// Slurm's --gpus-per-task=1 gives each task one GPU of its own, numbered 0: processes are grouped
+// by what CUDA_VISIBLE_DEVICES shows them, and each is rank 0 of its own group.
+TEST(GpuBinding, ProcessesAreGroupedByTheGpusTheySee) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char* before = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = before == nullptr ? "" : before;
+  setenv("CUDA_VISIBLE_DEVICES", std::to_string(rank).c_str(), 1);
+  const mr::LocalGroup own = mr::processes_seeing_the_same_gpus();
+  EXPECT_EQ(own.rank, 0);
+  EXPECT_EQ(own.size, 1);
+  EXPECT_EQ(mr::gpu_of_local_rank(own.rank, own.size, 1), 0);
+  setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1);  // one list for the node: one GPU of it each
+  const mr::LocalGroup shared = mr::processes_seeing_the_same_gpus();
+  EXPECT_EQ(shared.rank, rank);  // every test rank runs on this machine
+  EXPECT_EQ(shared.size, size);
+  if (before == nullptr)
+    unsetenv("CUDA_VISIBLE_DEVICES");
+  else
+    setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
 }
 
 TEST(TransportChoice, AutoIsNcclOnlyWithAGpuPerRankAndNcclBuiltIn) {
