@@ -7,6 +7,7 @@
 #include "cli/plan_command.hpp"
 #include "cli/profile_command.hpp"
 #include "cli/remat_command.hpp"
+#include "cli/runtime_forwarding.hpp"
 #include "cli/scale_command.hpp"
 #include "cli/show_command.hpp"
 #include "cli/simulate_command.hpp"
@@ -16,6 +17,14 @@
 
 #include <algorithm>
 #include <iostream>
+
+// The commands that train or measure a model: in this process where it holds the runtime
+// (madpipe-runtime, or a madpipe built as one program), else in madpipe-runtime.
+#ifdef MADPIPE_RUNTIME_IN_PROCESS
+#define MADPIPE_RUNTIME_COMMAND(in_process, forwarded) in_process
+#else
+#define MADPIPE_RUNTIME_COMMAND(in_process, forwarded) forwarded
+#endif
 
 const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
   static const std::vector<Command> table{
@@ -31,11 +40,12 @@ const std::vector<madpipe::cli::Command>& madpipe::cli::commands() {
        memplan_command},
       {"profile",
        "measure every layer on a device, or model a decoder (--analytic) -> profile.json",
-       profile_command},
-      {"train", "train a model with a plan, one MPI process per pipeline rank", train_command},
+       MADPIPE_RUNTIME_COMMAND(profile_command, profile_in_runtime_binary)},
+      {"train", "train a model with a plan, one MPI process per pipeline rank",
+       MADPIPE_RUNTIME_COMMAND(train_command, train_in_runtime_binary)},
       {"export", "a plan as a schedule that torch.distributed.pipelining runs", export_command},
       {"export-weights", "a training run's checkpointed weights as a file PyTorch loads",
-       export_weights_command},
+       MADPIPE_RUNTIME_COMMAND(export_weights_command, export_weights_in_runtime_binary)},
       {"show", "draw a plan or a training trace as a Gantt chart: SVG or Chrome trace",
        show_command},
   };
