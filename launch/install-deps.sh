@@ -3,7 +3,7 @@
 # clang for launch/sanitize.sh and launch/fuzz.sh, and clang-format for launch/format.sh; then
 # from PyPI into .venv/ at the repository root: PyTorch (whose LibTorch the runtime builds
 # against), numpy, and what the Python package builds and tests with (nanobind,
-# scikit-build-core, pytest, mypy). Skips apt when every package is already installed, and pip
+# scikit-build-core, pytest, mypy; safetensors, to read exported weights back). Skips apt when every package is already installed, and pip
 # when .venv/ has the wanted versions. Used by launch/quickstart.sh and .ci/run.
 #
 #   MADPIPE_TORCH=torch==2.15.0   the pip requirement for PyTorch (the default wheel is
@@ -13,7 +13,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 torch_requirement=${MADPIPE_TORCH:-torch==2.15.0}
 # The Python package's build and tests (python/, pyproject.toml).
-python_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 mypy==2.4.1)
+python_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0 mypy==2.4.1 safetensors==0.8.0)
 
 packages=(
   build-essential cmake ninja-build ccache

@@ -519,6 +519,23 @@ initial = torch.jit.load("lm.pt").state_dict()
 assert all(torch.allclose(one[k], four[k], rtol=1e-5, atol=1e-6) for k in one)
 assert any(not torch.equal(one[k], initial[k]) for k in one)
 PY
+    # The same weights as a safetensors file, which Hugging Face's package reads.
+    "$madpipe" export-weights --run lm-4 --format safetensors >out 2>err ||
+      fail "export-weights --format safetensors failed: $(cat err)"
+    grep -q "wrote model.safetensors: 7 tensors .* of step 20 of lm-4" out || fail "no export line in: $(cat out)"
+    "$python" - <<'PY' || fail "the safetensors file does not hold the torch export's tensors"
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+weights, four = load_file("model.safetensors"), torch.load("state-4.pt")
+assert list(weights) == list(four), (list(weights), list(four))
+assert all(torch.equal(weights[k], four[k]) for k in four)
+with safe_open("model.safetensors", "pt") as file:
+    assert file.metadata() == {"format": "pt", "step": "20"}, file.metadata()
+PY
+    "$madpipe" export-weights --run lm-4 --format onnx >out 2>err
+    [[ $? -eq 2 ]] && grep -qF -- "--format: unknown format 'onnx' (valid: torch, safetensors)" err ||
+      fail "an unknown format should exit 2: $(cat err)"
     "$madpipe" export-weights --run . --output none.pt >out 2>err
     [[ $? -eq 2 ]] && grep -q "checkpoints: no complete checkpoint" err ||
       fail "export-weights without a checkpoint should exit 2 naming the folder: $(cat err)"

@@ -99,6 +99,10 @@ madpipe::runtime::Batch madpipe::runtime::TextData::micro_batch(std::int64_t ste
                         micro_batch_size_, context_, [&](std::size_t i) { return tokens[i]; });
 }
 
+std::int64_t madpipe::runtime::TextData::host_bytes() const {
+  return static_cast<std::int64_t>((train_.size() + validation_.size()) * sizeof(std::int64_t));
+}
+
 std::string madpipe::runtime::TextData::description() const {
   return "text from " + path_ + " (" + std::to_string(files_) + " files, " +
          std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
@@ -424,6 +428,14 @@ madpipe::runtime::Batch madpipe::runtime::TensorFileData::micro_batch(std::int64
   }
   const torch::Tensor which = torch::tensor(picked, torch::kLong);
   return {rows.input.index_select(0, which), rows.target.index_select(0, which)};
+}
+
+std::int64_t madpipe::runtime::TensorFileData::host_bytes() const {
+  std::int64_t bytes = 0;
+  for (const Batch* rows : {&train_, &validation_})
+    for (const torch::Tensor& t : {rows->input, rows->target})
+      if (t.defined()) bytes += static_cast<std::int64_t>(t.nbytes());
+  return bytes;
 }
 
 std::string madpipe::runtime::TensorFileData::description() const {

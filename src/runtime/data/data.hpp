@@ -22,6 +22,9 @@ class DataSource {
   virtual ~DataSource() = default;
   virtual Batch micro_batch(std::int64_t step, int index, bool validation) const = 0;
   virtual std::string description() const = 0;
+  // Bytes this source holds in host memory on each rank (its rows or tokens; 0 for generated or
+  // mapped data): outside the plan's memory, which counts each micro-batch's data only.
+  virtual std::int64_t host_bytes() const { return 0; }
 };
 
 // Character-level text from every regular file under `path` (a file or a directory, read in
@@ -32,6 +35,7 @@ class TextData final : public DataSource {
   TextData(const std::string& path, int context, int micro_batch_size, std::uint64_t seed);
   Batch micro_batch(std::int64_t step, int index, bool validation) const override;
   std::string description() const override;
+  std::int64_t host_bytes() const override;
   int vocab() const noexcept { return static_cast<int>(alphabet_.size()); }
   const std::string& alphabet() const noexcept { return alphabet_; }
 
@@ -92,6 +96,7 @@ class TensorFileData final : public DataSource {
                  int micro_batch_size, int micro_batches_per_step, std::uint64_t seed);
   Batch micro_batch(std::int64_t step, int index, bool validation) const override;
   std::string description() const override;
+  std::int64_t host_bytes() const override;
   // Every row (inputs and targets), to check against a model.
   const Batch& training_rows() const noexcept { return train_; }
   const Batch& validation_rows() const noexcept { return validation_; }

@@ -4,15 +4,19 @@
 #include "plan/plan.hpp"
 #include "runtime/train/checkpoint.hpp"
 #include "runtime/train/layer_checkpoint.hpp"
+#include "runtime/train/safetensors_file.hpp"
 #include "runtime/train/torch_file.hpp"
 
 #include <filesystem>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
 madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::string& run_dir,
                                                                    const std::string& output,
-                                                                   int step) {
+                                                                   int step, WeightsFormat format) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(run_dir))
     throw Error(ErrorKind::Io, run_dir, "", "no such folder (the --output-dir of madpipe train)");
@@ -27,7 +31,8 @@ madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::st
     throw Error(ErrorKind::Io, plan_path.string(), "",
                 "missing: no checkpoint of step " + std::to_string(out.step));
   const plan::Plan plan = plan::read_plan(plan_path.string());
-  c10::Dict<std::string, at::Tensor> state;
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  std::set<std::string> keys;
   // A checkpoint keyed by the model holds a file per layer; an older one, a file per stage.
   const bool by_layer = holds_layer_files(run_dir, out.step);
   const int files =
@@ -35,14 +40,20 @@ madpipe::runtime::ExportedWeights madpipe::runtime::export_weights(const std::st
   for (int f = 0; f < files; ++f) {
     for (auto& [key, tensor] : by_layer ? read_layer_tensors(run_dir, out.step, f)
                                         : read_stage_tensors(run_dir, out.step, f)) {
-      if (state.contains(key))
+      if (!keys.insert(key).second)
         throw Error(ErrorKind::InvalidInput, checkpoint_dir(run_dir, out.step).string(), key,
                     "two files of the checkpoint hold this tensor");
       out.bytes += static_cast<std::int64_t>(tensor.nbytes());
-      state.insert(key, tensor);
+      state.emplace_back(key, tensor);
       ++out.tensors;
     }
   }
-  write_torch_file(output, c10::IValue(state));
+  if (format == WeightsFormat::Safetensors) {
+    write_safetensors(output, state, {{"format", "pt"}, {"step", std::to_string(out.step)}});
+    return out;
+  }
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [key, tensor] : state) dict.insert(key, tensor);
+  write_torch_file(output, c10::IValue(dict));
   return out;
 }

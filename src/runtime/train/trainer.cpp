@@ -153,7 +153,12 @@ Prepared prepare(TrainConfig& c, MpiSession& session, const Say& say) {
       check_script_chain(p.model, workload.data->micro_batch(0, 0, false), workload.model.script);
   });
   p.data = std::move(workload.data);
-  say("data: " + p.data->description());
+  const std::int64_t data_bytes = p.data->host_bytes();
+  say("data: " + p.data->description() +
+      (data_bytes > 0 ? "; " + format_bytes(static_cast<double>(data_bytes)) +
+                            " in host memory on each rank, apart from the plan's memory (which "
+                            "counts one micro-batch's data)"
+                      : std::string()));
   if (!p.device.is_cpu()) say("devices: " + c.device + " (rank 0 on " + p.device.str() + ")");
   fs::create_directories(c.output_dir);
   if (c.precision != Precision::Fp32) compute_loss_in_fp32(p.model);
