@@ -1023,7 +1023,7 @@ case_export_torch() {
   # Errors: status 2, a message naming the option or the file, nothing written.
   run export --plan plan.json --format onnx --micro-batches 8 --output bad
   expect_status 2
-  expect_in err "madpipe: error: --format: unknown format 'onnx' (valid: torch)"
+  expect_in err "madpipe: error: --format: unknown format 'onnx' (valid: torch, torchtitan)"
   run export --plan plan.json --format torch --micro-batches 0 --output bad
   expect_status 2
   expect_in err "madpipe: error: --micro-batches: must be >= 1, got 0"
@@ -1043,6 +1043,48 @@ case_export_torch() {
   run export --plan plan.json --format torch --micro-batches 8 --output file
   expect_status 2
   expect_in err "madpipe: error: file: cannot create the output folder"
+}
+
+case_export_torchtitan() {
+  # Llama 3 8B (an analytic decoder profile) interleaved on 4 GPUs: 8 stages, stage s on rank
+  # s % 4 as torchtitan places them, its module names from the profile's layers.
+  run profile --analytic "$source_dir/configs/models/llama3-8b.json" --seq 4096 \
+    --micro-batch-size 1 --precision bf16 --device-spec h100 -o llama.json
+  expect_status 0
+  run plan --profile llama.json --gpus 4 --memory 80GB --bandwidth 300GB/s \
+    --algorithm interleaved --micro-batches 8 --quiet --output plan.json
+  expect_status 0
+  run export --plan plan.json --format torchtitan --micro-batches 8 --profile llama.json -o titan
+  expect_status 0
+  expect_in out "8 stages on 4 ranks (GPU 0 -> rank 0, GPU 1 -> rank 1, GPU 2 -> rank 2, GPU 3 -> rank 3)"
+  expect_match out "^stage 0  rank 0  tok_embeddings layers.0 "
+  expect_match out "^stage 7  rank 3  layers.* layers.31 norm output$"
+  expect_in titan/torchtitan.toml "pipeline_parallel_degree = 4"
+  expect_in titan/torchtitan.toml 'pipeline_parallel_schedule = "PipelineScheduleMulti"'
+  expect_in titan/torchtitan.toml "pipeline_parallel_schedule_csv = \"$PWD/titan/schedule.csv\""
+  expect_in titan/torchtitan.toml '  ["tok_embeddings","layers.0",'
+  expect_in titan/torchtitan.toml "local_batch_size = 8"
+  # The CSV holds the torch export's rows (the GPUs are the ranks here).
+  run export --plan plan.json --format torch --micro-batches 8 -o torch
+  expect_status 0
+  cmp -s titan/schedule.csv torch/schedule.csv || fail "the torchtitan CSV differs from the torch one"
+  # Module names from a file; placements torchtitan cannot run are refused, naming the stages.
+  python3 -c "import json; print(json.dumps(['embed'] + [['blocks.%d' % i] for i in range(32)] + [['norm', 'out']]))" >names.json
+  run export --plan plan.json --format torchtitan --micro-batches 8 --module-names names.json -o named
+  expect_status 0
+  expect_match out "^stage 7  rank 3  .*blocks.31 norm out$"
+  run plan --profile llama.json --gpus 4 --memory 80GB --bandwidth 300GB/s --algorithm zb-v \
+    --quiet --output v.json
+  run export --plan v.json --format torchtitan --micro-batches 8 --profile llama.json -o v
+  expect_status 2
+  expect_in err "holds stages 3, 4, but torchtitan places stage s on rank s % 4"
+  run export --plan plan.json --format torchtitan --micro-batches 8 -o bad
+  expect_status 2
+  expect_in err "--format torchtitan: needs the module names of the layers"
+  echo '["a"]' >short.json
+  run export --plan plan.json --format torchtitan --micro-batches 8 --module-names short.json -o bad
+  expect_status 2
+  expect_in err "module-names: 1 entries, but the plan's chain has 34 layers"
 }
 
 case_split_backward() {
@@ -1179,7 +1221,8 @@ case_profile_analytic() {
 all_cases=(help version unknown_command plan_and_simulate plan_every_algorithm
   plan_is_deterministic bad_memory bad_options missing_profile too_little_memory time_limit compare
   compare_csv sweep sweep_errors config_file simulate_rejects_invalid_plan remat plan_remat show
-  multi_node memplan scale export_torch split_backward profile_analytic plan_memory_binds)
+  multi_node memplan scale export_torch export_torchtitan split_backward profile_analytic
+  plan_memory_binds)
 
 run_case() {
   case_name=$1
