@@ -4,6 +4,11 @@
   ``madpipe.profile/1`` document, which ``madpipe.plan`` plans and ``write_profile`` saves;
 * ``run_plan(chain, export, loss_fn=...)`` trains the chain on torch.distributed.pipelining with
   a madpipe plan exported by ``madpipe export --format torch`` or ``madpipe.export_torch``;
+* ``plan(chain, sample, gpus=, memory=, bandwidth=)`` profiles and plans in one call;
+* ``gather_state_dict(runner)`` gives rank 0 the trained chain's state_dict, and
+  ``runner.report()`` the measured step and memory against the plan's;
+* ``train(chain, inputs, targets, gpus=, output_dir=)`` trains the chain with madpipe's native
+  runtime (``mpirun ... madpipe train``) and returns the run, its metrics and state_dict;
 * ``read_export`` and ``check_export`` read an export and check it as torch's schedule runtime
   will.
 
@@ -14,17 +19,20 @@ imported on first use, and an ImportError names the torch version when they are 
 
 from ._pipelining_api import TESTED_TORCH_VERSIONS
 from .export import ExportError, ExportStage, TorchExport, read_export
+from .planning import plan
 from .profiling import profile, write_profile
 
 _LAZY = {"run_plan": "pipeline", "PipelineRunner": "pipeline", "gather_state_dict": "pipeline",
-         "check_export": "checking"}
+         "check_export": "checking", "train": "native", "TrainingRun": "native"}
 
 __all__ = ["ExportError", "ExportStage", "PipelineRunner", "TESTED_TORCH_VERSIONS", "TorchExport",
-           "check_export", "gather_state_dict", "profile", "read_export", "run_plan", "write_profile"]
+           "TrainingRun", "check_export", "gather_state_dict", "plan", "profile", "read_export",
+           "run_plan", "train", "write_profile"]
 
 
 def __getattr__(name):
-    """Imports run_plan, PipelineRunner and check_export when first asked for."""
+    """Imports run_plan, PipelineRunner, gather_state_dict, check_export and train when first
+    asked for."""
     if name in _LAZY:
         import importlib
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
