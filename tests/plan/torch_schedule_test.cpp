@@ -8,6 +8,7 @@
 #include "partition/planner.hpp"
 #include "plan/program.hpp"
 #include "schedule/stage.hpp"
+#include "support/planner_support.hpp"
 #include "support/test_support.hpp"
 
 #include <algorithm>
@@ -28,17 +29,7 @@ namespace mt = madpipe::testing;
 
 static mplan::Plan plan_for(const std::string& profile_name, mp::Algorithm algorithm, int gpus,
                             double memory_gib, double bandwidth_gb_per_s) {
-  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(profile_name));
-  madpipe::Platform platform;
-  platform.gpus = gpus;
-  platform.memory_bytes = static_cast<std::int64_t>(memory_gib * (1LL << 30));
-  platform.bandwidth_bytes_per_ms = bandwidth_gb_per_s * 1e6;
-  mp::PlannerOptions options;
-  options.algorithm = algorithm;
-  options.scheduler = mp::Scheduler::Heuristic;
-  const mp::PlanResult result = mp::make_plan(profile, platform, options);
-  EXPECT_TRUE(result.feasible) << result.reason;
-  return result.plan;
+  return mt::shipped_plan(profile_name, algorithm, gpus, memory_gib, bandwidth_gb_per_s);
 }
 
 // ResNet-50 on 4 GPUs: one stage per GPU.

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/profile.hpp"
 #include "partition/planner.hpp"
+#include "support/planner_support.hpp"
 #include "support/test_support.hpp"
 
 #include <functional>
@@ -21,22 +22,13 @@ namespace mt = madpipe::testing;
 namespace {
 
 mplan::Plan shipped_plan(const std::string& profile_name, mp::Algorithm algorithm) {
-  const madpipe::Profile profile = madpipe::read_profile(mt::shipped_profile_path(profile_name));
-  madpipe::Platform platform;
-  platform.gpus = 4;
-  platform.memory_bytes = 16LL << 30;
-  platform.bandwidth_bytes_per_ms = 12e6;
-  mp::PlannerOptions options;
-  options.algorithm = algorithm;
-  options.scheduler = mp::Scheduler::Heuristic;
-  const mp::PlanResult result = mp::make_plan(profile, platform, options);
-  EXPECT_TRUE(result.feasible) << result.reason;
-  return result.plan;
+  return mt::shipped_plan(profile_name, algorithm, 4, 16, 12);
 }
 
 std::vector<std::vector<std::string>> layer_names(const mplan::Plan& plan) {
   std::vector<std::vector<std::string>> names;
-  for (int l = 0; l <= plan.stages.back().last_layer; ++l) names.push_back({"m" + std::to_string(l)});
+  for (int l = 0; l <= plan.stages.back().last_layer; ++l)
+    names.push_back({"m" + std::to_string(l)});
   return names;
 }
 
@@ -79,8 +71,9 @@ TEST(TorchtitanExport, GpusAreRenumberedIntoTheLoopedOrderOnOneNodeOnly) {
   for (auto& stage : plan.stages) stage.gpu = 3 - stage.gpu;  // the same plan on GPUs in reverse
   EXPECT_EQ(mplan::torchtitan_ranks(plan), (std::vector<int>{3, 2, 1, 0}));
   plan.platform.gpus_per_node = 2;
-  EXPECT_NE(error_of([&] { mplan::torchtitan_ranks(plan); })
-                .find("on a multi-node platform torchtitan's rank order cannot be changed"),
+  EXPECT_NE(error_of([&] {
+              mplan::torchtitan_ranks(plan);
+            }).find("on a multi-node platform torchtitan's rank order cannot be changed"),
             std::string::npos);
 }
 
@@ -91,12 +84,14 @@ TEST(TorchtitanExport, PlacementsTorchtitanCannotRunAreRefusedNamingTheStages) {
             std::string::npos)
       << refusal;
   const mplan::Plan three = shipped_plan("gpt2_small", mp::Algorithm::OneFOneB);  // 3 on 4 GPUs
-  EXPECT_NE(error_of([&] { mplan::torchtitan_export(three, 4, layer_names(three)); })
-                .find("but the plan has 3 stages"),
+  EXPECT_NE(error_of([&] {
+              mplan::torchtitan_export(three, 4, layer_names(three));
+            }).find("but the plan has 3 stages"),
             std::string::npos);
   const mplan::Plan plan = shipped_plan("resnet50", mp::Algorithm::Contiguous);
-  EXPECT_NE(error_of([&] { mplan::torchtitan_export(plan, 4, {{"a"}}); })
-                .find("module-names: 1 entries, but the plan's chain has"),
+  EXPECT_NE(error_of([&] {
+              mplan::torchtitan_export(plan, 4, {{"a"}});
+            }).find("module-names: 1 entries, but the plan's chain has"),
             std::string::npos);
 }
 
@@ -112,7 +107,8 @@ TEST(TorchtitanExport, DecoderLayersGetTorchtitansLlamaNames) {
       {"tok_embeddings"}, {"layers.0"}, {"layers.1"}, {"norm", "output"}};
   EXPECT_EQ(mplan::decoder_module_names(profile), expected);
   profile.layers[2].name = "mlp";
-  EXPECT_NE(error_of([&] { mplan::decoder_module_names(profile); })
-                .find("llama: /layers/2/name: 'mlp' is not a layer of madpipe's decoder"),
+  EXPECT_NE(error_of([&] {
+              mplan::decoder_module_names(profile);
+            }).find("llama: /layers/2/name: 'mlp' is not a layer of madpipe's decoder"),
             std::string::npos);
 }

@@ -73,6 +73,24 @@ void for_each_zero_bubble_case(Check check) {
     }
 }
 
+// The plan `algorithm` makes, with the heuristic scheduler, of a shipped profile
+// (configs/profiles/<profile_name>.json) on `gpus` GPUs of `memory_gib` GiB linked at
+// `bandwidth_gb_per_s` GB/s; a failure when nothing fits.
+inline plan::Plan shipped_plan(const std::string& profile_name, partition::Algorithm algorithm,
+                               int gpus, double memory_gib, double bandwidth_gb_per_s) {
+  const Profile profile = read_profile(shipped_profile_path(profile_name));
+  Platform platform;
+  platform.gpus = gpus;
+  platform.memory_bytes = static_cast<std::int64_t>(memory_gib * (1LL << 30));
+  platform.bandwidth_bytes_per_ms = bandwidth_gb_per_s * 1e6;
+  partition::PlannerOptions options;
+  options.algorithm = algorithm;
+  options.scheduler = partition::Scheduler::Heuristic;
+  const partition::PlanResult result = partition::make_plan(profile, platform, options);
+  EXPECT_TRUE(result.feasible) << result.reason;
+  return result.plan;
+}
+
 // Whether the plan's pattern has W ops (split backwards).
 inline bool has_weight_ops(const plan::Plan& plan) {
   return std::any_of(plan.pattern.ops.begin(), plan.pattern.ops.end(),
