@@ -46,8 +46,9 @@ std::vector<int> torchtitan_ranks(const Plan& plan) {
     for (int g = 0; g < gpus; ++g)
       if (rank_of_gpu[static_cast<std::size_t>(g)] != g)
         throw Error(ErrorKind::Unsupported, "", "stages",
-                    "the plan puts stage " + std::to_string(rank_of_gpu[static_cast<std::size_t>(g)]) +
-                        " on GPU " + std::to_string(g) +
+                    "the plan puts stage " +
+                        std::to_string(rank_of_gpu[static_cast<std::size_t>(g)]) + " on GPU " +
+                        std::to_string(g) +
                         ", and on a multi-node platform torchtitan's rank order cannot be changed "
                         "without moving stages between nodes");
   return rank_of_gpu;
@@ -110,13 +111,12 @@ std::string torchtitan_toml(const TorchtitanExport& exported, const std::string&
   // One stage per rank is a single-stage schedule to torchtitan, more a multi-stage one (it
   // checks which); with a CSV it runs the CSV's order either way.
   const bool single = exported.parts.size() == ranks;
-  std::string toml =
-      "[parallelism]\n"
-      "pipeline_parallel_degree = " + std::to_string(ranks) + "\n"
-      "pipeline_parallel_schedule = \"" +
-      (single ? "PipelineScheduleSingle" : "PipelineScheduleMulti") + "\"\n"
-      "pipeline_parallel_schedule_csv = " + nlohmann::json(csv_path).dump() + "\n"
-      "module_fqns_per_model_part = " + parts + "\n";
+  std::string toml = "[parallelism]\n";
+  toml += "pipeline_parallel_degree = " + std::to_string(ranks) + "\n";
+  toml += std::string("pipeline_parallel_schedule = \"") +
+          (single ? "PipelineScheduleSingle" : "PipelineScheduleMulti") + "\"\n";
+  toml += "pipeline_parallel_schedule_csv = " + nlohmann::json(csv_path).dump() + "\n";
+  toml += "module_fqns_per_model_part = " + parts + "\n";
   if (micro_batch_size > 0)
     toml += "pipeline_parallel_microbatch_size = " + std::to_string(micro_batch_size) +
             "\n\n[training]\n"

@@ -31,9 +31,9 @@ std::string dtype_name(const std::string& key, c10::ScalarType type) {
     case torch::kBool:
       return "BOOL";
     default:
-      throw madpipe::Error(madpipe::ErrorKind::InvalidInput, "", key,
-                           std::string("safetensors has no name for the dtype ") +
-                               c10::toString(type));
+      throw madpipe::Error(
+          madpipe::ErrorKind::InvalidInput, "", key,
+          std::string("safetensors has no name for the dtype ") + c10::toString(type));
   }
 }
 }  // namespace
