@@ -358,7 +358,7 @@ case_remat() {
 case_plan_remat() {
   # 5 GiB per GPU: ResNet-50 fits on 4 GPUs only when stages recompute activations.
   run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --quiet --output none.json
-  expect_status 2
+  expect_status 3  # no plan fits
   run plan --profile "$resnet" --gpus 4 --memory 5GiB --bandwidth 12GB/s --remat rotor \
     --scheduler heuristic --output remat.json
   expect_status 0
@@ -384,7 +384,7 @@ case_plan_remat() {
 
 case_too_little_memory() {
   run plan --profile "$resnet" --gpus 4 --memory 1MB --bandwidth 12GB/s --output never.json
-  expect_status 2
+  expect_status 3  # no plan fits
   local holds="the fullest GPU then holds layers? [0-9.]+ \\(.*\\) with 1 micro-batch in flight"
   local smallest="the smallest memory per GPU for which madpipe finds a plan is [0-9.]+ [KMGT]iB \\($holds; exact for allocations whose GPUs each hold one range of layers, and no allocation fits in less than [0-9.]+ [KMGT]iB\\)"
   local remat="with --remat rotor \\(recompute activations in the backward\\) it is [0-9.]+ [KMGT]iB"
@@ -433,7 +433,7 @@ case_time_limit() {
   # A request with nothing to fit answers within its limit too, naming the floor.
   run plan --profile "$densenet" --gpus 2 --memory 8GiB --bandwidth 64GB/s --scheduler heuristic \
     --time-limit 5
-  expect_status 2
+  expect_status 3  # no plan fits
   expect_match err "finds a plan is [0-9.]+ GiB \\(the fullest GPU then holds layers [0-9]+\\.\\.[0-9]+ "
   expect_in err "with --remat rotor (recompute activations in the backward) it is "
 }
