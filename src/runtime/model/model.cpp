@@ -42,11 +42,14 @@ struct BlockImpl : torch::nn::Module {
     auto parts =
         deferrable_linear(qkv, ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];
-    // Flash or memory-efficient attention on a GPU (the scores are never materialized), the
-    // reference kernel on the CPU; scaled by 1/sqrt(head), causal.
-    auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
-                 .transpose(1, 2)
-                 .reshape({b, t, c});
+    // Causal attention scaled by 1/sqrt(head): flash or memory-efficient kernels on a GPU (the
+    // scores never materialized); on the CPU the reference kernel, whose memory the profiler
+    // measures layer by layer as a stage holds it (the CPU's fused kernel does not).
+    const torch::Tensor attended =
+        x.is_cuda() ? at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+                    : std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, {}, 0.0,
+                                                                         /*is_causal=*/true));
+    auto y = attended.transpose(1, 2).reshape({b, t, c});
     auto h = x + deferrable_linear(proj, y);
     return h + deferrable_linear(fc2, torch::gelu(deferrable_linear(fc1, ln2(h))));
   }
