@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -122,11 +123,13 @@ class IsolatedBackend final : public madpipe::solver::Backend {
   }
 
  private:
-  // Everything the child writes; kills it when it runs past `wall_limit_s`.
+  // Everything the child writes; kills it when it runs past `wall_limit_s` (a request without a
+  // time limit has an infinite one, which no clock can add: no deadline then).
   static std::string read_all(int fd, pid_t child, double wall_limit_s, bool* killed) {
+    const bool limited = std::isfinite(wall_limit_s) && wall_limit_s < kLongestWall_s;
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(wall_limit_s));
+                              std::chrono::duration<double>(limited ? wall_limit_s : 0.0));
     std::string bytes;
     char buffer[1 << 16];
     for (;;) {
@@ -141,7 +144,7 @@ class IsolatedBackend final : public madpipe::solver::Backend {
         if (got <= 0) break;  // the child closed its end
         bytes.append(buffer, static_cast<std::size_t>(got));
       }
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (limited && std::chrono::steady_clock::now() > deadline) {
         kill(child, SIGKILL);
         *killed = true;
         break;
@@ -150,6 +153,7 @@ class IsolatedBackend final : public madpipe::solver::Backend {
     return bytes;
   }
 
+  static constexpr double kLongestWall_s = 1e9;  // 30 years: beyond it, no deadline
   std::unique_ptr<Backend> inner_;
 };
 }  // namespace

@@ -5,7 +5,9 @@
 
 #include "solver/model.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -13,7 +15,7 @@ namespace msv = madpipe::solver;
 
 namespace {
 
-enum class Behaviour { Answer, Abort, Throw, Hang };
+enum class Behaviour { Answer, Abort, Throw, Hang, AnswerLate };
 
 class ScriptedBackend final : public msv::Backend {
  public:
@@ -25,6 +27,11 @@ class ScriptedBackend final : public msv::Backend {
     if (behaviour_ == Behaviour::Hang)
       for (volatile bool forever = true; forever;) {
       }
+    if (behaviour_ == Behaviour::AnswerLate) {  // works half a second, past the parent's first poll
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     msv::SolveResult result;
     result.status = msv::Status::Feasible;
     result.objective = 12.5;
@@ -81,4 +88,14 @@ TEST(IsolatedBackend, ASolverPastItsWallClockLimitIsStopped) {
   EXPECT_EQ(result.backend, "scripted");
   EXPECT_EQ(result.message, "stopped at its wall-clock limit");
   EXPECT_FALSE(result.has_solution());
+}
+
+// A request without a time limit (madpipe.plan(time_limit=None)) has an infinite one: the child
+// runs as long as it needs, and its answer comes back.
+TEST(IsolatedBackend, ASolverWithoutATimeLimitIsNotStopped) {
+  msv::SolveOptions options;
+  options.time_limit_s = std::numeric_limits<double>::infinity();
+  const msv::SolveResult result = solve_isolated(Behaviour::AnswerLate, options);
+  EXPECT_EQ(result.status, msv::Status::Feasible) << result.message;
+  EXPECT_DOUBLE_EQ(result.objective, 12.5);
 }
