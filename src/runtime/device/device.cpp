@@ -45,8 +45,12 @@ torch::Device madpipe::runtime::device_of(const std::string& name, int local_ran
 }
 
 void madpipe::runtime::allow_tf32(bool on) {
-  at::globalContext().setAllowTF32CuBLAS(on);
-  at::globalContext().setAllowTF32CuDNN(on);
+  // CUDA's products and convolutions only: the legacy switches (setAllowTF32CuBLAS) also set
+  // the generic precision, which oneDNN's CPU kernels follow.
+  const at::Float32Precision precision =
+      on ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
+  for (const at::Float32Op op : {at::Float32Op::MATMUL, at::Float32Op::CONV})
+    at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, op, precision);
 }
 
 void madpipe::runtime::make_current(const torch::Device& device) {

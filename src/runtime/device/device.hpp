@@ -22,7 +22,7 @@ int gpu_of_local_rank(int local_rank, int local_ranks, int gpus);
 
 // Whether fp32 matrix products (cuBLAS) and convolutions (cuDNN) on a GPU may round their
 // inputs to TF32, about 7 times faster on an H100 (--tf32, on by default as in most training
-// code); the CPU is not affected.
+// code); CPU kernels are not affected (their precision stays full fp32).
 void allow_tf32(bool on);
 
 // Makes `device` the current device of this process (a CUDA device; nothing for the CPU), so that

@@ -5,6 +5,7 @@
 #include "runtime/model/weight_gradients.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace {
 using madpipe::runtime::deferrable_conv2d;
@@ -42,14 +43,22 @@ struct BlockImpl : torch::nn::Module {
     auto parts =
         deferrable_linear(qkv, ln1(x)).view({b, t, 3, heads, head}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];
-    // Causal attention scaled by 1/sqrt(head): flash or memory-efficient kernels on a GPU (the
-    // scores never materialized); on the CPU the reference kernel, whose memory the profiler
-    // measures layer by layer as a stage holds it (the CPU's fused kernel does not).
-    const torch::Tensor attended =
-        x.is_cuda() ? at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
-                    : std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, {}, 0.0,
-                                                                         /*is_causal=*/true));
-    auto y = attended.transpose(1, 2).reshape({b, t, c});
+    // Causal attention scaled by 1/sqrt(head): on a GPU scaled_dot_product_attention (flash or
+    // memory-efficient kernels, which never hold the scores); on the CPU the scores, mask and
+    // softmax written out, whose memory a layer-by-layer profile measures as a stage holds it
+    // (the CPU's fused kernel keeps scratch it misses).
+    // The scores and mask stay alive to the block's end, as the plans of CPU runs assume.
+    torch::Tensor y, scores, mask;
+    if (x.is_cuda()) {
+      y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+              .transpose(1, 2)
+              .reshape({b, t, c});
+    } else {
+      scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head));
+      mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
+      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+      y = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, t, c});
+    }
     auto h = x + deferrable_linear(proj, y);
     return h + deferrable_linear(fc2, torch::gelu(deferrable_linear(fc1, ln2(h))));
   }

@@ -21,7 +21,7 @@ madpipe::runtime::ProfileMeasurement madpipe::runtime::run_profile(const Profile
   if (c.threads < 1) throw Error(ErrorKind::InvalidInput, "", "threads", "must be at least 1");
   const torch::Device device = device_of(c.device);
   torch::set_num_threads(c.threads);
-  allow_tf32(c.tf32);
+  if (device.is_cuda()) allow_tf32(c.tf32);
   check_precision_runs(c.workload.precision, device);
   ProfilerOptions options;
   options.device = device;

@@ -75,7 +75,7 @@ torch::Device choose_device(const TrainConfig& c, const MpiSession& session, con
   try {
     device = device_of(c.device, session.gpu_peers().rank, session.gpu_peers().size);
     make_current(device);  // before any CUDA context, stream or communicator is made
-    allow_tf32(c.tf32);
+    if (device.is_cuda()) allow_tf32(c.tf32);
     // One autograd engine from the first backward on (offloading stages need its hooks): a
     // switch later would start device threads with library workspaces of their own.
     SavedTensorCollector::supported();
