@@ -480,7 +480,7 @@ static madpipe::partition::PlanResult plan_choosing_splits(
   // "6.00 ms per micro-batch", or with a step "a step of 54.00 ms (6.00 ms per micro-batch)";
   // the first time with its unit, the others short.
   const auto text = [](const PlanResult* r, bool first) {
-    if (!r) return std::string("no plan");
+    if (!r) return std::string("no plan fits");
     const plan::Predicted& p = r->plan.predicted;
     if (!p.step) return format_ms(p.period_ms) + (first ? " per micro-batch" : "");
     return (first ? "a step of " : "") + format_ms(p.step->time_ms) + " (" +
