@@ -69,6 +69,22 @@ def test_a_failed_run_raises_with_its_exit_status(madpipe_bin, tmp_path):
     assert "memory" in str(caught.value)
 
 
+@needs_mpirun
+def test_a_failed_run_says_what_madpipe_said_not_the_launchers_lines(madpipe_bin, tmp_path):
+    """Float targets with a cross-entropy loss: every rank refuses the data; the error is that
+    refusal, once, not mpirun's epilogue."""
+    inputs, targets = samples()
+    with pytest.raises(madpipe.Error) as caught:
+        mt.train(mlp(), inputs, targets, gpus=2, output_dir=tmp_path / "run", loss="cross-entropy",
+                 steps=2, micro_batches=2, micro_batch_size=4, progress=None, madpipe=madpipe_bin)
+    lines = str(caught.value).splitlines()
+    assert caught.value.exit_status == 2
+    assert lines[0] == "madpipe train failed (exit status 2):"
+    assert len(lines) == 2, lines
+    assert lines[1].endswith("data.pt: targets: are Float, but --loss cross-entropy takes Long "
+                             "class ids"), lines
+
+
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
     inputs, targets = samples()
     with pytest.raises(madpipe.Error, match="loss: expected one of mse, cross-entropy"):

@@ -152,7 +152,8 @@ static std::vector<std::vector<std::string>> module_names(const ExportOptions& o
     madpipe::throw_invalid("", "--format torchtitan",
                            "needs the module names of the layers: --module-names FILE, or the "
                            "decoder --profile the plan was made from");
-  return madpipe::plan::decoder_module_names(madpipe::read_profile(options.profile_path));
+  return madpipe::plan::decoder_module_names(madpipe::read_profile(options.profile_path),
+                                             options.profile_path);
 }
 
 static int export_torchtitan(const madpipe::plan::Plan& plan, const ExportOptions& options) {

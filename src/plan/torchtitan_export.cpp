@@ -80,7 +80,8 @@ TorchtitanExport torchtitan_export(const Plan& plan, int micro_batches,
   return out;
 }
 
-std::vector<std::vector<std::string>> decoder_module_names(const Profile& profile) {
+std::vector<std::vector<std::string>> decoder_module_names(const Profile& profile,
+                                                           const std::string& file) {
   std::vector<std::vector<std::string>> names;
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     const std::string& name = profile.layers[l].name;
@@ -92,7 +93,7 @@ std::vector<std::vector<std::string>> decoder_module_names(const Profile& profil
                name.find_first_not_of("0123456789", 5) == std::string::npos) {
       names.push_back({"layers." + name.substr(5)});
     } else {
-      throw_invalid(profile.name, "/layers/" + std::to_string(l) + "/name",
+      throw_invalid(file, "/layers/" + std::to_string(l) + "/name",
                     "'" + name +
                         "' is not a layer of madpipe's decoder (embed, block<i>, head): give "
                         "torchtitan's module names of each layer with --module-names FILE");

@@ -34,8 +34,9 @@ TorchtitanExport torchtitan_export(const Plan& plan, int micro_batches,
 
 // torchtitan's module names for a decoder profile of madpipe's (`madpipe profile --analytic`,
 // the built-in gpt): embed -> tok_embeddings, block<i> -> layers.<i>, head -> norm, output.
-// Throws Error{InvalidInput} naming the first layer of another name.
-std::vector<std::vector<std::string>> decoder_module_names(const Profile& profile);
+// Throws Error{InvalidInput} naming `file` (the profile's) and the first layer of another name.
+std::vector<std::vector<std::string>> decoder_module_names(const Profile& profile,
+                                                           const std::string& file);
 
 // The TOML lines of torchtitan's [parallelism] (and [training] when micro_batch_size > 0) that
 // run the export, its CSV at `csv_path`.

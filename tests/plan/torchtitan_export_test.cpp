@@ -105,10 +105,10 @@ TEST(TorchtitanExport, DecoderLayersGetTorchtitansLlamaNames) {
   }
   const std::vector<std::vector<std::string>> expected{
       {"tok_embeddings"}, {"layers.0"}, {"layers.1"}, {"norm", "output"}};
-  EXPECT_EQ(mplan::decoder_module_names(profile), expected);
+  EXPECT_EQ(mplan::decoder_module_names(profile, "llama.json"), expected);
   profile.layers[2].name = "mlp";
   EXPECT_NE(error_of([&] {
-              mplan::decoder_module_names(profile);
-            }).find("llama: /layers/2/name: 'mlp' is not a layer of madpipe's decoder"),
+              mplan::decoder_module_names(profile, "llama.json");
+            }).find("llama.json: /layers/2/name: 'mlp' is not a layer of madpipe's decoder"),
             std::string::npos);
 }

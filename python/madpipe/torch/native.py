@@ -10,6 +10,7 @@ the chain's own keys (``madpipe export-weights``). docs/python.md walks through 
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -147,10 +148,10 @@ def train(chain, inputs, targets, *, gpus, output_dir, loss="cross-entropy", ste
     shell_command = shlex.join(command)
     say = progress or (lambda line: None)
     say(f"$ {shell_command}")
-    status, tail = _run_streaming(command, say)
+    status, reasons = _run_streaming(command, say)
     if status not in (0, EXIT_STOPPED_RESUMABLE):
-        error = Error(f"madpipe train failed (exit status {status}):\n" + "\n".join(tail),
-                      kind="runtime", problem="\n".join(tail))
+        error = Error(f"madpipe train failed (exit status {status}):\n" + "\n".join(reasons),
+                      kind="runtime", problem="\n".join(reasons))
         error.exit_status = status
         raise error
     weights = os.path.join(output_dir, "model_state.pt")
@@ -163,14 +164,21 @@ def train(chain, inputs, targets, *, gpus, output_dir, loss="cross-entropy", ste
                        state_dict=torch.load(weights, map_location="cpu"))
 
 
+# What madpipe says when it fails: "madpipe: error: ..." before MPI starts, "rank N: ..." after.
+_REASON = re.compile(r"^(madpipe: (internal )?error: |rank \d+: )")
+
+
 def _run_streaming(command, say, kept=12):
     """Runs ``command``, passing each line of its stdout and stderr to ``say``; returns its exit
-    status and its last ``kept`` lines."""
-    tail = []
+    status and why it failed: madpipe's error lines, one per distinct message, else the last
+    ``kept`` lines (the launcher's own, when madpipe said nothing)."""
+    tail, reasons = [], {}
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           bufsize=1) as process:
         for line in process.stdout:
             line = line.rstrip("\n")
             say(line)
             tail = (tail + [line])[-kept:]
-    return process.returncode, tail
+            if _REASON.match(line):  # every rank says it alike: once per message
+                reasons.setdefault(re.sub(r"^rank \d+: ", "", line), line)
+    return process.returncode, list(reasons.values()) or tail
