@@ -13,6 +13,9 @@
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kDelayStepsPerPeriod = 4;
+// From here on the delay grid is aligned with the target and the bounds are bisected by ratio.
+constexpr int kManyGpus = 16;
 
 // Open-addressing map from packed state to value: the DP visits a small part of its state space.
 class StateMemo {
@@ -114,7 +117,24 @@ class Solver {
     const double t_range = costs.total_compute_ms();
     dt_ = nt_ > 1 ? t_range / (nt_ - 1) : 1.0;
     dm_ = nm_ > 1 ? static_cast<double>(platform.memory_bytes) / (nm_ - 1) : 1.0;
+    // V matters through its group, ceil(V / T^), and its place in that group. With many GPUs T^
+    // is a small part of ΣU + ΣC and --delay-steps values over it would give steps of about a
+    // group: rounding errors of whole groups, where memory binds. There the step is made to
+    // divide T^, kDelayStepsPerPeriod times: every group boundary is a grid value, and V is
+    // rounded up to it, so no stage's group is counted short (the estimate never promises memory
+    // that 1F1B*(T^) lacks) and the error starts again at each group. That grid also goes past
+    // ΣU + ΣC: a ⊕ that starts a group skips the rest of the current one (less than T^), twice
+    // per stage at most, and clamping there would count the first stages' groups short. Below
+    // kManyGpus the thesis's grid is kept as it is (nearest value, clamped): an
+    // estimate, which the scheduler then decides; there the exact grid changed plans both ways.
     dv_ = (costs.total_compute_ms() + total_links) / (nv_ - 1);
+    if (platform.gpus >= kManyGpus && dv_ > 0 && target > 0 &&
+        dv_ * kDelayStepsPerPeriod > target) {
+      dv_ = target / kDelayStepsPerPeriod;
+      round_delay_up_ = true;
+      const double largest_delay = costs.total_compute_ms() + total_links + 2.0 * L * target;
+      nv_ = static_cast<int>(std::ceil(largest_delay / dv_ - 1e-9)) + 1;
+    }
     if (dt_ <= 0) dt_ = 1.0;
     if (dv_ <= 0) dv_ = 1.0;
     if (dm_ <= 0) dm_ = 1.0;
@@ -221,7 +241,9 @@ class Solver {
       auto consider = [&](double load, double chain, double stored, double workspace, int option) {
         if (load >= std::min({best, upper_bound_, incumbent_})) return false;
         const int g = groups(V, chain);
-        const int vi = grid(oplus(oplus(V, chain), c.link_in), inverse_dv_, nv_ - 1);
+        const double next_delay = oplus(oplus(V, chain), c.link_in);
+        const int vi = round_delay_up_ ? grid_up(next_delay, inverse_dv_, nv_ - 1)
+                                       : grid(next_delay, inverse_dv_, nv_ - 1);
         if (!normal_placed && c.weights + g * stored + c.buffers + workspace <= M) {
           normal_placed = true;
           const State child{i, s.p - 1, s.ti, s.mi, vi};
@@ -279,6 +301,9 @@ class Solver {
   static int grid(double value, double inverse_step, int max_index) {
     return std::min(max_index, static_cast<int>(value * inverse_step + 0.5));
   }
+  static int grid_up(double value, double inverse_step, int max_index) {
+    return std::min(max_index, static_cast<int>(std::ceil(value * inverse_step - 1e-6)));
+  }
   const StageCost& prefix(int j) const {  // the stage [0, j - 1]
     return stage_costs_[static_cast<std::size_t>(j - 1) * costs_.num_layers() + (j - 1)];
   }
@@ -304,6 +329,7 @@ class Solver {
   bool cut_ = false;  // out of time: every value from then on is +inf and not memoised
   int nt_ = 1, nm_ = 1, nv_ = 2;
   double dt_ = 1, dm_ = 1, dv_ = 1;
+  bool round_delay_up_ = false;  // on the grid aligned with T^ (many GPUs)
   double inverse_dt_ = 1, inverse_dm_ = 1, inverse_dv_ = 1, inverse_target_ = 1;
   std::vector<StageCost> stage_costs_;
   int normal_gpus_ = 0;
@@ -422,9 +448,14 @@ static std::vector<std::pair<double, madpipe::partition::Allocation>> algorithm8
       if (ub - lb <= 1e-3 * ub) break;  // converged: more iterations give the same allocations
       // When the DP met its target with room to spare, the best max(T, T^) may be reached at
       // T^ = T itself: try the lower bound first (DP(T^) does not increase with T^), else bisect.
-      const double next = run.period_ms < target && lb < target ? lb : 0.5 * (lb + ub);
+      // Far apart on many GPUs (the first bound runs everything in sequence: about P times the
+      // lower one), the bounds are bisected by ratio, which reaches a given relative gap in far
+      // fewer runs.
+      const double middle =
+          platform.gpus >= kManyGpus && ub > 8 * lb ? std::sqrt(lb * ub) : 0.5 * (lb + ub);
+      const double next = run.period_ms < target && lb < target ? lb : middle;
       // Never run the same target twice (a failed T^ = lb step would repeat): bisect instead.
-      target = std::find(tried.begin(), tried.end(), next) == tried.end() ? next : 0.5 * (lb + ub);
+      target = std::find(tried.begin(), tried.end(), next) == tried.end() ? next : middle;
       tried.push_back(target);
     }
     if (!found.empty() || remat == nullptr || !remat->enabled() || *cut ||
