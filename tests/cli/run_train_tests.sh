@@ -133,12 +133,13 @@ INI
     mpi 3 --config run.ini --steps 2
     [[ $status -eq 0 ]] || fail "exit status $status"
     [[ $(wc -l <gpt-run/metrics.jsonl) -eq 2 ]] || fail "--steps 2 should win over steps = 3"
-    # A misspelled section is refused on every rank, not dropped with its keys.
+    # A misspelled section is refused, not dropped with its keys. Every rank refuses it, but mpirun
+    # may stop the others before they print once the first has exited, so one message is enough.
     sed 's/^\[training\]/[trainig]/' run.ini >typo.ini
     mpi 3 --config typo.ini --steps 2
     [[ $status -eq 2 ]] || fail "a misspelled section should exit 2, got $status"
-    [[ $(grep -c "typo.ini: line 7 \[trainig\]: unknown section: its keys would be ignored (this command reads \[model\], \[training\], \[platform\], \[planner\], \[output\]; other commands read \[profile\], \[sweep\], \[scale\]; names are lower case)" err) -eq 3 ]] ||
-      fail "every rank should name the file, line and section: $(cat err)"
+    [[ $(grep -c "typo.ini: line 7 \[trainig\]: unknown section: its keys would be ignored (this command reads \[model\], \[training\], \[platform\], \[planner\], \[output\]; other commands read \[profile\], \[sweep\], \[scale\]; names are lower case)" err) -ge 1 ]] ||
+      fail "the refusal should name the file, line and section: $(cat err)"
     ;;
   wrong_rank_count)
     mpi 2 "${small[@]}" --gpus 3 --steps 1 --output-dir run
