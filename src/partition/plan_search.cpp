@@ -47,7 +47,13 @@ constexpr double kDpShare = 0.5;
 constexpr double kScheduleShare = 0.75;
 constexpr double kRefineShare = 0.9;
 constexpr double kSplitChoiceShare = 0.93;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr int kSplitChoiceEvaluations = 60;
+// Where no plan that keeps every activation comes within this factor of the compute bound,
+// per-stage rematerialization is planned first, so that a time limit cuts the plain search:
+// recomputing every forward costs about a third more (a backward takes about two forwards), so
+// beyond 1.5 times the bound recomputation is the likelier way to a short period.
+constexpr double kRematFirstBoundRatio = 1.5;
 
 // The backend the ILPs use, or "" when none is built and none was asked for.
 static std::string milp_backend(const mp::MilpSettings& milp, bool required,
@@ -133,23 +139,54 @@ static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candid
 
 std::optional<mp::Candidate> mp::plan_without_and_with(
     const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
-    bool plain_can_fit, PlanningContext& context) {
+    bool plain_can_fit, bool remat_first, PlanningContext& context) {
+  if (!remat.enabled()) return plain_can_fit ? plan(nullptr) : std::nullopt;
+  auto plan_with_remat = [&](bool after_plain) -> std::optional<Candidate> {
+    context.detail(!plain_can_fit
+                       ? "no plan fits without per-stage rematerialization: planning with it"
+                   : after_plain ? "planning again with per-stage rematerialization"
+                                 : "memory binds plans that keep every activation: planning with "
+                                   "per-stage rematerialization first");
+    std::optional<Candidate> with_remat = plan(&remat);
+    context.detail("rematerialization options computed for " +
+                   std::to_string(remat.ranges_computed()) + " stage ranges");
+    return with_remat;
+  };
+  if (remat_first && plain_can_fit) {
+    std::optional<Candidate> best = plan_with_remat(false);
+    if (best && context.expired(0.9)) {
+      context.budget().cut("planning without per-stage rematerialization");
+      return best;
+    }
+    context.detail("planning again without per-stage rematerialization");
+    if (best) context.set_earlier_best_ms(context.period_of(*best));
+    std::optional<Candidate> plain = plan(nullptr);
+    context.set_earlier_best_ms(kInfinity);
+    // At an equal period the plan that recomputes nothing is kept.
+    if (plain)
+      if (!best || context.period_of(*plain) <= context.period_of(*best) * (1 + 1e-9)) {
+        context.budget().improved(context.period_of(*plain));
+        best = std::move(plain);
+      }
+    return best;
+  }
   std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
-  if (!remat.enabled()) return best;
   // Planning again costs a ROTOR solve per stage range, which no deadline interrupts: with a
   // plan and less than a tenth of the time left, it is cut.
   if (best && context.expired(0.9)) {
     context.budget().cut("planning with per-stage rematerialization");
     return best;
   }
-  context.detail(plain_can_fit
-                     ? "planning again with per-stage rematerialization"
-                     : "no plan fits without per-stage rematerialization: planning with it");
-  if (std::optional<Candidate> with_remat = plan(&remat))
-    keep_better(best, std::move(*with_remat), context);
-  context.detail("rematerialization options computed for " +
-                 std::to_string(remat.ranges_computed()) + " stage ranges");
+  if (best) context.set_earlier_best_ms(context.period_of(*best));
+  std::optional<Candidate> with_remat = plan_with_remat(plain_can_fit);
+  context.set_earlier_best_ms(kInfinity);
+  if (with_remat) keep_better(best, std::move(*with_remat), context);
   return best;
+}
+
+bool mp::memory_binds_plain_plans(const ChainCosts& costs, const Platform& platform) {
+  return memory_bound_period_ms(costs, platform) >
+         kRematFirstBoundRatio * lower_bound_period_ms(costs, platform);
 }
 
 static void add_unique(std::vector<mp::Allocation>& all, const mp::Allocation& allocation) {
@@ -335,9 +372,10 @@ static std::optional<mp::Candidate> plan_contiguous(const madpipe::ChainCosts& c
 }
 
 // The stage-level ILP of thesis ch. 7.2 on the given allocations; keeps its pattern where it
-// beats `best`. An allocation whose heuristic period already meets its own lower bound (the
-// busiest GPU or link) is skipped: no pattern of it is faster. Says what happened when the
-// solver gives up or proves nothing better exists.
+// beats `best`. An allocation whose lower bound (the busiest GPU or link, and what its memory
+// allows) already meets the heuristic's period, or an earlier search's best, is skipped: no
+// pattern of it is faster. Says what happened when the solver gives up or proves nothing better
+// exists.
 static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::Platform& platform,
                               const std::vector<mp::Allocation>& allocations,
                               const mp::PlannerOptions& options, const std::string& backend,
@@ -363,9 +401,12 @@ static void schedule_with_ilp(const madpipe::ChainCosts& costs, const madpipe::P
     // A pattern of this allocation must beat the best plan with its own share of a tied exchange.
     const double exchange_share = context.exchange_share_ms(stages);
     const std::string what = "ilp scheduler on " + std::to_string(stages.size()) + " stages: ";
-    if (best && context.period_of(*best) <= (allocation_bound + exchange_share) * (1 + 1e-9)) {
-      context.detail(what + "skipped, no pattern of this allocation beats " +
-                     format_ms(context.period_of(*best)));
+    const double bar =
+        std::min(best ? context.period_of(*best) : kInfinity, context.earlier_best_ms());
+    const double fitting_bound =
+        std::max(allocation_bound, ms::memory_period_bound_ms(stages, platform));
+    if (bar <= (fitting_bound + exchange_share) * (1 + 1e-9)) {
+      context.detail(what + "skipped, no pattern of this allocation beats " + format_ms(bar));
       continue;
     }
     const double seconds_left =
@@ -612,7 +653,7 @@ std::optional<mp::Candidate> mp::plan_full_ilp(const ChainCosts& costs, const Pl
       [&](StageOptions* stage_options) {
         return plan_madpipe(costs, platform, warm_options, context, stage_options);
       },
-      remat, plain_can_fit, context);
+      remat, plain_can_fit, memory_binds_plain_plans(costs, platform), context);
   // The full ILP plans plain stages.
   if (!plain_can_fit) return warm;
   const double seconds =

@@ -14,6 +14,7 @@
 #include "schedule/stage.hpp"
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ class PlanningContext {
 
   const std::vector<std::string>& notes() const { return notes_; }
 
+  // The period of a plan that an earlier search of this request found (plan_without_and_with's
+  // first run; +inf when none): the stage ILPs skip what cannot beat it.
+  void set_earlier_best_ms(double period_ms) { earlier_best_ms_ = period_ms; }
+  double earlier_best_ms() const { return earlier_best_ms_; }
+
   // Candidate allocations given to the schedule search, and those it searched to the end (not
   // cut by the time limit): PlanResult::allocations_total and allocations_scheduled.
   void count_allocation(bool searched_fully) {
@@ -73,6 +79,7 @@ class PlanningContext {
   std::vector<std::string> notes_;
   int allocations_total_ = 0;
   int allocations_scheduled_ = 0;
+  double earlier_best_ms_ = std::numeric_limits<double>::infinity();
 };
 
 // Plans with options.algorithm (not ilp), with `remat` or plainly (nullptr); nullopt when no plan
@@ -87,12 +94,17 @@ std::optional<Candidate> plan_full_ilp(const ChainCosts& costs, const Platform& 
                                        const PlannerOptions& options, PlanningContext& context,
                                        StageOptions& remat, bool plain_can_fit);
 
-// Plans without per-stage rematerialization/offloading (unless `plain_can_fit` is false), then,
-// when `remat` allows them, with them, and keeps the better plan: the options change which
-// allocations the DPs estimate best, so planning once without them makes the result never worse
-// than plain planning.
+// Plans without per-stage rematerialization/offloading (unless `plain_can_fit` is false) and,
+// when `remat` allows them, with them, and keeps the better plan (the plain one at an equal
+// period): the options change which allocations the DPs estimate best, so planning once without
+// them makes the result never worse than plain planning. The plain search goes first unless
+// `remat_first`; under a time limit the second search gets what the first leaves.
 std::optional<Candidate> plan_without_and_with(
     const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
-    bool plain_can_fit, PlanningContext& context);
+    bool plain_can_fit, bool remat_first, PlanningContext& context);
+
+// Whether memory_bound_period_ms is more than 1.5 times lower_bound_period_ms: no plan that
+// keeps every activation comes near what compute allows, so rematerialization is searched first.
+bool memory_binds_plain_plans(const ChainCosts& costs, const Platform& platform);
 
 }  // namespace madpipe::partition

@@ -275,7 +275,7 @@ static madpipe::partition::PlanResult plan_profile(
                 [&](StageOptions* stage_options) {
                   return plan_with_algorithm(costs, platform, options, context, stage_options);
                 },
-                remat, plain_can_fit, context);
+                remat, plain_can_fit, memory_binds_plain_plans(costs, platform), context);
   PlanResult result;
   result.notes = context.notes();
   if (!budget.cuts().empty()) {

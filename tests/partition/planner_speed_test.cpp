@@ -4,20 +4,24 @@
 
 #include "core/chain.hpp"
 #include "core/profile.hpp"
+#include "core/units.hpp"
 #include "partition/planner.hpp"
 #include "plan/validate.hpp"
 #include "schedule/memory.hpp"
 #include "schedule/search.hpp"
 #include "schedule/stage.hpp"
+#include "solver/solve.hpp"
 #include "support/test_support.hpp"
 
 #include <algorithm>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 namespace mp = madpipe::partition;
+namespace ms = madpipe::schedule;
 namespace mt = madpipe::testing;
 
 namespace {
@@ -193,4 +197,74 @@ TEST(PlannerSpeed, AtClusterScaleTheScheduleSearchBuildsNoVariantToMeasureIt) {
   EXPECT_LT(stats.candidates_retimed, stats.patterns_generated / 4);
   std::cout << "64 stages: " << stats.patterns_generated << " patterns generated, "
             << stats.candidates_retimed << " retimed, best " << found->method << "\n";
+}
+
+// Where memory binds plans that keep every activation (12 blocks on 8 GPUs of 14 GiB keeping 3
+// weight copies: none beats 1.7 times the compute bound), the search with rematerialization runs
+// first, and a time limit that runs out after one search cuts the plain one: the plan
+// rematerializes and is shorter than any plan without. (Searched first, the plain plan was kept,
+// above the memory bound.) The clock stops until the second search starts, then is past the limit.
+TEST(PlannerSpeed, WhereMemoryBindsTheTimeLimitCutsThePlainSearch) {
+  const madpipe::Profile profile = llm_chain(12);
+  const madpipe::ChainCosts costs(profile);
+  const madpipe::Platform platform = mt::make_platform(8, std::int64_t{14} << 30, 25e6, 3);
+  const double memory_bound = mp::memory_bound_period_ms(costs, platform);
+  ASSERT_GT(memory_bound, 1.5 * mp::lower_bound_period_ms(costs, platform));
+  double now = 0;
+  std::vector<std::string> lines;
+  mp::PlannerOptions options;
+  options.scheduler = mp::Scheduler::Heuristic;
+  options.remat.remat = mp::RematStrategy::Rotor;
+  options.time_limit_s = 10;
+  options.clock = [&now] { return now; };
+  options.detailed_progress = true;
+  options.progress = [&](const std::string& line) {
+    lines.push_back(line);
+    if (line.find("planning again") != std::string::npos) now = 100;
+  };
+  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  EXPECT_TRUE(madpipe::plan::validate(result.plan, profile).empty());
+  EXPECT_TRUE(result.cut_by_time_limit);
+  EXPECT_LT(result.plan.predicted.period_ms, memory_bound);
+  const bool recomputes =
+      std::any_of(result.plan.stages.begin(), result.plan.stages.end(),
+                  [](const ms::Stage& stage) { return stage.remat != ms::RematStrategy::None; });
+  EXPECT_TRUE(recomputes);
+  const bool said_why = std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.find(
+               "memory binds plans that keep every activation: planning with per-stage "
+               "rematerialization first") != std::string::npos;
+  });
+  EXPECT_TRUE(said_why);
+}
+
+// The run that goes second spends no stage ILP on an allocation that cannot beat the first run's
+// plan: on the chain above, every stage ILP of the plain run is skipped against the period of the
+// plan with rematerialization (its plain allocations' memory bounds are above it).
+TEST(PlannerSpeed, TheSecondRunSkipsStageIlpsThatCannotBeatTheFirst) {
+  if (madpipe::solver::built_backends().empty()) GTEST_SKIP() << "no MILP backend built";
+  const madpipe::Profile profile = llm_chain(12);
+  const madpipe::Platform platform = mt::make_platform(8, std::int64_t{14} << 30, 25e6, 3);
+  std::vector<std::string> lines;
+  mp::PlannerOptions options;
+  options.scheduler = mp::Scheduler::Ilp;
+  options.remat.remat = mp::RematStrategy::Rotor;
+  options.detailed_progress = true;
+  options.progress = [&](const std::string& line) { lines.push_back(line); };
+  const mp::PlanResult result = mp::make_plan(profile, platform, options);
+  ASSERT_TRUE(result.feasible) << result.reason;
+  const auto second = std::find_if(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.find("planning again without per-stage rematerialization") != std::string::npos;
+  });
+  ASSERT_NE(second, lines.end());
+  const std::string skipped = "skipped, no pattern of this allocation beats " +
+                              madpipe::format_ms(result.plan.predicted.period_ms);
+  int stage_ilps = 0;
+  for (auto line = second; line != lines.end(); ++line) {
+    if (line->find("ilp scheduler on ") == std::string::npos) continue;
+    ++stage_ilps;
+    EXPECT_NE(line->find(skipped), std::string::npos) << *line;
+  }
+  EXPECT_GT(stage_ilps, 0);
 }
