@@ -137,50 +137,51 @@ static void keep_better(std::optional<mp::Candidate>& best, mp::Candidate candid
   }
 }
 
+// What --remat and --offload add to a stage, for progress lines and cut notes.
+static std::string stage_options_name(const mp::RematSettings& settings) {
+  const bool remat = settings.remat != mp::RematStrategy::None;
+  const bool offload = settings.offload != mp::OffloadStrategy::None;
+  if (remat && offload) return "per-stage rematerialization and offloading";
+  return offload ? "per-stage offloading" : "per-stage rematerialization";
+}
+
 std::optional<mp::Candidate> mp::plan_without_and_with(
     const std::function<std::optional<Candidate>(StageOptions*)>& plan, StageOptions& remat,
     bool plain_can_fit, bool remat_first, PlanningContext& context) {
   if (!remat.enabled()) return plain_can_fit ? plan(nullptr) : std::nullopt;
-  auto plan_with_remat = [&](bool after_plain) -> std::optional<Candidate> {
-    context.detail(!plain_can_fit
-                       ? "no plan fits without per-stage rematerialization: planning with it"
-                   : after_plain ? "planning again with per-stage rematerialization"
-                                 : "memory binds plans that keep every activation: planning with "
-                                   "per-stage rematerialization first");
-    std::optional<Candidate> with_remat = plan(&remat);
-    context.detail("rematerialization options computed for " +
-                   std::to_string(remat.ranges_computed()) + " stage ranges");
-    return with_remat;
-  };
-  if (remat_first && plain_can_fit) {
-    std::optional<Candidate> best = plan_with_remat(false);
-    if (best && context.expired(0.9)) {
-      context.budget().cut("planning without per-stage rematerialization");
-      return best;
+  const std::string name = stage_options_name(remat.settings());
+  std::vector<StageOptions*> runs{&remat};
+  if (plain_can_fit) runs.insert(remat_first ? runs.end() : runs.begin(), nullptr);
+  std::optional<Candidate> best;
+  for (std::size_t run = 0; run < runs.size(); ++run) {
+    StageOptions* options = runs[run];
+    const std::string planning = std::string("planning ") + (options ? "with " : "without ") + name;
+    // A second run costs, with the options, a ROTOR solve per stage chain, which no deadline
+    // interrupts: with a plan and less than a tenth of the time left, it is cut.
+    if (run > 0 && best && context.expired(0.9)) {
+      context.budget().cut(planning);
+      break;
     }
-    context.detail("planning again without per-stage rematerialization");
-    if (best) context.set_earlier_best_ms(context.period_of(*best));
-    std::optional<Candidate> plain = plan(nullptr);
-    context.set_earlier_best_ms(kInfinity);
-    // At an equal period the plan that recomputes nothing is kept.
-    if (plain)
-      if (!best || context.period_of(*plain) <= context.period_of(*best) * (1 + 1e-9)) {
-        context.budget().improved(context.period_of(*plain));
-        best = std::move(plain);
-      }
-    return best;
+    if (run > 0)
+      context.detail("planning again " + std::string(options ? "with " : "without ") + name);
+    else if (!plain_can_fit)
+      context.detail("no plan fits without " + name + ": planning with it");
+    else if (options)
+      context.detail("memory binds plans that keep every activation: " + planning + " first");
+    EarlierBestScope earlier(context, best ? context.period_of(*best) : kInfinity);
+    std::optional<Candidate> found = plan(options);
+    if (options)
+      context.detail("rematerialization options computed for " +
+                     std::to_string(remat.ranges_computed()) + " distinct stage chains");
+    if (!found) continue;
+    // At an equal period the plan that recomputes and offloads nothing is kept.
+    const double period = context.period_of(*found);
+    const bool better = !best || (options ? period < context.period_of(*best) * (1 - 1e-9)
+                                          : period <= context.period_of(*best) * (1 + 1e-9));
+    if (!better) continue;
+    context.budget().improved(period);
+    best = std::move(found);
   }
-  std::optional<Candidate> best = plain_can_fit ? plan(nullptr) : std::nullopt;
-  // Planning again costs a ROTOR solve per stage range, which no deadline interrupts: with a
-  // plan and less than a tenth of the time left, it is cut.
-  if (best && context.expired(0.9)) {
-    context.budget().cut("planning with per-stage rematerialization");
-    return best;
-  }
-  if (best) context.set_earlier_best_ms(context.period_of(*best));
-  std::optional<Candidate> with_remat = plan_with_remat(plain_can_fit);
-  context.set_earlier_best_ms(kInfinity);
-  if (with_remat) keep_better(best, std::move(*with_remat), context);
   return best;
 }
 

@@ -59,8 +59,7 @@ class PlanningContext {
   const std::vector<std::string>& notes() const { return notes_; }
 
   // The period of a plan that an earlier search of this request found (plan_without_and_with's
-  // first run; +inf when none): the stage ILPs skip what cannot beat it.
-  void set_earlier_best_ms(double period_ms) { earlier_best_ms_ = period_ms; }
+  // first run, set by EarlierBestScope; +inf when none): the stage ILPs skip what cannot beat it.
   double earlier_best_ms() const { return earlier_best_ms_; }
 
   // Candidate allocations given to the schedule search, and those it searched to the end (not
@@ -73,6 +72,7 @@ class PlanningContext {
   int allocations_scheduled() const { return allocations_scheduled_; }
 
  private:
+  friend class EarlierBestScope;
   PlanningBudget& budget_;
   Platform platform_;
   int micro_batches_per_step_ = 0;
@@ -80,6 +80,20 @@ class PlanningContext {
   int allocations_total_ = 0;
   int allocations_scheduled_ = 0;
   double earlier_best_ms_ = std::numeric_limits<double>::infinity();
+};
+
+// Sets a context's earlier best period for its lifetime (plan_without_and_with's second run).
+class EarlierBestScope {
+ public:
+  EarlierBestScope(PlanningContext& context, double period_ms) : context_(context) {
+    context_.earlier_best_ms_ = period_ms;
+  }
+  ~EarlierBestScope() { context_.earlier_best_ms_ = std::numeric_limits<double>::infinity(); }
+  EarlierBestScope(const EarlierBestScope&) = delete;
+  EarlierBestScope& operator=(const EarlierBestScope&) = delete;
+
+ private:
+  PlanningContext& context_;
 };
 
 // Plans with options.algorithm (not ilp), with `remat` or plainly (nullptr); nullopt when no plan

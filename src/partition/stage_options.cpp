@@ -21,10 +21,10 @@ const std::vector<madpipe::remat::RematOption>& madpipe::partition::StageOptions
                                                                                      int last) {
   static const std::vector<remat::RematOption> kNone;
   if (!enabled()) return kNone;
-  const auto key = std::make_pair(first, last);
+  const Range key = representative(first, last);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
+  const remat::RematChain chain = remat::stage_remat_chain(profile_, key.first, key.second);
   const remat::SequenceReplay plain =
       remat::replay_sequence(chain, remat::store_all_sequence(chain));
   std::vector<remat::RematOption> candidates;
@@ -78,19 +78,19 @@ int madpipe::partition::StageOptions::fastest_fitting(int first, int last, int n
 
 std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, int nca) {
   if (!enabled()) return -1;
-  const auto key = std::make_pair(first, last);
+  const Range key = representative(first, last);
   auto memory_of = [nca](const remat::RematOption& option) {
     return remat::in_flight_bytes(option.stored_bytes, option.transient_bytes, nca);
   };
   if (settings_.offload == OffloadStrategy::Host || cache_.count(key) > 0) {
     std::int64_t least = -1;
-    for (const remat::RematOption& option : of(first, last))
+    for (const remat::RematOption& option : of(key.first, key.second))
       if (least < 0 || memory_of(option) < least) least = memory_of(option);
     return least;
   }
   auto it = least_.find(key);
   if (it == least_.end()) {
-    const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
+    const remat::RematChain chain = remat::stage_remat_chain(profile_, key.first, key.second);
     std::optional<remat::RematOption> least = remat::least_memory_option(chain, settings_.slots);
     if (least &&
         !beats_plain(*least, remat::replay_sequence(chain, remat::store_all_sequence(chain))))
@@ -98,4 +98,26 @@ std::int64_t madpipe::partition::StageOptions::least_bytes(int first, int last, 
     it = least_.emplace(key, std::move(least)).first;
   }
   return it->second ? memory_of(*it->second) : -1;
+}
+
+madpipe::partition::StageOptions::Range madpipe::partition::StageOptions::representative(int first,
+                                                                                         int last) {
+  const Range range{first, last};
+  if (auto known = representative_.find(range); known != representative_.end())
+    return known->second;
+  const remat::RematChain chain = remat::stage_remat_chain(profile_, first, last);
+  const std::uint64_t hash = remat::costs_hash(chain);
+  Range found = range;
+  const auto [begin, end] = representatives_by_hash_.equal_range(hash);
+  for (auto candidate = begin; candidate != end; ++candidate) {
+    const Range other = candidate->second;
+    if (other.second - other.first == last - first &&
+        remat::same_costs(chain, remat::stage_remat_chain(profile_, other.first, other.second))) {
+      found = other;
+      break;
+    }
+  }
+  if (found == range) representatives_by_hash_.emplace(hash, range);
+  representative_.emplace(range, found);
+  return found;
 }

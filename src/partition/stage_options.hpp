@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -33,9 +34,12 @@ struct RematSettings {
   int offload_budgets = 8;  // budgets (fractions of the store-all peak) it is solved for
 };
 
-// The ways to run a stage [first, last] that keep less memory than the plain one, computed once
-// per range on first use (ROTOR's pipelined Pareto front, and with offloading the offloading DP
-// at several budgets): non-dominated, fastest first, plain excluded.
+// The ways to run a stage [first, last] that keep less memory than the plain one, computed on
+// first use (ROTOR's pipelined Pareto front, and with offloading the offloading DP at several
+// budgets): non-dominated, fastest first, plain excluded. They are computed once per distinct
+// stage chain: in a run of identical layers (a language model's blocks) the ranges [i, j] and
+// [i + k, j + k] have the same costs and share them, which makes the work grow with the run's
+// length instead of its square.
 class StageOptions {
  public:
   StageOptions(const Profile& profile, RematSettings settings);
@@ -48,6 +52,7 @@ class StageOptions {
   // Index in of(first, last) of the fastest option with nca * stored + transient <= budget; -1
   // if none.
   int fastest_fitting(int first, int last, int nca, double budget_bytes);
+  // Distinct stage chains whose options were computed.
   std::size_t ranges_computed() const noexcept { return cache_.size(); }
 
   // Least nca * stored + transient over the options of [first, last], or -1 when there are none.
@@ -57,10 +62,16 @@ class StageOptions {
   std::int64_t least_bytes(int first, int last, int nca);
 
  private:
+  using Range = std::pair<int, int>;
+  // The first range asked for whose stage chain has the costs of [first, last]'s.
+  Range representative(int first, int last);
+
   const Profile& profile_;
   RematSettings settings_;
-  std::map<std::pair<int, int>, std::vector<remat::RematOption>> cache_;
-  std::map<std::pair<int, int>, std::optional<remat::RematOption>> least_;
+  std::map<Range, Range> representative_;
+  std::unordered_multimap<std::uint64_t, Range> representatives_by_hash_;
+  std::map<Range, std::vector<remat::RematOption>> cache_;    // by representative
+  std::map<Range, std::optional<remat::RematOption>> least_;  // by representative
 };
 
 }  // namespace madpipe::partition

@@ -2,6 +2,8 @@
 
 #include "core/error.hpp"
 
+#include <cstring>
+
 double madpipe::remat::RematChain::sequential_ms() const noexcept {
   double total = 0;
   for (int k = 1; k <= length(); ++k) total += forward_ms[k] + backward_ms[k];
@@ -44,4 +46,30 @@ madpipe::remat::RematChain madpipe::remat::stage_remat_chain(const Profile& prof
     chain.backward_overhead[k] = layer.backward_workspace_bytes;
   }
   return chain;
+}
+
+bool madpipe::remat::same_costs(const RematChain& x, const RematChain& y) noexcept {
+  return x.forward_ms == y.forward_ms && x.backward_ms == y.backward_ms && x.a == y.a &&
+         x.abar == y.abar && x.delta == y.delta && x.forward_overhead == y.forward_overhead &&
+         x.backward_overhead == y.backward_overhead;
+}
+
+std::uint64_t madpipe::remat::costs_hash(const RematChain& chain) noexcept {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the values' bits
+  auto mix = [&hash](std::uint64_t bits) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (bits >> (8 * byte)) & 0xff;
+      hash *= 0x100000001b3ULL;
+    }
+  };
+  for (const std::vector<double>* times : {&chain.forward_ms, &chain.backward_ms})
+    for (double value : *times) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &value, sizeof bits);
+      mix(bits);
+    }
+  for (const std::vector<std::int64_t>* bytes :
+       {&chain.a, &chain.abar, &chain.delta, &chain.forward_overhead, &chain.backward_overhead})
+    for (std::int64_t value : *bytes) mix(static_cast<std::uint64_t>(value));
+  return hash;
 }

@@ -34,4 +34,11 @@ RematChain make_remat_chain(int stages);
 // storing everything keeps exactly the stage's plain stored_bytes.
 RematChain stage_remat_chain(const Profile& profile, int first, int last);
 
+// Whether two chains have the same costs (every value but first_layer): what any DP over a chain
+// computes from one holds for the other. Ranges [i, j] and [i + k, j + k] within a run of
+// identical layers have the same costs.
+bool same_costs(const RematChain& x, const RematChain& y) noexcept;
+// A hash of the costs, consistent with same_costs.
+std::uint64_t costs_hash(const RematChain& chain) noexcept;
+
 }  // namespace madpipe::remat

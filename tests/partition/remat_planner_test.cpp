@@ -163,6 +163,22 @@ static madpipe::Profile offloadable_profile() {
   return profile;
 }
 
+TEST(RematPlanner, StageOptionsAreComputedOncePerDistinctStageChain) {
+  madpipe::Profile profile = offloadable_profile();
+  profile.layers[0].forward_ms = 11;  // the run of identical layers is 1..7
+  mp::StageOptions options(profile, mp::RematSettings{mp::RematStrategy::Rotor, 200, 24});
+  const auto& shifted = options.of(1, 3);
+  ASSERT_FALSE(shifted.empty());
+  EXPECT_EQ(&options.of(4, 6), &shifted);
+  EXPECT_EQ(options.least_bytes(2, 4, 3), options.least_bytes(5, 7, 3));
+  EXPECT_EQ(options.ranges_computed(), 1u);
+  const auto& with_first = options.of(0, 2);
+  EXPECT_NE(&with_first, &shifted);
+  EXPECT_EQ(options.ranges_computed(), 2u);
+  EXPECT_NE(&options.of(1, 4), &shifted);
+  EXPECT_EQ(options.ranges_computed(), 3u);
+}
+
 TEST(RematPlanner, OffloadingToTheHostShortensThePeriodWhenTheLinkIsFast) {
   const madpipe::Profile profile = offloadable_profile();
   madpipe::Platform platform = mt::make_platform(2, 2'000'000'000, 12e6, 3);
